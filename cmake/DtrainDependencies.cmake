@@ -1,0 +1,55 @@
+# Finds the optional and required dependencies once, and sets DTRAIN_HAVE_<X>.
+
+# dtrain_resolve(<NAME> <option-value> <found>) -> DTRAIN_HAVE_<NAME>
+function(dtrain_resolve name value found)
+  if(value STREQUAL "OFF")
+    set(DTRAIN_HAVE_${name} OFF PARENT_SCOPE)
+  elseif(found)
+    set(DTRAIN_HAVE_${name} ON PARENT_SCOPE)
+  elseif(value STREQUAL "ON")
+    message(FATAL_ERROR "DTRAIN_WITH_${name}=ON but ${name} was not found")
+  else()
+    set(DTRAIN_HAVE_${name} OFF PARENT_SCOPE)
+  endif()
+endfunction()
+
+find_package(Threads REQUIRED)
+
+# Header-only libraries: Debian's packages install them under /usr/include;
+# a machine without them (the GPU machine) points DTRAIN_DEPS_PREFIX at an
+# unpacked copy.
+set(DTRAIN_DEPS_PREFIX "" CACHE PATH "Prefix holding unpacked header-only dependencies")
+if(DTRAIN_DEPS_PREFIX)
+  list(PREPEND CMAKE_PREFIX_PATH ${DTRAIN_DEPS_PREFIX}/usr ${DTRAIN_DEPS_PREFIX}/usr/share)
+  include_directories(SYSTEM ${DTRAIN_DEPS_PREFIX}/usr/include)
+endif()
+find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)
+find_path(NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp REQUIRED)
+
+if(NOT DTRAIN_WITH_GLOO STREQUAL "OFF")
+  find_package(Gloo QUIET)
+endif()
+dtrain_resolve(GLOO "${DTRAIN_WITH_GLOO}" "${Gloo_FOUND}")
+
+set(DTRAIN_CUDA_ROOT "/usr/local/cuda" CACHE PATH "CUDA toolkit root (headers and libraries)")
+if(NOT DTRAIN_WITH_NCCL STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${DTRAIN_CUDA_ROOT}/include $ENV{NCCL_HOME}/include)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${DTRAIN_CUDA_ROOT}/lib64 $ENV{NCCL_HOME}/lib)
+endif()
+if(CUDAToolkit_FOUND AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+  set(_nccl_found TRUE)
+else()
+  set(_nccl_found FALSE)
+endif()
+dtrain_resolve(NCCL "${DTRAIN_WITH_NCCL}" "${_nccl_found}")
+
+if(NOT DTRAIN_WITH_TORCH STREQUAL "OFF")
+  find_package(Torch QUIET)
+endif()
+dtrain_resolve(TORCH "${DTRAIN_WITH_TORCH}" "${Torch_FOUND}")
+
+if(NOT DTRAIN_BUILD_TESTS STREQUAL "OFF")
+  find_package(GTest QUIET)
+endif()
+dtrain_resolve(TESTS "${DTRAIN_BUILD_TESTS}" "${GTest_FOUND}")

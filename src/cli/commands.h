@@ -1,0 +1,17 @@
+// Each subcommand registers itself on the CLI11 app from its own file.
+// A command's callback stores its exit code in the shared ExitCode.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace dtrain::cli {
+
+struct ExitCode {
+  int value = 0;
+};
+
+void registerBenchAllreduce(CLI::App& bench, ExitCode& exit_code);
+void registerBenchStore(CLI::App& bench, ExitCode& exit_code);
+void registerSettings(CLI::App& app, ExitCode& exit_code);
+
+}  // namespace dtrain::cli

@@ -1,0 +1,58 @@
+// dtrain: one binary, one subcommand per file under cli/.
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/env.h"
+#include "common/log.h"
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+int runMain(int argc, char** argv) {
+  CLI::App app{"dtrain: distributed data-parallel training on GPU clusters"};
+  app.name("dtrain");
+  app.set_version_flag("--version", kVersion);
+  app.require_subcommand(1);
+  dtrain::cli::ExitCode exit_code;
+
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: collectives (nccl-tests style) and the store");
+  bench->require_subcommand(1);
+  dtrain::cli::registerBenchAllreduce(*bench, exit_code);
+  dtrain::cli::registerBenchStore(*bench, exit_code);
+  dtrain::cli::registerSettings(app, exit_code);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints help/usage; usage errors exit 2 like torchrun's argparse.
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  return exit_code.value;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (auto rank = dtrain::envInt("RANK", 0, 1 << 24)) dtrain::setProcessRank(static_cast<int>(*rank));
+  } catch (const dtrain::ConfigError& e) {
+    std::fprintf(stderr, "dtrain: %s\n", e.message().c_str());
+    return 2;
+  }
+  try {
+    return runMain(argc, argv);
+  } catch (const dtrain::ConfigError& e) {
+    std::fprintf(stderr, "dtrain: error: %s\n", e.message().c_str());
+    return 2;
+  } catch (const dtrain::Error& e) {
+    std::fprintf(stderr, "dtrain: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain: unexpected error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,60 @@
+// The rendezvous key-value store (store/). No torch, no CUDA.
+//
+// Contract, shared by every implementation (TcpStore, PrefixStore, HashStore):
+// - Keys are strings; values are byte strings (std::string holds bytes).
+// - get() blocks until the key exists or the store's timeout passes
+//   (TimeoutError naming the key), like c10d's TCPStore::get.
+// - add() creates the key at 0 if absent, adds `delta` atomically and returns
+//   the new value; the value is stored as decimal text, so get() of a counter
+//   returns e.g. "3".
+// - compareSet(): if the key's current value equals `expected` (an absent key
+//   matches an empty `expected`), it becomes `desired`. Returns the value after
+//   the call (desired on success, the current value otherwise).
+// - wait(keys, timeout) returns when all keys exist; TimeoutError naming the
+//   missing keys otherwise.
+// - All methods are safe to call from several threads.
+// - Failures: TimeoutError (deadline), IoError (connection lost), ConfigError
+//   (refused: bad token, protocol version).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+class Store {
+ public:
+  static constexpr std::chrono::milliseconds kDefaultTimeout{std::chrono::seconds(300)};
+
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  virtual std::string get(const std::string& key) = 0;
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  virtual std::string compareSet(const std::string& key, const std::string& expected,
+                                 const std::string& desired) = 0;
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  void wait(const std::vector<std::string>& keys) { wait(keys, timeout()); }
+  // True when all keys exist; never blocks.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // True when the key existed.
+  virtual bool deleteKey(const std::string& key) = 0;
+  virtual int64_t numKeys() = 0;
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+
+ protected:
+  std::chrono::milliseconds timeout_ = kDefaultTimeout;
+};
+
+// A counting barrier over a store: every one of `world_size` callers adds 1 to
+// `<name>/count` and waits for `<name>/done`, set by the last to arrive.
+// Each name must be used for one barrier only (prefix it with a generation).
+void storeBarrier(Store& store, const std::string& name, int world_size,
+                  std::chrono::milliseconds timeout);
+
+}  // namespace dtrain

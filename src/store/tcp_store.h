@@ -1,0 +1,95 @@
+// TcpStore: the Store over TCP. One TcpStoreServer (in the agent, or rank 0)
+// serves many TcpStore clients (every worker of a 128-node x 8-GPU job).
+//
+// Wire protocol (version kProtocolVersion): every message is a frame
+//   u32 length (big-endian, of what follows) | payload
+// with length <= kMaxFrameBytes. The first frame on a connection is HELLO
+// (protocol version + auth token); the server answers OK or an error and
+// closes. A frame that is malformed, oversized, or of an unknown op closes that
+// connection with a logged error; every other client is unaffected.
+//
+// Authentication: when the server has a token, clients must present the same
+// token; one without it is refused with "authentication failed". Tokens come
+// from DTRAIN_STORE_TOKEN or the file named by DTRAIN_STORE_TOKEN_FILE
+// (see storeTokenFromEnvironment()).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "store/store.h"
+
+namespace dtrain {
+
+inline constexpr uint32_t kStoreProtocolVersion = 1;
+inline constexpr uint32_t kStoreMaxFrameBytes = 64u << 20;
+
+struct TcpStoreServerOptions {
+  std::string bind_address = "0.0.0.0";  // or "127.0.0.1", "::", a host's IP
+  uint16_t port = 0;                      // 0: pick a free port (see port())
+  std::string token;                      // empty: no authentication
+  uint32_t max_frame_bytes = kStoreMaxFrameBytes;
+};
+
+// Serves on a background thread from construction until destruction.
+class TcpStoreServer {
+ public:
+  explicit TcpStoreServer(const TcpStoreServerOptions& options);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  uint16_t port() const;
+  // Connected clients right now (tests, metrics).
+  size_t numClients() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct TcpStoreClientOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  std::string token;
+  // Connect retries with backoff until this deadline, then TimeoutError
+  // naming host:port.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
+  // Default timeout of get()/wait().
+  std::chrono::milliseconds timeout = Store::kDefaultTimeout;
+};
+
+class TcpStore : public Store {
+ public:
+  explicit TcpStore(const TcpStoreClientOptions& options);
+  ~TcpStore() override;
+
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  std::string compareSet(const std::string& key, const std::string& expected,
+                         const std::string& desired) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+  bool check(const std::vector<std::string>& keys) override;
+  bool deleteKey(const std::string& key) override;
+  int64_t numKeys() override;
+
+  const std::string& host() const { return options_.host; }
+  uint16_t port() const { return options_.port; }
+
+ private:
+  class Connection;
+  TcpStoreClientOptions options_;
+  std::mutex mutex_;
+  std::unique_ptr<Connection> connection_;
+};
+
+// DTRAIN_STORE_TOKEN, else the contents of DTRAIN_STORE_TOKEN_FILE (trailing
+// newline stripped; an unreadable file is an IoError naming it), else "".
+std::string storeTokenFromEnvironment();
+
+}  // namespace dtrain

@@ -1,0 +1,66 @@
+#include "common/settings.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace dtrain {
+namespace {
+
+DTRAIN_SETTING(int64_t, kTestCount, "test-count", "DTRAIN_TEST_COUNT", 42, "A test setting.");
+DTRAIN_SETTING(bool, kTestFlag, "test-flag", "DTRAIN_TEST_FLAG", false, "A test flag.");
+
+TEST(SettingsTest, DefaultEnvAndCache) {
+  ::unsetenv("DTRAIN_TEST_COUNT");
+  kTestCount.reset();
+  EXPECT_EQ(kTestCount.get(), 42);
+  ::setenv("DTRAIN_TEST_COUNT", "7", 1);
+  EXPECT_EQ(kTestCount.get(), 42) << "value is cached until reset()";
+  kTestCount.reset();
+  EXPECT_EQ(kTestCount.get(), 7);
+  ::unsetenv("DTRAIN_TEST_COUNT");
+  kTestCount.reset();
+}
+
+TEST(SettingsTest, BadValueNamesVariableAndType) {
+  ::setenv("DTRAIN_TEST_FLAG", "maybe", 1);
+  kTestFlag.reset();
+  try {
+    kTestFlag.get();
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(e.message().find("DTRAIN_TEST_FLAG='maybe' is not a boolean"), std::string::npos);
+  }
+  ::setenv("DTRAIN_TEST_FLAG", "yes", 1);
+  kTestFlag.reset();
+  EXPECT_TRUE(kTestFlag.get());
+  ::unsetenv("DTRAIN_TEST_FLAG");
+  kTestFlag.reset();
+}
+
+TEST(SettingsTest, RegistryListsEverySettingOnce) {
+  int seen = 0;
+  for (const SettingBase* s : allSettings()) {
+    if (s->name() == "test-count") {
+      ++seen;
+      EXPECT_EQ(s->env(), "DTRAIN_TEST_COUNT");
+      EXPECT_EQ(s->defaultText(), "42");
+      EXPECT_EQ(s->typeName(), "integer");
+    }
+  }
+  EXPECT_EQ(seen, 1);
+  std::string md = settingsMarkdown();
+  EXPECT_NE(md.find("| `test-count` | `DTRAIN_TEST_COUNT` | integer | `42` | A test setting. |"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("`DTRAIN_LOG_LEVEL`"), std::string::npos) << "the logger declares its level";
+}
+
+TEST(LogTest, ParsesLevels) {
+  EXPECT_EQ(parseLogLevel("debug"), LogLevel::kDebug);
+  EXPECT_EQ(parseLogLevel("warning"), LogLevel::kWarn);
+  EXPECT_THROW(parseLogLevel("loud"), ConfigError);
+}
+
+}  // namespace
+}  // namespace dtrain
