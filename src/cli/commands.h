@@ -10,7 +10,7 @@ struct ExitCode {
   int value = 0;
 };
 
-void registerBenchAllreduce(CLI::App& bench, ExitCode& exit_code);
+void registerBenchCollectives(CLI::App& bench, ExitCode& exit_code);
 void registerBenchStore(CLI::App& bench, ExitCode& exit_code);
 void registerSettings(CLI::App& app, ExitCode& exit_code);
 

@@ -20,7 +20,7 @@ int runMain(int argc, char** argv) {
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks: collectives (nccl-tests style) and the store");
   bench->require_subcommand(1);
-  dtrain::cli::registerBenchAllreduce(*bench, exit_code);
+  dtrain::cli::registerBenchCollectives(*bench, exit_code);
   dtrain::cli::registerBenchStore(*bench, exit_code);
   dtrain::cli::registerSettings(app, exit_code);
 

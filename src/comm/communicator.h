@@ -6,6 +6,9 @@
 // - In-place when send.data == recv.data. Sizes: allreduce/broadcast send and
 //   recv have `count` elements; allgather recv has size()*send.count;
 //   reduce_scatter send has size()*recv.count. A mismatch is a ConfigError.
+//   As in NCCL, allgather is also in place when send is this rank's slot of
+//   recv (recv.data + rank*send.count elements), and reduceScatter when recv
+//   is this rank's chunk of send.
 // - Calls return at once with a Work; failures are stored in it. An operation
 //   that does not finish within options.timeout fails with CommError naming the
 //   operation, its sequence number and the ranks that never arrived.
@@ -63,7 +66,9 @@ std::unique_ptr<Communicator> createCommunicator(const std::string& backend,
 bool backendAvailable(const std::string& backend);
 
 // Host-side helpers shared by backends and tests.
-// Elementwise dst = reduce(dst, src) over count elements of dtype.
+// Elementwise dst = reduce(dst, src) over count elements of dtype. kAvg
+// accumulates a sum like kSum: divide once at the end with divideInPlace.
+// Half and bfloat16 round to nearest even; integers wrap.
 void reduceInto(void* dst, const void* src, size_t count, DType dtype, ReduceOp op);
 // dst /= divisor elementwise (avg); integer dtypes use integer division.
 void divideInPlace(void* dst, size_t count, DType dtype, int64_t divisor);

@@ -15,7 +15,13 @@ std::vector<std::string> PrefixStore::join(const std::vector<std::string>& keys)
 }
 
 void PrefixStore::set(const std::string& key, const std::string& value) { store_->set(join(key), value); }
-std::string PrefixStore::get(const std::string& key) { return store_->get(join(key)); }
+std::string PrefixStore::get(const std::string& key) {
+  const std::string full_key = join(key);
+  // get() blocks for the underlying store's timeout; when this view was given
+  // a different one, wait under ours first so setTimeout() here takes effect.
+  if (timeout() != store_->timeout()) store_->wait({full_key}, timeout());
+  return store_->get(full_key);
+}
 int64_t PrefixStore::add(const std::string& key, int64_t delta) { return store_->add(join(key), delta); }
 std::string PrefixStore::compareSet(const std::string& key, const std::string& expected,
                                     const std::string& desired) {

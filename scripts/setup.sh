@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Sets up a Debian 12 machine for dtrain and builds it into ./build.
+# Idempotent: installs only the packages that are missing, so on a machine
+# that already has them (or reaches no registry) it installs nothing.
+#
+#   scripts/setup.sh            build dependencies, then configure and build
+#   scripts/setup.sh --peers    also the peers' software (Debian's PyTorch)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build pkg-config python3
+          libgloo-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev)
+for arg in "$@"; do
+  case "$arg" in
+    --peers) packages+=(python3-torch) ;;
+    *) echo "setup.sh: unknown option '$arg'; expected --peers" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} > 0)); then
+  echo "setup.sh: installing ${missing[*]}"
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${DTRAIN_CMAKE_ARGS:-}
+ninja -C build

@@ -1,0 +1,365 @@
+#include "bench/collective_bench.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/device_memory.h"
+#include "comm/communicator.h"
+#include "comm/dtype_values.h"
+#include "common/error.h"
+#include "store/store.h"
+
+namespace dtrain::bench {
+namespace {
+
+constexpr int kOutOfPlace = 0;
+constexpr int kInPlace = 1;
+
+bool isReducing(Collective c) { return c == Collective::kAllreduce || c == Collective::kReduceScatter; }
+
+// Small integers, so every dtype holds every partial result exactly and the
+// reference does not depend on the order of reduction.
+double patternValue(const CollectiveBenchOptions& o, int rank, size_t i) {
+  if (!isReducing(o.collective)) return static_cast<double>((rank * 5 + i) % 13);
+  switch (o.op) {
+    case ReduceOp::kProd: return 1.0 + static_cast<double>((rank + i) % 2);
+    case ReduceOp::kMin:
+    case ReduceOp::kMax: return static_cast<double>((rank * 7 + i) % 16);
+    default: return static_cast<double>((rank + i) % 4);
+  }
+}
+
+std::vector<unsigned char> patterned(const CollectiveBenchOptions& o, int rank, size_t count,
+                                     size_t offset = 0) {
+  std::vector<unsigned char> host(count * dtypeSize(o.dtype));
+  for (size_t i = 0; i < count; ++i) storeElement(host.data(), i, o.dtype, patternValue(o, rank, offset + i));
+  return host;
+}
+
+// Element counts of one op at `bytes`: {send, recv}.
+std::pair<size_t, size_t> elementCounts(Collective c, uint64_t bytes, DType dtype, int ranks) {
+  size_t total = bytes / dtypeSize(dtype);
+  switch (c) {
+    case Collective::kAllgather: return {total / ranks, total / ranks * ranks};
+    case Collective::kReduceScatter: return {total / ranks * ranks, total / ranks};
+    default: return {total, total};
+  }
+}
+
+// The reference result of this rank, on the host.
+std::vector<unsigned char> expectedResult(const CollectiveBenchOptions& o, int rank, int ranks,
+                                          size_t send_count, size_t recv_count) {
+  switch (o.collective) {
+    case Collective::kBroadcast: return patterned(o, o.root, recv_count);
+    case Collective::kAllgather: {
+      std::vector<unsigned char> out;
+      for (int r = 0; r < ranks; ++r) {
+        auto part = patterned(o, r, send_count);
+        out.insert(out.end(), part.begin(), part.end());
+      }
+      return out;
+    }
+    default: {
+      size_t offset = o.collective == Collective::kReduceScatter ? rank * recv_count : 0;
+      auto acc = patterned(o, 0, recv_count, offset);
+      ReduceOp op = o.op == ReduceOp::kAvg ? ReduceOp::kSum : o.op;
+      for (int r = 1; r < ranks; ++r) {
+        auto part = patterned(o, r, recv_count, offset);
+        reduceInto(acc.data(), part.data(), recv_count, o.dtype, op);
+      }
+      if (o.op == ReduceOp::kAvg) divideInPlace(acc.data(), recv_count, o.dtype, ranks);
+      return acc;
+    }
+  }
+}
+
+double tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return 1e-2;
+    case DType::kBFloat16: return 5e-2;
+    case DType::kFloat32: return 1e-5;
+    case DType::kFloat64: return 1e-12;
+    default: return 0;  // integers: exact
+  }
+}
+
+int64_t countWrong(const std::vector<unsigned char>& got, const std::vector<unsigned char>& want,
+                   size_t count, DType dtype) {
+  int64_t wrong = 0;
+  double tol = tolerance(dtype);
+  for (size_t i = 0; i < count; ++i) {
+    double g = loadElement(got.data(), i, dtype);
+    double w = loadElement(want.data(), i, dtype);
+    if (!(std::fabs(g - w) <= tol * std::max(1.0, std::fabs(w)))) ++wrong;
+  }
+  return wrong;
+}
+
+struct Buffers {
+  std::unique_ptr<DeviceMemory> send, recv;
+  Buffer sendView, recvView;
+};
+
+// nccl-tests' in-place layouts: allgather sends from recv + rank*sendcount,
+// reduce_scatter receives into send + rank*recvcount.
+Buffers makeBuffers(const CollectiveBenchOptions& o, int rank, size_t send_count, size_t recv_count,
+                    int place) {
+  Buffers b;
+  size_t elem = dtypeSize(o.dtype);
+  size_t big = std::max(send_count, recv_count);
+  b.recv = std::make_unique<DeviceMemory>(o.device, big * elem);
+  b.recvView = Buffer{b.recv->data(), recv_count, o.dtype, o.device, nullptr};
+  if (place == kInPlace || o.collective == Collective::kBroadcast) {
+    b.sendView = b.recvView;
+    b.sendView.count = send_count;
+    char* base = static_cast<char*>(b.recv->data());
+    if (o.collective == Collective::kAllgather) b.sendView.data = base + rank * send_count * elem;
+    if (o.collective == Collective::kReduceScatter) b.recvView.data = base + rank * recv_count * elem;
+  } else {
+    b.send = std::make_unique<DeviceMemory>(o.device, send_count * elem);
+    b.sendView = Buffer{b.send->data(), send_count, o.dtype, o.device, nullptr};
+  }
+  return b;
+}
+
+std::shared_ptr<Work> launch(Communicator& comm, const CollectiveBenchOptions& o, const Buffers& b) {
+  switch (o.collective) {
+    case Collective::kAllreduce: return comm.allreduce(b.sendView, b.recvView, {o.op, o.timeout});
+    case Collective::kAllgather: return comm.allgather(b.sendView, b.recvView, {o.timeout});
+    case Collective::kReduceScatter: return comm.reduceScatter(b.sendView, b.recvView, {o.op, o.timeout});
+    case Collective::kBroadcast: return comm.broadcast(b.recvView, {o.root, o.timeout});
+  }
+  return nullptr;
+}
+
+void runAndWait(Communicator& comm, const CollectiveBenchOptions& o, const Buffers& b, int n) {
+  std::vector<std::shared_ptr<Work>> works;
+  works.reserve(n);
+  for (int i = 0; i < n; ++i) works.push_back(launch(comm, o, b));
+  for (auto& w : works) w->wait(o.timeout);
+}
+
+// Fills the send data (the whole in-place buffer for in-place layouts).
+void fillInputs(const CollectiveBenchOptions& o, int rank, const Buffers& b, size_t send_count) {
+  if (o.collective == Collective::kBroadcast) {
+    auto host = rank == o.root ? patterned(o, rank, send_count)
+                               : std::vector<unsigned char>(send_count * dtypeSize(o.dtype), 0xee);
+    b.recv->upload(host);
+    return;
+  }
+  if (b.send) {
+    b.send->upload(patterned(o, rank, send_count, o.collective == Collective::kReduceScatter ? 0 : 0));
+    b.recv->upload(std::vector<unsigned char>(b.recv->bytes(), 0xee));
+    return;
+  }
+  // In place: the rank's input sits inside the recv buffer.
+  std::vector<unsigned char> host(b.recv->bytes(), 0xee);
+  auto input = patterned(o, rank, send_count);
+  size_t offset = static_cast<char*>(b.sendView.data) - static_cast<char*>(b.recv->data());
+  std::copy(input.begin(), input.end(), host.begin() + offset);
+  b.recv->upload(host);
+}
+
+int64_t checkOnce(Communicator& comm, const CollectiveBenchOptions& o, const Buffers& b,
+                  size_t send_count, size_t recv_count) {
+  fillInputs(o, comm.rank(), b, send_count);
+  runAndWait(comm, o, b, 1);
+  synchronize(o.device);
+  auto want = expectedResult(o, comm.rank(), comm.size(), send_count, recv_count);
+  size_t offset = static_cast<char*>(b.recvView.data) - static_cast<char*>(b.recv->data());
+  auto all = b.recv->download(offset + recv_count * dtypeSize(o.dtype));
+  std::vector<unsigned char> got(all.begin() + offset, all.end());
+  return countWrong(got, want, recv_count, o.dtype);
+}
+
+}  // namespace
+
+const char* collectiveName(Collective c) {
+  switch (c) {
+    case Collective::kAllreduce: return "allreduce";
+    case Collective::kAllgather: return "allgather";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kBroadcast: return "broadcast";
+  }
+  return "?";
+}
+
+double busBandwidthFactor(Collective c, int n) {
+  switch (c) {
+    case Collective::kAllreduce: return n > 1 ? 2.0 * (n - 1) / n : 0.0;
+    case Collective::kAllgather:
+    case Collective::kReduceScatter: return n > 1 ? static_cast<double>(n - 1) / n : 0.0;
+    case Collective::kBroadcast: return 1.0;
+  }
+  return 1.0;
+}
+
+std::vector<uint64_t> benchSizes(const CollectiveBenchOptions& o, int ranks) {
+  std::vector<uint64_t> sizes;
+  size_t elem = dtypeSize(o.dtype);
+  for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes;) {
+    auto [send, recv] = elementCounts(o.collective, bytes, o.dtype, ranks);
+    uint64_t rounded = std::max(send, recv) * elem;
+    if (rounded > 0 && (sizes.empty() || sizes.back() != rounded)) sizes.push_back(rounded);
+    uint64_t next = o.step > 0 ? bytes + o.step : bytes * o.factor;
+    if (next <= bytes) break;
+    bytes = next;
+  }
+  return sizes;
+}
+
+std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& store,
+                                                   const CollectiveBenchOptions& o) {
+  std::vector<CollectiveBenchRow> rows;
+  const int n = comm.size();
+  for (uint64_t bytes : benchSizes(o, n)) {
+    auto [send_count, recv_count] = elementCounts(o.collective, bytes, o.dtype, n);
+    CollectiveBenchRow row;
+    row.bytes = bytes;
+    row.count = std::max(send_count, recv_count);
+    for (int place : {kOutOfPlace, kInPlace}) {
+      Buffers b = makeBuffers(o, comm.rank(), send_count, recv_count, place);
+      fillInputs(o, comm.rank(), b, send_count);
+      runAndWait(comm, o, b, o.warmup);
+      comm.barrier({o.timeout})->wait(o.timeout);
+      auto start = std::chrono::steady_clock::now();
+      runAndWait(comm, o, b, o.iters);
+      synchronize(o.device);
+      double elapsed_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+      double time_us = o.iters > 0 ? elapsed_us / o.iters : 0.0;
+      int64_t wrong = o.check ? checkOnce(comm, o, b, send_count, recv_count) : -1;
+
+      // Average the time and sum the errors over ranks, as nccl-tests does.
+      std::string key = std::string("bench/") + collectiveName(o.collective) + "/" + dtypeName(o.dtype) + "/" +
+                        reduceOpName(o.op) + "/" + std::to_string(bytes) + "/" + std::to_string(place) + "/";
+      std::ostringstream mine;
+      mine.precision(17);
+      mine << time_us << " " << wrong;
+      store.set(key + std::to_string(comm.rank()), mine.str());
+      if (comm.rank() == 0) {
+        double sum_time = 0;
+        int64_t sum_wrong = 0;
+        for (int r = 0; r < n; ++r) {
+          std::istringstream theirs(store.get(key + std::to_string(r)));
+          double t = 0;
+          int64_t w = 0;
+          theirs >> t >> w;
+          sum_time += t;
+          sum_wrong += w;
+        }
+        time_us = sum_time / n;
+        wrong = o.check ? sum_wrong : -1;
+      }
+      row.time_us[place] = time_us;
+      row.algbw[place] = time_us > 0 ? static_cast<double>(bytes) / (time_us * 1e3) : 0.0;
+      row.busbw[place] = row.algbw[place] * busBandwidthFactor(o.collective, n);
+      row.wrong[place] = wrong;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string formatCollectiveHeader(const CollectiveBenchOptions& o, int ranks,
+                                   const std::vector<std::string>& device_lines) {
+  char line[512];
+  std::ostringstream os;
+  std::snprintf(line, sizeof(line),
+                "# nThread 1 nGpus 1 minBytes %llu maxBytes %llu step: %llu(%s) warmup iters: %d iters: %d "
+                "agg iters: 1 validation: %d graph: 0\n",
+                static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
+                static_cast<unsigned long long>(o.step > 0 ? o.step : o.factor), o.step > 0 ? "bytes" : "factor",
+                o.warmup, o.iters, o.check ? 1 : 0);
+  os << line << "#\n# Using devices\n";
+  for (const auto& d : device_lines) os << d << "\n";
+  os << "#\n";
+  os << "#                                                              out-of-place                       in-place          \n";
+  os << "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
+  os << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n";
+  (void)ranks;
+  return os.str();
+}
+
+static std::string timeText(double us) {
+  char buf[32];
+  if (us >= 10000.0) std::snprintf(buf, sizeof(buf), "%7.0f", us);
+  else if (us >= 100.0) std::snprintf(buf, sizeof(buf), "%7.1f", us);
+  else std::snprintf(buf, sizeof(buf), "%7.2f", us);
+  return buf;
+}
+
+std::string formatCollectiveRow(const CollectiveBenchOptions& o, const CollectiveBenchRow& row) {
+  char line[256];
+  bool reducing = isReducing(o.collective);
+  int root = o.collective == Collective::kBroadcast ? o.root : -1;
+  std::snprintf(line, sizeof(line), "%12llu  %12llu  %8s  %6s  %6d", static_cast<unsigned long long>(row.bytes),
+                static_cast<unsigned long long>(row.count), dtypeName(o.dtype),
+                reducing ? reduceOpName(o.op) : "none", root);
+  std::string out = line;
+  for (int place : {kOutOfPlace, kInPlace}) {
+    std::string wrong = row.wrong[place] < 0 ? "N/A" : std::to_string(row.wrong[place]);
+    std::snprintf(line, sizeof(line), "  %7s  %6.2f  %6.2f  %5s", timeText(row.time_us[place]).c_str(),
+                  row.algbw[place], row.busbw[place], wrong.c_str());
+    out += line;
+  }
+  return out + "\n";
+}
+
+std::string formatCollectiveFooter(const std::vector<CollectiveBenchRow>& rows, bool check) {
+  double sum = 0;
+  int measured = 0;
+  int64_t wrong = 0;
+  for (const auto& row : rows) {
+    for (int place : {kOutOfPlace, kInPlace}) {
+      sum += row.busbw[place];
+      ++measured;
+      if (row.wrong[place] > 0) wrong += row.wrong[place];
+    }
+  }
+  char line[128];
+  std::ostringstream os;
+  if (check) os << "# Out of bounds values : " << wrong << (wrong == 0 ? " OK" : " FAILED") << "\n";
+  std::snprintf(line, sizeof(line), "# Avg bus bandwidth    : %g \n", measured ? sum / measured : 0.0);
+  os << line << "#\n";
+  return os.str();
+}
+
+std::string collectiveRowsJson(const CollectiveBenchOptions& o, int ranks, const std::string& backend,
+                               const std::vector<CollectiveBenchRow>& rows) {
+  nlohmann::json doc;
+  doc["collective"] = collectiveName(o.collective);
+  doc["backend"] = backend;
+  doc["ranks"] = ranks;
+  doc["dtype"] = dtypeName(o.dtype);
+  doc["op"] = isReducing(o.collective) ? reduceOpName(o.op) : "none";
+  doc["iters"] = o.iters;
+  doc["warmup"] = o.warmup;
+  double sum = 0;
+  nlohmann::json out_rows = nlohmann::json::array();
+  for (const auto& row : rows) {
+    nlohmann::json r;
+    r["size"] = row.bytes;
+    r["count"] = row.count;
+    const char* names[2] = {"out_of_place", "in_place"};
+    for (int place : {kOutOfPlace, kInPlace}) {
+      nlohmann::json m;
+      m["time_us"] = row.time_us[place];
+      m["algbw_gbps"] = row.algbw[place];
+      m["busbw_gbps"] = row.busbw[place];
+      if (row.wrong[place] >= 0) m["wrong"] = row.wrong[place]; else m["wrong"] = nullptr;
+      r[names[place]] = m;
+      sum += row.busbw[place];
+    }
+    out_rows.push_back(r);
+  }
+  doc["rows"] = out_rows;
+  doc["avg_busbw_gbps"] = rows.empty() ? 0.0 : sum / (2.0 * rows.size());
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace dtrain::bench

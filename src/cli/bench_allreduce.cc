@@ -1,4 +1,0 @@
-#include "cli/commands.h"
-namespace dtrain::cli {
-void registerBenchAllreduce(CLI::App&, ExitCode&) {}
-}  // namespace dtrain::cli

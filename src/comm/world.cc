@@ -1,0 +1,78 @@
+#include "comm/world.h"
+
+#include "common/env.h"
+#include "common/error.h"
+#include "common/settings.h"
+#include "store/prefix_store.h"
+#include "store/tcp_store.h"
+
+namespace dtrain {
+namespace {
+
+DTRAIN_SETTING(std::string, kStoreAddr, "store-addr", "DTRAIN_STORE_ADDR", "",
+               "host:port of the launcher's rendezvous store; when unset, rank 0 hosts a store "
+               "at MASTER_ADDR:MASTER_PORT.");
+DTRAIN_SETTING(std::string, kStorePrefix, "store-prefix", "DTRAIN_STORE_PREFIX", "",
+               "Key prefix of this attempt in the rendezvous store (set by dtrain launch).");
+
+DTRAIN_SETTING(double, kStoreConnectTimeout, "store-connect-timeout", "DTRAIN_STORE_CONNECT_TIMEOUT", 60.0,
+               "Seconds a worker keeps retrying to reach the rendezvous store before giving up.");
+
+uint16_t parsePort(const std::string& text, const std::string& what) {
+  int64_t port = parseInt64(text, what);
+  if (port < 1 || port > 65535) {
+    throw ConfigError(what + "=" + text + " is not a TCP port; expected 1..65535");
+  }
+  return static_cast<uint16_t>(port);
+}
+
+}  // namespace
+
+World worldFromEnvironment() {
+  const std::string why = "run under `dtrain launch` or torchrun, or set RANK, WORLD_SIZE, "
+                          "MASTER_ADDR and MASTER_PORT";
+  World world;
+  world.size = static_cast<int>(requireEnvInt("WORLD_SIZE", 1, 1 << 20, why));
+  world.rank = static_cast<int>(requireEnvInt("RANK", 0, 1 << 20, why));
+  if (world.rank >= world.size) {
+    throw ConfigError("RANK=" + std::to_string(world.rank) + " is out of range for WORLD_SIZE=" +
+                      std::to_string(world.size) + "; expected 0.." + std::to_string(world.size - 1));
+  }
+  world.local_rank = static_cast<int>(envInt("LOCAL_RANK", 0, 1 << 16).value_or(0));
+
+  TcpStoreClientOptions client;
+  client.token = storeTokenFromEnvironment();
+  client.connect_timeout = Milliseconds(static_cast<int64_t>(kStoreConnectTimeout.get() * 1000));
+  std::string prefix = kStorePrefix.get();
+  const std::string launcher_store = kStoreAddr.get();
+  if (!launcher_store.empty()) {
+    auto colon = launcher_store.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      throw ConfigError("DTRAIN_STORE_ADDR='" + launcher_store + "' is not host:port");
+    }
+    client.host = launcher_store.substr(0, colon);
+    client.port = parsePort(launcher_store.substr(colon + 1), "DTRAIN_STORE_ADDR port");
+  } else {
+    client.host = requireEnv("MASTER_ADDR", why);
+    client.port = parsePort(requireEnv("MASTER_PORT", why), "MASTER_PORT");
+    if (world.rank == 0) {
+      TcpStoreServerOptions server;
+      // Bind where the others will connect; a wildcard bind also serves a
+      // MASTER_ADDR that is this host's name.
+      server.bind_address = "0.0.0.0";
+      server.port = client.port;
+      server.token = client.token;
+      world.server = std::make_shared<TcpStoreServer>(server);
+    }
+  }
+  if (client.host.size() > 2 && client.host.front() == '[' && client.host.back() == ']') {
+    client.host = client.host.substr(1, client.host.size() - 2);
+  }
+  world.store_address = client.host + ":" + std::to_string(client.port);
+  std::shared_ptr<Store> store = std::make_shared<TcpStore>(client);
+  if (!prefix.empty()) store = std::make_shared<PrefixStore>(prefix, store);
+  world.store = std::move(store);
+  return world;
+}
+
+}  // namespace dtrain

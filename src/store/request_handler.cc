@@ -1,0 +1,202 @@
+#include "store/request_handler.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace dtrain {
+namespace {
+
+// A wait longer than this is "forever"; clamping keeps deadline arithmetic
+// far from overflow whatever a client sends.
+constexpr int64_t kMaxWaitMillis = int64_t{365} * 24 * 3600 * 1000;
+
+std::string okReply() { return FrameWriter(ReplyStatus::kOk).finish(); }
+
+std::string errorReply(const std::string& message) {
+  return FrameWriter(ReplyStatus::kError).bytes(message).finish();
+}
+
+std::string timeoutReply(const std::vector<std::string>& missing, int64_t timeout_ms) {
+  return FrameWriter(ReplyStatus::kTimeout).strings(missing).i64(timeout_ms).finish();
+}
+
+}  // namespace
+
+std::optional<std::string> StoreRequestHandler::handle(ClientId client, std::string_view payload,
+                                                       Clock::time_point now) {
+  PayloadReader in(payload);
+  uint8_t op = in.u8("op");
+  // Every branch reads and validates all fields before it touches the table,
+  // so a malformed request changes nothing.
+  switch (static_cast<StoreOp>(op)) {
+    case StoreOp::kSet: {
+      std::string key = in.bytes("key");
+      std::string value = in.bytes("value");
+      in.expectEnd("SET");
+      data_[key] = std::move(value);
+      keyWritten(key);
+      return okReply();
+    }
+    case StoreOp::kGet: {
+      std::string key = in.bytes("key");
+      int64_t timeout_ms = in.i64("timeout_ms");
+      in.expectEnd("GET");
+      return deferUnlessPresent(client, StoreOp::kGet, {std::move(key)}, timeout_ms, now);
+    }
+    case StoreOp::kAdd: {
+      std::string key = in.bytes("key");
+      int64_t delta = in.i64("delta");
+      in.expectEnd("ADD");
+      return handleAdd(std::move(key), delta);
+    }
+    case StoreOp::kCompareSet: {
+      std::string key = in.bytes("key");
+      std::string expected = in.bytes("expected");
+      std::string desired = in.bytes("desired");
+      in.expectEnd("COMPARE_SET");
+      return handleCompareSet(std::move(key), expected, std::move(desired));
+    }
+    case StoreOp::kWait: {
+      std::vector<std::string> keys = in.strings("keys");
+      int64_t timeout_ms = in.i64("timeout_ms");
+      in.expectEnd("WAIT");
+      return deferUnlessPresent(client, StoreOp::kWait, std::move(keys), timeout_ms, now);
+    }
+    case StoreOp::kCheck: {
+      std::vector<std::string> keys = in.strings("keys");
+      in.expectEnd("CHECK");
+      return FrameWriter(ReplyStatus::kOk).u8(allPresent(keys) ? 1 : 0).finish();
+    }
+    case StoreOp::kDeleteKey: {
+      std::string key = in.bytes("key");
+      in.expectEnd("DELETE_KEY");
+      bool existed = data_.erase(key) > 0;
+      return FrameWriter(ReplyStatus::kOk).u8(existed ? 1 : 0).finish();
+    }
+    case StoreOp::kNumKeys:
+      in.expectEnd("NUM_KEYS");
+      return FrameWriter(ReplyStatus::kOk).i64(static_cast<int64_t>(data_.size())).finish();
+    case StoreOp::kHello:
+      throw WireError("HELLO sent again on a connection that already said HELLO");
+  }
+  throw WireError("unknown op " + std::to_string(op));
+}
+
+std::string StoreRequestHandler::handleAdd(std::string key, int64_t delta) {
+  int64_t value = 0;
+  auto it = data_.find(key);
+  if (it != data_.end()) {
+    const std::string& text = it->second;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+      return errorReply("add on key '" + key + "': its value '" + text + "' is not an integer");
+    }
+  }
+  if (__builtin_add_overflow(value, delta, &value)) {
+    return errorReply("add on key '" + key + "' overflows a 64-bit integer");
+  }
+  data_[key] = std::to_string(value);
+  keyWritten(key);
+  return FrameWriter(ReplyStatus::kOk).i64(value).finish();
+}
+
+std::string StoreRequestHandler::handleCompareSet(std::string key, const std::string& expected,
+                                                  std::string desired) {
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    // c10d semantics: an absent key matches only an empty `expected`, and
+    // otherwise the reply is `expected` itself.
+    if (!expected.empty()) return FrameWriter(ReplyStatus::kOk).bytes(expected).finish();
+    it = data_.emplace(key, std::move(desired)).first;
+    keyWritten(key);
+  } else if (it->second == expected) {
+    it->second = std::move(desired);
+    keyWritten(key);
+  }
+  return FrameWriter(ReplyStatus::kOk).bytes(it->second).finish();
+}
+
+std::optional<std::string> StoreRequestHandler::deferUnlessPresent(
+    ClientId client, StoreOp op, std::vector<std::string> keys, int64_t timeout_ms,
+    Clock::time_point now) {
+  if (allPresent(keys)) return satisfiedReply(op, keys);
+  timeout_ms = std::clamp<int64_t>(timeout_ms, 0, kMaxWaitMillis);
+  if (timeout_ms == 0) return timeoutReply(missingKeys(keys), timeout_ms);  // a poll, not a wait
+  if (isDeferred(client)) throw WireError("a second request while a wait is pending");
+  auto deadline = deadlines_.emplace(now + std::chrono::milliseconds(timeout_ms), client);
+  // Indexed under every key, present or not: a present key may be deleted
+  // and set again before the others arrive.
+  for (const auto& key : keys) waiters_by_key_[key].insert(client);
+  deferred_.emplace(client, Deferred{op, std::move(keys), timeout_ms, deadline});
+  return std::nullopt;
+}
+
+std::string StoreRequestHandler::satisfiedReply(StoreOp op, const std::vector<std::string>& keys) const {
+  if (op == StoreOp::kGet) return FrameWriter(ReplyStatus::kOk).bytes(data_.at(keys[0])).finish();
+  return okReply();
+}
+
+bool StoreRequestHandler::allPresent(const std::vector<std::string>& keys) const {
+  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) != 0; });
+}
+
+std::vector<std::string> StoreRequestHandler::missingKeys(const std::vector<std::string>& keys) const {
+  std::vector<std::string> missing;
+  for (const auto& key : keys) {
+    if (!data_.count(key)) missing.push_back(key);
+  }
+  return missing;
+}
+
+void StoreRequestHandler::keyWritten(const std::string& key) {
+  auto it = waiters_by_key_.find(key);
+  if (it == waiters_by_key_.end()) return;
+  // release() edits this set, so walk a copy.
+  std::vector<ClientId> waiters(it->second.begin(), it->second.end());
+  for (ClientId client : waiters) {
+    const Deferred& request = deferred_.at(client);
+    if (!allPresent(request.keys)) continue;
+    Deferred done = release(client);
+    completed_.push_back({client, satisfiedReply(done.op, done.keys)});
+  }
+}
+
+StoreRequestHandler::Deferred StoreRequestHandler::release(ClientId client) {
+  auto node = deferred_.extract(client);
+  Deferred& request = node.mapped();
+  deadlines_.erase(request.deadline);
+  for (const auto& key : request.keys) {
+    auto it = waiters_by_key_.find(key);
+    if (it == waiters_by_key_.end()) continue;
+    it->second.erase(client);
+    if (it->second.empty()) waiters_by_key_.erase(it);
+  }
+  return std::move(request);
+}
+
+std::vector<StoreReply> StoreRequestHandler::takeCompleted() {
+  std::vector<StoreReply> out;
+  out.swap(completed_);
+  return out;
+}
+
+std::vector<StoreReply> StoreRequestHandler::expire(Clock::time_point now) {
+  std::vector<StoreReply> out;
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    ClientId client = deadlines_.begin()->second;
+    Deferred request = release(client);
+    out.push_back({client, timeoutReply(missingKeys(request.keys), request.timeout_ms)});
+  }
+  return out;
+}
+
+std::optional<StoreRequestHandler::Clock::time_point> StoreRequestHandler::nextDeadline() const {
+  if (deadlines_.empty()) return std::nullopt;
+  return deadlines_.begin()->first;
+}
+
+void StoreRequestHandler::forget(ClientId client) {
+  if (isDeferred(client)) release(client);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,85 @@
+// StoreRequestHandler: the TcpStoreServer's key-value table and its deferred
+// waits, with no I/O (private to store/). The server's event loop feeds it
+// request payloads and ships the reply frames it returns; tests drive it with
+// a fake clock.
+//
+// A GET of a missing key and a WAIT for missing keys are deferred: handle()
+// returns no reply, and the reply comes later from takeCompleted() (the keys
+// were set) or expire() (the request's deadline passed: a TIMEOUT reply naming
+// the missing keys). Either way every request gets exactly one reply, in
+// order, so a connection never desyncs. A client has at most one deferred
+// request; the server reads no further requests from it until it is answered.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "store/wire.h"
+
+namespace dtrain {
+
+using ClientId = uint64_t;
+
+struct StoreReply {
+  ClientId client;
+  std::string frame;
+};
+
+class StoreRequestHandler {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Executes one request payload (op byte + fields; not HELLO, which the
+  // connection handles) from `client`. Returns the reply frame, or nullopt
+  // when the request was deferred. Throws WireError for a malformed request
+  // (truncated field, unknown op, trailing bytes); the table is unchanged then.
+  std::optional<std::string> handle(ClientId client, std::string_view payload, Clock::time_point now);
+
+  // Replies to deferred requests satisfied since the last call.
+  std::vector<StoreReply> takeCompleted();
+  // TIMEOUT replies for deferred requests whose deadline is <= now.
+  std::vector<StoreReply> expire(Clock::time_point now);
+  // The earliest deadline of a deferred request, if any.
+  std::optional<Clock::time_point> nextDeadline() const;
+  bool isDeferred(ClientId client) const { return deferred_.count(client) != 0; }
+  // Drops the client's deferred request (its connection closed).
+  void forget(ClientId client);
+
+  size_t numKeys() const { return data_.size(); }
+
+ private:
+  struct Deferred {
+    StoreOp op;
+    std::vector<std::string> keys;
+    int64_t timeout_ms;
+    std::multimap<Clock::time_point, ClientId>::iterator deadline;
+  };
+
+  std::string handleAdd(std::string key, int64_t delta);
+  std::string handleCompareSet(std::string key, const std::string& expected, std::string desired);
+  std::optional<std::string> deferUnlessPresent(ClientId client, StoreOp op,
+                                                std::vector<std::string> keys,
+                                                int64_t timeout_ms, Clock::time_point now);
+  std::string satisfiedReply(StoreOp op, const std::vector<std::string>& keys) const;
+  bool allPresent(const std::vector<std::string>& keys) const;
+  std::vector<std::string> missingKeys(const std::vector<std::string>& keys) const;
+  // A key was created or changed: completes the requests it unblocks.
+  void keyWritten(const std::string& key);
+  // Removes the deferred request from every index; returns it.
+  Deferred release(ClientId client);
+
+  std::unordered_map<std::string, std::string> data_;
+  std::unordered_map<ClientId, Deferred> deferred_;
+  std::unordered_map<std::string, std::unordered_set<ClientId>> waiters_by_key_;
+  std::multimap<Clock::time_point, ClientId> deadlines_;
+  std::vector<StoreReply> completed_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,202 @@
+#include "store/socket.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <memory>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace dtrain {
+namespace {
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* info) const { freeaddrinfo(info); }
+};
+using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+// getaddrinfo for a stream socket; on failure returns null and sets `error`.
+AddrInfoList resolve(const std::string& host, uint16_t port, int flags, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = flags | AI_NUMERICSERV;
+  addrinfo* result = nullptr;
+  std::string service = std::to_string(port);
+  // "[::1]" is how an IPv6 literal arrives from a "host:port" string.
+  std::string name = host;
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
+  int rc = getaddrinfo(name.empty() ? nullptr : name.c_str(), service.c_str(), &hints, &result);
+  if (rc != 0) {
+    *error = "cannot resolve '" + host + "': " +
+             (rc == EAI_SYSTEM ? errnoString(errno) : std::string(gai_strerror(rc)));
+    return nullptr;
+  }
+  return AddrInfoList(result);
+}
+
+int remainingMillis(SteadyTime deadline) {
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX));
+}
+
+}  // namespace
+
+FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
+  if (this != &other) reset(other.release());
+  return *this;
+}
+
+void FileDescriptor::reset(int fd) {
+  // close() is not retried on EINTR: on Linux the descriptor is gone anyway.
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::string hostPortText(const std::string& host, uint16_t port) {
+  bool ipv6_literal = host.find(':') != std::string::npos && host.front() != '[';
+  return (ipv6_literal ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+std::string socketAddressText(const sockaddr* address, socklen_t length) {
+  char host[NI_MAXHOST];
+  char service[NI_MAXSERV];
+  if (getnameinfo(address, length, host, sizeof(host), service, sizeof(service),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "unknown-peer";
+  }
+  return hostPortText(host, static_cast<uint16_t>(std::atoi(service)));
+}
+
+uint64_t raiseOpenFileLimit() {
+  rlimit limit{};
+  DTRAIN_CHECK_ERRNO(getrlimit(RLIMIT_NOFILE, &limit));
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlim_t wanted = limit.rlim_max;
+    limit.rlim_cur = wanted;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      DTRAIN_LOG_WARN("could not raise the open-file limit to " << wanted << ": "
+                      << errnoString(errno) << "; the store may refuse clients beyond it");
+      getrlimit(RLIMIT_NOFILE, &limit);
+    }
+  }
+  return static_cast<uint64_t>(limit.rlim_cur);
+}
+
+void setNonBlocking(int fd) {
+  int flags = DTRAIN_CHECK_ERRNO(fcntl(fd, F_GETFL));
+  DTRAIN_CHECK_ERRNO(fcntl(fd, F_SETFL, flags | O_NONBLOCK));
+}
+
+void setNoDelay(int fd) {
+  // Store requests are small and latency-bound; Nagle would hold them back.
+  int one = 1;
+  DTRAIN_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)));
+}
+
+FileDescriptor listenTcp(const std::string& bind_address, uint16_t port, int backlog) {
+  const std::string where = hostPortText(bind_address, port);
+  std::string error;
+  AddrInfoList addresses = resolve(bind_address, port, AI_PASSIVE, &error);
+  if (!addresses) throw IoError("could not listen on " + where + ": " + error);
+  for (addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+    FileDescriptor fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                               a->ai_protocol));
+    if (!fd.valid()) {
+      error = "socket() failed: " + errnoString(errno);
+      continue;
+    }
+    int one = 1;
+    DTRAIN_CHECK_ERRNO(setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)));
+    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
+      error = "bind() failed: " + errnoString(errno);
+      continue;
+    }
+    if (::listen(fd.get(), backlog) != 0) {
+      error = "listen() failed: " + errnoString(errno);
+      continue;
+    }
+    return fd;
+  }
+  throw IoError("could not listen on " + where + ": " + error);
+}
+
+uint16_t localPort(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  DTRAIN_CHECK_ERRNO(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length));
+  if (address.ss_family == AF_INET6) {
+    return ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
+  }
+  return ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+}
+
+ConnectAttempt connectTcpOnce(const std::string& host, uint16_t port,
+                              std::chrono::milliseconds timeout) {
+  ConnectAttempt attempt;
+  AddrInfoList addresses = resolve(host, port, 0, &attempt.error);
+  if (!addresses) return attempt;
+  SteadyTime deadline = std::chrono::steady_clock::now() + timeout;
+  for (addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+    FileDescriptor fd(DTRAIN_CHECK_ERRNO(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol)));
+    int rc = ::connect(fd.get(), a->ai_addr, a->ai_addrlen);
+    int err = rc == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      if (!pollUntil(fd.get(), POLLOUT, deadline)) {
+        attempt.error = "connect() timed out";
+        continue;
+      }
+      socklen_t length = sizeof(err);
+      DTRAIN_CHECK_ERRNO(getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &length));
+    }
+    if (err != 0) {
+      attempt.error = "connect() failed: " + errnoString(err);
+      continue;
+    }
+    attempt.socket = std::move(fd);
+    attempt.error.clear();
+    return attempt;
+  }
+  return attempt;
+}
+
+bool pollUntil(int fd, short events, SteadyTime deadline) {
+  while (true) {
+    pollfd entry{fd, events, 0};
+    int rc = ::poll(&entry, 1, remainingMillis(deadline));
+    if (rc > 0) return true;
+    if (rc == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      continue;  // poll rounds its timeout down; sleep out the remainder
+    }
+    if (errno != EINTR) throw IoError("poll() failed: " + errnoString(errno));
+  }
+}
+
+bool sendAll(int fd, std::string_view bytes, SteadyTime deadline) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n >= 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      throw IoError("send() failed: " + errnoString(errno));
+    }
+    if (!pollUntil(fd, POLLOUT, deadline)) return false;
+  }
+  return true;
+}
+
+}  // namespace dtrain
