@@ -130,10 +130,9 @@ int runCollective(const CollectiveFlags& flags, bench::Collective collective) {
     std::fputs(bench::formatCollectiveFooter(all_rows, options.check).c_str(), stdout);
     std::fflush(stdout);
   }
-  // The communicator reports to the store until it is closed, and rank 0
-  // hosts the store: close it first, then nobody leaves before everyone has.
+  // The communicator reports to the store until it is closed.
   comm.reset();
-  storeBarrier(*world.store, "bench/exit", world.size, options.timeout);
+  leaveWorld(world, options.timeout);
   if (wrong > 0) {
     DTRAIN_LOG_ERROR(wrong << " wrong elements in the check (-c); see #wrong");
     return 1;

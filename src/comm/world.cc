@@ -75,4 +75,13 @@ World worldFromEnvironment() {
   return world;
 }
 
+void leaveWorld(World& world, Milliseconds timeout) {
+  const std::string name = "world/exit";
+  if (world.server) {
+    storeBarrier(*world.store, name, world.size, timeout);
+  } else if (world.store->add(name + "/count", 1) == world.size) {
+    world.store->set(name + "/done", "1");
+  }
+}
+
 }  // namespace dtrain

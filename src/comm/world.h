@@ -30,4 +30,9 @@ struct World {
 // Connecting retries until DTRAIN_STORE_CONNECT_TIMEOUT seconds have passed.
 World worldFromEnvironment();
 
+// Call once at the end of a job, after every communicator is closed. The
+// others only check in; the rank that hosts the store waits until all have,
+// so that no client loses the store in the middle of a request.
+void leaveWorld(World& world, Milliseconds timeout);
+
 }  // namespace dtrain

@@ -7,6 +7,11 @@
 // parent reads with readReport(). A child that calls waitForRelease() blocks
 // until the parent calls release(), so that ranks stay alive (and keep
 // publishing progress) until every report is in.
+//
+// Children start their body only once every rank is forked: forking while a
+// sibling already talks to the store server would fork the server thread in
+// the middle of an allocation, and an allocator without fork handlers (ASan's)
+// then deadlocks the child.
 #pragma once
 
 #include <poll.h>
@@ -59,6 +64,8 @@ class ForkedRanks {
     if (::pipe(release) != 0) std::perror("pipe");
     release_read_ = release[0];
     release_write_ = release[1];
+    int start[2];
+    if (::pipe(start) != 0) std::perror("pipe");
     for (int rank = 0; rank < size; ++rank) {
       pid_t pid = ::fork();
       if (pid == 0) {
@@ -68,6 +75,11 @@ class ForkedRanks {
           if (other != rank) ::close(child_ends[other]);
         }
         ::close(release_write_);
+        ::close(start[1]);
+        char byte;
+        while (::read(start[0], &byte, 1) > 0) {
+        }
+        ::close(start[0]);
         const ForkedChild child{rank, child_ends[rank], release_read_};
         int code = 3;
         try {
@@ -82,6 +94,8 @@ class ForkedRanks {
     for (int fd : child_ends) ::close(fd);
     ::close(release_read_);
     release_read_ = -1;
+    ::close(start[0]);
+    ::close(start[1]);  // every child is forked: let them go
   }
 
   ~ForkedRanks() {
