@@ -89,23 +89,25 @@ TEST(BenchCollectiveTest, UnreachableStoreFailsWithinDeadlineNamingIt) {
   EXPECT_NE(r.output.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << r.output;
 }
 
+// Rank 0 in the background with `rank0_env`, rank 1 in the foreground with
+// `rank1_env`, both of a tiny all-reduce job; returns rank 1's result.
+CommandResult runRankOneBesideRankZero(const std::string& rank0_env, const std::string& rank1_env) {
+  std::string common = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(freePort()) +
+                       " DTRAIN_STORE_CONNECT_TIMEOUT=10 ";
+  std::string job = dtrainBin() + " bench allreduce --backend gloo --timeout 5 -b 8 -e 8";
+  return runCommand("(" + common + rank0_env + " " + job + " >/dev/null 2>&1 &) ; sleep 0.5; " + common +
+                        rank1_env + " " + job, 60);
+}
+
 TEST(BenchCollectiveTest, WrongTokenIsRefused) {
-  int port = freePort();
-  std::string common = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " WORLD_SIZE=2 " +
-                       "DTRAIN_STORE_CONNECT_TIMEOUT=10 ";
-  auto r = runCommand("(" + common + "RANK=0 DTRAIN_STORE_TOKEN=right " + dtrainBin() +
-                      " bench allreduce --backend gloo --timeout 5 -b 8 -e 8 >/dev/null 2>&1 &) ; sleep 0.5; " + common +
-                      "RANK=1 DTRAIN_STORE_TOKEN=wrong " + dtrainBin() + " bench allreduce --backend gloo -b 8 -e 8", 60);
+  auto r = runRankOneBesideRankZero("RANK=0 WORLD_SIZE=2 DTRAIN_STORE_TOKEN=right",
+                                    "RANK=1 WORLD_SIZE=2 DTRAIN_STORE_TOKEN=wrong");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("authentication failed"), std::string::npos) << r.output;
 }
 
 TEST(BenchCollectiveTest, WorldSizeMismatchIsNamed) {
-  int port = freePort();
-  std::string common = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " ";
-  auto r = runCommand("(" + common + "RANK=0 WORLD_SIZE=3 " + dtrainBin() +
-                      " bench allreduce --backend gloo -b 8 -e 8 >/dev/null 2>&1 &) ; sleep 0.5; " + common +
-                      "RANK=1 WORLD_SIZE=2 " + dtrainBin() + " bench allreduce --backend gloo -b 8 -e 8", 60);
+  auto r = runRankOneBesideRankZero("RANK=0 WORLD_SIZE=3", "RANK=1 WORLD_SIZE=2");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("WORLD_SIZE mismatch"), std::string::npos) << r.output;
 }
