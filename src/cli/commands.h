@@ -13,5 +13,6 @@ struct ExitCode {
 void registerBenchCollectives(CLI::App& bench, ExitCode& exit_code);
 void registerBenchStore(CLI::App& bench, ExitCode& exit_code);
 void registerSettings(CLI::App& app, ExitCode& exit_code);
+void registerLaunch(CLI::App& app, ExitCode& exit_code);
 
 }  // namespace dtrain::cli

@@ -22,6 +22,7 @@ int runMain(int argc, char** argv) {
   bench->require_subcommand(1);
   dtrain::cli::registerBenchCollectives(*bench, exit_code);
   dtrain::cli::registerBenchStore(*bench, exit_code);
+  dtrain::cli::registerLaunch(app, exit_code);
   dtrain::cli::registerSettings(app, exit_code);
 
   try {

@@ -1,0 +1,268 @@
+#include "launch/elastic_agent.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/settings.h"
+#include "launch/worker_group.h"
+#include "store/store.h"
+
+extern char** environ;
+
+namespace dtrain {
+namespace {
+
+constexpr int kMaxPortRetries = 3;
+
+std::string hostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::map<std::string, std::string> inheritedEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string text = *entry;
+    auto eq = text.find('=');
+    if (eq != std::string::npos) env[text.substr(0, eq)] = text.substr(eq + 1);
+  }
+  return env;
+}
+
+// A port nobody listens on right now, for PyTorch's own store on the master.
+// PyTorch's rank 0 binds it after we let go of it, so another process can
+// take it in between: the agent then retries with a new port (see run()).
+std::string freePort() {
+  int fd = DTRAIN_CHECK_ERRNO(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  if (rc == 0) rc = ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw IoError("could not find a free port for MASTER_PORT: " + errnoString(err));
+  return std::to_string(ntohs(addr.sin_port));
+}
+
+bool mentionsPortCollision(const WorkerFailure& failure) {
+  for (const auto& line : failure.stderr_tail) {
+    std::string lower = line;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lower.find("address already in use") != std::string::npos || lower.find("eaddrinuse") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void sleepFor(std::chrono::milliseconds duration, const std::atomic<int>& stop) {
+  auto until = std::chrono::steady_clock::now() + duration;
+  while (stop.load() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(duration, std::chrono::milliseconds(20)));
+  }
+}
+
+}  // namespace
+
+ElasticAgent::ElasticAgent(LaunchConfig config) : config_(std::move(config)), host_(hostName()) {
+  std::string base = config_.log_dir;
+  if (base.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/dtrain_launch_XXXXXX";
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    if (::mkdtemp(buf.data()) == nullptr) throw IoError("could not create a log directory " + pattern);
+    base = buf.data();
+  }
+  log_dir_ = base + "/" + config_.rendezvous.run_id;
+  std::error_code ec;
+  std::filesystem::create_directories(log_dir_, ec);
+  if (ec) throw IoError("could not create --log-dir " + log_dir_ + ": " + ec.message());
+}
+
+ElasticAgent::~ElasticAgent() = default;
+
+std::string ElasticAgent::masterPort(const RendezvousResult& round) {
+  if (round.group_rank == 0) {
+    std::string port = freePort();
+    round.store->set("agent/master_port", port);
+    return port;
+  }
+  return round.store->get("agent/master_port");
+}
+
+std::vector<std::map<std::string, std::string>> ElasticAgent::workerEnvironments(
+    const RendezvousResult& round, int restart_count, int attempt, const std::string& master_port) {
+  std::vector<std::map<std::string, std::string>> envs;
+  const auto base = inheritedEnvironment();
+  const int nproc = config_.nproc_per_node;
+  for (int local = 0; local < nproc; ++local) {
+    auto env = base;
+    const int rank = round.rank_offset + local;
+    env["RANK"] = std::to_string(rank);
+    env["LOCAL_RANK"] = std::to_string(local);
+    env["GROUP_RANK"] = std::to_string(round.group_rank);
+    env["ROLE_RANK"] = std::to_string(rank);
+    env["ROLE_NAME"] = config_.role;
+    env["LOCAL_WORLD_SIZE"] = std::to_string(nproc);
+    env["WORLD_SIZE"] = std::to_string(round.world_size);
+    env["GROUP_WORLD_SIZE"] = std::to_string(round.group_world_size);
+    env["ROLE_WORLD_SIZE"] = std::to_string(round.world_size);
+    env["MASTER_ADDR"] = round.master_addr;
+    env["MASTER_PORT"] = master_port;
+    env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
+    env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(config_.max_restarts);
+    env["TORCHELASTIC_RUN_ID"] = config_.rendezvous.run_id;
+    // Our store does not speak PyTorch's TCPStore protocol: rank 0 of a
+    // PyTorch job hosts its own store at MASTER_PORT.
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+    const std::string rank_dir = log_dir_ + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local);
+    std::error_code ec;
+    std::filesystem::create_directories(rank_dir, ec);
+    env["TORCHELASTIC_ERROR_FILE"] = rank_dir + "/error.json";
+    if (nproc > 1 && base.find("OMP_NUM_THREADS") == base.end()) env["OMP_NUM_THREADS"] = "1";
+    env["DTRAIN_STORE_ADDR"] = round.store_host + ":" + std::to_string(round.store_port);
+    env["DTRAIN_STORE_PREFIX"] = "/run/" + config_.rendezvous.run_id + "/gen/" +
+                                 std::to_string(round.generation) + "/workers";
+    envs.push_back(std::move(env));
+  }
+  return envs;
+}
+
+ElasticAgent::Outcome ElasticAgent::monitor(WorkerGroup& group, const RendezvousResult& round) {
+  while (true) {
+    sleepFor(config_.monitor_interval, stop_signal_);
+    if (int sig = stop_signal_.load()) {
+      DTRAIN_LOG_WARN("received " << signalName(sig) << "; forwarding it to the workers and stopping them");
+      group.forward(sig);
+      group.stop();
+      return Outcome::kStopped;
+    }
+    switch (group.poll()) {
+      case GroupState::kFailed: return Outcome::kFailedHere;
+      case GroupState::kSucceeded: return Outcome::kSucceeded;
+      case GroupState::kRunning: break;
+    }
+    if (round.store->check({"agent/failed"})) return Outcome::kFailedElsewhere;
+    if (rendezvous_->numNodesWaiting() > 0) return Outcome::kMembershipChanged;
+  }
+}
+
+int ElasticAgent::run() {
+  rendezvous_ = createRendezvousHandler(config_.rendezvous);
+  const std::string restart_key = "/run/" + config_.rendezvous.run_id + "/restart_count";
+  const std::string me = host_ + ":" + std::to_string(::getpid());
+  for (int attempt = 0;; ++attempt) {
+    RendezvousResult round = rendezvous_->nextRendezvous();
+    const int restart_count = static_cast<int>(round.root_store->add(restart_key, 0));
+    DTRAIN_LOG_INFO(rendezvous_->describe() << ": generation " << round.generation << ", node "
+                    << round.group_rank << " of " << round.group_world_size << ", ranks "
+                    << round.rank_offset << ".." << round.rank_offset + config_.nproc_per_node - 1
+                    << " of " << round.world_size << ", restart " << restart_count << "/" << config_.max_restarts);
+    WorkerSpec spec;
+    spec.argv = config_.worker_argv;
+    spec.role = config_.role;
+    spec.host = host_;
+    spec.log_dir = log_dir_;
+    spec.attempt = attempt;
+    spec.redirects = config_.redirects;
+    spec.tees = config_.tees;
+    spec.local_ranks_filter = config_.local_ranks_filter;
+    spec.line_prefix_template = config_.log_line_prefix_template;
+    spec.shutdown_timeout = config_.shutdown_timeout;
+    WorkerGroup group(spec, workerEnvironments(round, restart_count, attempt, masterPort(round)));
+    has_workers_.store(true);
+    try {
+      group.start();
+    } catch (const ConfigError&) {
+      round.store->compareSet("agent/failed", "", me);
+      round.store->set("agent/failed_restart_count", std::to_string(config_.max_restarts + 1));
+      rendezvous_->shutdown();
+      throw;
+    }
+
+    Outcome outcome = monitor(group, round);
+    struct ClearWorkers {
+      std::atomic<bool>& flag;
+      ~ClearWorkers() { flag.store(false); }
+    } clear_workers{has_workers_};
+    if (outcome == Outcome::kStopped) return 128 + stop_signal_.load();
+    if (outcome == Outcome::kSucceeded) {
+      // Every node's group must be done before anyone tears the store down.
+      const std::string count_key = "agent/exit_barrier/count";
+      const std::string done_key = "agent/exit_barrier/done";
+      if (round.store->add(count_key, 1) == round.group_world_size) round.store->set(done_key, "1");
+      auto deadline = std::chrono::steady_clock::now() + config_.exit_barrier_timeout;
+      while (!round.store->check({done_key}) && !round.store->check({"agent/failed"})) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          DTRAIN_LOG_WARN("exit barrier timed out after " << config_.exit_barrier_timeout.count()
+                          << " ms; leaving anyway");
+          break;
+        }
+        sleepFor(std::chrono::milliseconds(20), stop_signal_);
+      }
+      if (!round.store->check({"agent/failed"})) {
+        rendezvous_->shutdown();
+        return 0;
+      }
+      outcome = Outcome::kFailedElsewhere;
+    }
+    if (outcome == Outcome::kMembershipChanged) {
+      DTRAIN_LOG_INFO("a node is waiting to join; re-rendezvous (no restart consumed)");
+      group.stop();
+      continue;
+    }
+
+    std::vector<WorkerFailure> failures = group.failures();
+    group.stop();
+    int restarts_after = 0;
+    if (outcome == Outcome::kFailedHere &&
+        round.store->compareSet("agent/failed", "", me) == me) {
+      // First to see this generation fail: count it, once for all nodes.
+      bool port_collision = !failures.empty() && mentionsPortCollision(failures.front()) &&
+                            port_retries_ < kMaxPortRetries;
+      if (port_collision) {
+        ++port_retries_;
+        DTRAIN_LOG_WARN("MASTER_PORT was taken before the workers bound it; retrying with a new port");
+        restarts_after = restart_count;
+      } else {
+        restarts_after = static_cast<int>(round.root_store->add(restart_key, 1));
+      }
+      round.store->set("agent/failed_restart_count", std::to_string(restarts_after));
+    } else {
+      restarts_after = static_cast<int>(
+          parseInt64(round.store->get("agent/failed_restart_count"), "failed_restart_count"));
+    }
+    if (!failures.empty()) {
+      std::fputs(formatFailureSummary(failures, host_, attempt).c_str(), stderr);
+      std::ofstream(log_dir_ + "/failure.json") << failureSummaryJson(failures, host_, attempt);
+    }
+    if (restarts_after > config_.max_restarts) {
+      rendezvous_->shutdown();
+      if (!failures.empty()) return launcherExitCode(failures.front());
+      std::fprintf(stderr, "dtrain launch: the worker group failed on another node (%s) and no restarts "
+                           "are left (--max-restarts %d)\n",
+                   round.store->get("agent/failed").c_str(), config_.max_restarts);
+      return 1;
+    }
+    DTRAIN_LOG_WARN("worker group failed; restarting (" << restarts_after << "/" << config_.max_restarts << ")");
+  }
+}
+
+}  // namespace dtrain

@@ -1,0 +1,61 @@
+// ElasticAgent: what `dtrain launch` runs on each node (launch/).
+//
+// Loop: rendezvous -> start this node's workers -> monitor. Then:
+// - all workers exited 0: exit barrier (every node's group done, bounded by
+//   exit_barrier_timeout), return 0;
+// - a worker failed, here or on another node (gang semantics: the first
+//   node to see a failure marks the generation failed in the store and every
+//   agent stops its workers): if restarts remain, count one restart (global,
+//   in the store) and go round again; else print the root-cause summary and
+//   return its exit code;
+// - another node is waiting to join (MIN < nodes < MAX): stop and
+//   re-rendezvous without consuming a restart;
+// - a handled signal arrived: forward it to the workers, stop them (SIGTERM,
+//   SIGKILL after shutdown_timeout) and return 128 + signal.
+// No torch, no CUDA.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "launch/launch_config.h"
+#include "rendezvous/rendezvous.h"
+
+namespace dtrain {
+
+class WorkerGroup;
+
+class ElasticAgent {
+ public:
+  explicit ElasticAgent(LaunchConfig config);
+  ~ElasticAgent();
+
+  // Runs the job to its end; returns the launcher's exit code.
+  int run();
+  // Async-signal-safe: records the signal; run() acts on it within one
+  // monitor interval.
+  void requestStop(int signal) { stop_signal_.store(signal); }
+  // True while this agent has workers to stop; when false, a signal may take
+  // its default action at once (nothing to clean up, e.g. during rendezvous).
+  bool hasWorkers() const { return has_workers_.load(); }
+
+ private:
+  enum class Outcome { kSucceeded, kFailedHere, kFailedElsewhere, kMembershipChanged, kStopped };
+  Outcome monitor(WorkerGroup& group, const RendezvousResult& round);
+  std::vector<std::map<std::string, std::string>> workerEnvironments(const RendezvousResult& round,
+                                                                      int restart_count, int attempt,
+                                                                      const std::string& master_port);
+  std::string masterPort(const RendezvousResult& round);
+
+  LaunchConfig config_;
+  std::string host_;
+  std::string log_dir_;  // <log-dir>/<run-id>
+  std::unique_ptr<RendezvousHandler> rendezvous_;
+  std::atomic<int> stop_signal_{0};
+  std::atomic<bool> has_workers_{false};
+  int port_retries_ = 0;
+};
+
+}  // namespace dtrain

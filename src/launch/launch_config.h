@@ -1,0 +1,77 @@
+// Everything `dtrain launch` was asked to do, resolved from torchrun's flags,
+// their PET_<FLAG> environment equivalents, Slurm's environment and the
+// machine (GPU count). No torch, no CUDA.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "rendezvous/rendezvous.h"
+
+namespace dtrain {
+
+// Which of a worker's streams go to files only (redirects) or to files and
+// the console (tee): torchrun's 0 none, 1 stdout, 2 stderr, 3 both.
+enum class StreamSet { kNone = 0, kStdout = 1, kStderr = 2, kBoth = 3 };
+
+struct LaunchConfig {
+  RendezvousConfig rendezvous;       // nodes, endpoint, run id, timeouts, node rank
+  int nproc_per_node = 1;
+  std::string role = "default";
+  int max_restarts = 0;
+  std::chrono::milliseconds monitor_interval{std::chrono::milliseconds(100)};
+  std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds exit_barrier_timeout{std::chrono::seconds(300)};
+  std::string log_dir;               // "" = a fresh directory under $TMPDIR
+  // Per local rank; a rank missing from the map uses the `all` entry.
+  // parseLaunchArgs fills local ranks 0..nproc_per_node-1 and the `all`
+  // entry (kAllLocalRanks, log_router.h): the one digit of "-r 3", or kNone
+  // for the per-rank form "-r 0:1,1:2" (torchrun: unnamed ranks get none).
+  std::map<int, StreamSet> redirects;
+  std::map<int, StreamSet> tees;
+  std::optional<std::set<int>> local_ranks_filter;  // console shows only these ranks
+  std::string log_line_prefix_template;  // "" = default; ${rank} ${local_rank} ${role_name} ${host}
+  std::vector<int> signals_to_handle;  // SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 by default
+  // The worker command: python (PYTHON_EXEC or python3) -u [-m] script args,
+  // or the executable itself with --no-python.
+  std::vector<std::string> worker_argv;
+  std::string master_addr;  // static rendezvous (defaults 127.0.0.1)
+  int master_port = 29500;
+  bool standalone = false;  // --standalone: c10d on 127.0.0.1, a free port, a fresh run id
+  // -h/--help before the script: parseLaunchArgs returns at once with only
+  // this set (nothing else parsed or validated); print launchUsage().
+  bool help_requested = false;
+};
+
+// Parses a torchrun command line (everything after `dtrain launch`).
+// Accepts dash and underscore spellings (--nproc-per-node, --nproc_per_node),
+// `--flag value` and `--flag=value`, and PET_<FLAG> environment variables
+// (PET_NPROC_PER_NODE, ...) for flags not given; explicit flags win over
+// PET_ variables, which win over Slurm's environment, which wins over
+// defaults. Throws ConfigError naming the flag and what was expected
+// (`--nnodes 3:2`: "--nnodes 3:2: MIN must not exceed MAX"), or for an
+// unknown flag ("unrecognized argument --frobnicate").
+// `env` is the environment to read (tests pass their own); `device_root`
+// is the filesystem root countVisibleGpus looks under (tests: a fixture tree).
+// Under Slurm (SLURM_JOB_ID set) applySlurmEnvironment (launch/slurm.h) fills
+// what neither a flag nor a PET_ variable gave.
+LaunchConfig parseLaunchArgs(const std::vector<std::string>& args,
+                             const std::map<std::string, std::string>& env,
+                             const std::string& device_root = "");
+
+// `dtrain launch --help`: every flag with its default and one line of help.
+std::string launchUsage();
+
+// The environment as a map (for parseLaunchArgs).
+std::map<std::string, std::string> currentEnvironment();
+
+// GPUs visible to this process without linking CUDA: the NVIDIA devices
+// under `root`/proc/driver/nvidia/gpus (or /dev/nvidiaN), narrowed by
+// CUDA_VISIBLE_DEVICES when set ("" or "-1" means none; indices or UUIDs).
+int countVisibleGpus(const std::map<std::string, std::string>& env, const std::string& root = "");
+
+}  // namespace dtrain

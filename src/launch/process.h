@@ -1,0 +1,56 @@
+// The OS seam for worker processes (launch/): spawn one, signal its process
+// group, reap it. WorkerGroup reaches fork/exec/kill/waitpid only through
+// these functions. No torch, no CUDA.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+struct SpawnedProcess {
+  pid_t pid = -1;
+  // Read ends of the child's stdout and stderr pipes: non-blocking,
+  // close-on-exec, owned by the caller.
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+};
+
+// Runs argv[0] (searched in the PATH of `env`, as Python's subprocess does
+// when given env=, when it has no '/') in a new process group whose id is its
+// pid, with exactly `env` as its environment, stdin from /dev/null, every
+// other inherited fd closed and every signal at its default disposition,
+// unblocked. Returns once the child has exec'd. Throws ConfigError
+// "cannot run 'foo': No such file or directory" when the command cannot be
+// executed (not found, not executable, exec failed in the child: the child
+// reports its errno through a close-on-exec pipe), IoError when the OS
+// refuses a pipe or fork.
+SpawnedProcess spawnProcess(const std::vector<std::string>& argv,
+                            const std::map<std::string, std::string>& env);
+
+// The executable `name` resolves to in `path_var` (a PATH value; "" means
+// "/bin:/usr/bin"); names with a '/' are returned as given. Throws
+// ConfigError like spawnProcess when none is found or none is executable.
+std::string resolveExecutable(const std::string& name, const std::string& path_var);
+
+// kill(-pgid, sig); false when the group no longer exists (ESRCH).
+bool signalProcessGroup(pid_t pgid, int sig);
+
+// waitpid(pid, WNOHANG): the wait status once the child has exited,
+// nullopt while it runs.
+std::optional<int> tryReap(pid_t pid);
+// Blocking waitpid (retried on EINTR); returns the wait status.
+int reap(pid_t pid);
+
+// True while a process with this pid exists and is not a zombie. Orphaned
+// grandchildren may stay zombies for good in containers whose PID 1 does not
+// reap, so "exists" alone would not mean "still running".
+bool processAlive(pid_t pid);
+// True while any member of process group `pgid` is alive (not a zombie).
+bool processGroupAlive(pid_t pgid);
+
+}  // namespace dtrain

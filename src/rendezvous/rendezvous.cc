@@ -1,0 +1,73 @@
+// createRendezvousHandler(): checks what every backend needs, decides who
+// hosts the job store, and builds the backend's handler.
+#include "rendezvous/rendezvous.h"
+
+#include "common/error.h"
+#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/static_rendezvous.h"
+
+namespace dtrain {
+namespace {
+
+constexpr const char* kSupportedBackends = "static, c10d";
+
+void validateConfig(const RendezvousConfig& config) {
+  auto fail = [](const std::string& why) { throw ConfigError("rendezvous config: " + why); };
+  if (config.run_id.empty()) fail("the run id is empty (--rdzv-id)");
+  if (config.endpoint_host.empty()) fail("the endpoint host is empty (--rdzv-endpoint)");
+  if (config.endpoint_port == 0) fail("the endpoint port must be in 1..65535, got 0 (--rdzv-endpoint)");
+  if (config.min_nodes < 1) {
+    fail("the minimum number of nodes must be at least 1, got " + std::to_string(config.min_nodes) +
+         " (--nnodes)");
+  }
+  if (config.max_nodes < config.min_nodes) {
+    fail("the minimum number of nodes (" + std::to_string(config.min_nodes) +
+         ") exceeds the maximum (" + std::to_string(config.max_nodes) + ") (--nnodes MIN:MAX)");
+  }
+  if (config.local_world_size < 1) {
+    fail("the number of workers per node must be at least 1, got " +
+         std::to_string(config.local_world_size) + " (--nproc-per-node)");
+  }
+  if (config.join_timeout.count() <= 0) {
+    fail("join_timeout must be positive, got " + std::to_string(config.join_timeout.count()) + " ms");
+  }
+  if (config.last_call_timeout.count() < 0) {
+    fail("last_call_timeout must not be negative, got " +
+         std::to_string(config.last_call_timeout.count()) + " ms");
+  }
+  if (config.keep_alive_interval.count() <= 0) {
+    fail("keep_alive_interval must be positive, got " +
+         std::to_string(config.keep_alive_interval.count()) + " ms");
+  }
+  if (config.keep_alive_max_attempt < 1) {
+    fail("keep_alive_max_attempt must be at least 1, got " +
+         std::to_string(config.keep_alive_max_attempt));
+  }
+  if (config.is_host < -1 || config.is_host > 1) {
+    fail("is_host must be 0 or 1, got " + std::to_string(config.is_host));
+  }
+}
+
+StoreRole storeRole(const RendezvousConfig& config) {
+  if (config.is_host == 1) return StoreRole::kHost;
+  if (config.is_host == 0) return StoreRole::kClient;
+  if (config.backend == "static") return config.node_rank == 0 ? StoreRole::kHost : StoreRole::kClient;
+  // Several agents of one job may share this machine: the first one hosts.
+  return isLocalAddress(config.endpoint_host) ? StoreRole::kHostIfFree : StoreRole::kClient;
+}
+
+}  // namespace
+
+std::unique_ptr<RendezvousHandler> createRendezvousHandler(const RendezvousConfig& config) {
+  if (config.backend != "static" && config.backend != "c10d") {
+    throw ConfigError("rendezvous backend '" + config.backend +
+                      "' is not supported; supported backends: " + kSupportedBackends);
+  }
+  validateConfig(config);
+  if (config.backend == "static") {
+    return std::make_unique<StaticRendezvousHandler>(config, storeRole(config));
+  }
+  return std::make_unique<DynamicRendezvousHandler>(config, storeRole(config));
+}
+
+}  // namespace dtrain

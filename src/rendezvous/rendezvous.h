@@ -1,0 +1,101 @@
+// Rendezvous (rendezvous/): agents on every node agree on who takes part in
+// this attempt, in which order, and under which generation. No torch, no CUDA.
+//
+// Contract:
+// - nextRendezvous() blocks until a round completes (or join_timeout passes:
+//   TimeoutError naming the endpoint, the run id, and how many nodes joined of
+//   the minimum). Every agent of the round gets the same generation and
+//   world; group ranks are 0..nnodes-1, and worker ranks are contiguous per
+//   node in group-rank order (node g's workers are rank_offset ..
+//   rank_offset + local_world_size - 1).
+// - The result's `store` is the job store already prefixed with
+//   "/run/<run_id>/gen/<generation>", so an attempt never reads the keys of
+//   the last one. `root_store` is the unprefixed job store (global restart
+//   count, etc.).
+// - numNodesWaiting() > 0 tells an agent whose group is running that another
+//   node wants in (dynamic, below max nodes): the agent restarts its workers
+//   and calls nextRendezvous() again without consuming a restart.
+// - A node that stops heartbeating (keep-alive) is dropped from the next
+//   round by the others.
+// - shutdown() marks the run closed: later joiners fail with a ConfigError
+//   ("rendezvous '<id>' is closed: ..."), and agents waiting in a round
+//   stop waiting with the same error. It never throws (a store that is gone
+//   is logged): it runs on the way out, after the error that matters.
+// - The generation: static counts each agent's own calls (0, 1, ...; a
+//   static job restarts as a gang); c10d uses the round number kept in the
+//   store, so a node joining later gets the generation of the round it
+//   joins.
+// - Backends: static_rendezvous.h and dynamic_rendezvous.h describe the
+//   rounds and the keys they use under /run/<run_id>/rdzv/.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dtrain {
+
+class Store;
+class TcpStoreServer;
+
+struct RendezvousConfig {
+  std::string run_id = "none";
+  std::string backend = "static";  // static | c10d
+  std::string endpoint_host = "127.0.0.1";
+  uint16_t endpoint_port = 29400;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int node_rank = -1;              // static: required; c10d: ignored (-1)
+  int local_world_size = 1;        // workers this agent runs
+  std::string local_address;       // this agent's address as peers see it; "" =
+                                   // the address of its route to the endpoint
+  std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
+  std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds close_timeout{std::chrono::seconds(30)};  // unused yet
+  std::chrono::milliseconds keep_alive_interval{std::chrono::seconds(5)};
+  int keep_alive_max_attempt = 3;
+  // -1: decide by backend (static: node rank 0 hosts; c10d: an agent whose
+  // machine owns the endpoint address hosts, the first of several on one
+  // machine); 0/1: rdzv-conf is_host, for either backend. A static node
+  // rank 0 or an is_host=1 agent whose port is taken fails (IoError naming
+  // the address); a c10d agent that only inferred it should host connects
+  // as a client instead (as torch's c10d backend does).
+  int is_host = -1;
+  std::string token;  // store token (DTRAIN_STORE_TOKEN)
+};
+
+struct RendezvousResult {
+  int64_t generation = 0;
+  int group_rank = 0;        // this node's rank
+  int group_world_size = 1;  // nodes in this round
+  int rank_offset = 0;       // global rank of this node's first worker
+  int world_size = 1;        // workers in this round, all nodes
+  std::shared_ptr<Store> store;       // prefixed "/run/<id>/gen/<generation>"
+  std::shared_ptr<Store> root_store;  // the whole job store
+  std::string store_host;    // host:port of the job store, for workers
+  uint16_t store_port = 0;
+  std::string master_addr;   // group rank 0's address (for PyTorch workers)
+};
+
+class RendezvousHandler {
+ public:
+  virtual ~RendezvousHandler() = default;
+  virtual RendezvousResult nextRendezvous() = 0;
+  virtual int numNodesWaiting() = 0;
+  virtual void shutdown() = 0;
+  virtual std::string describe() const = 0;  // "c10d rendezvous 'job1' at host:port"
+};
+
+// Builds the handler for config.backend, hosting the job store on this agent
+// when it is the host (static: node_rank 0; c10d: endpoint address is one of
+// this host's, or is_host=1). The server listens from construction (the
+// agent keeps its socket: no bind-and-release race). ConfigError for an
+// unknown backend or inconsistent config.
+std::unique_ptr<RendezvousHandler> createRendezvousHandler(const RendezvousConfig& config);
+
+// True when `host` names an address of this machine (loopback, an interface
+// address, or this host's name).
+bool isLocalAddress(const std::string& host);
+
+}  // namespace dtrain

@@ -1,0 +1,164 @@
+// `dtrain launch` end to end: real agents and workers on loopback.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "process_runner.h"
+
+namespace dtrain::testing {
+namespace {
+
+std::string launch() { return dtrainBin() + " launch"; }
+
+int countOf(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) ++n;
+  return n;
+}
+
+std::string tempDir() {
+  char pattern[] = "/tmp/dtrain_launch_test_XXXXXX";
+  return ::mkdtemp(pattern);
+}
+
+TEST(LaunchTest, PyTorchDdpScriptTrainsAndRanksAgree) {
+  auto r = runCommand("PYTHON_EXEC=/usr/bin/python3 " + launch() + " --nproc-per-node 2 --master-port " +
+                      std::to_string(freePort()) + " " + sourceDir() + "/tests/cli/scripts/ddp_train.py", 240);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  std::regex line("rank (\\d)/2 checksum (-?[0-9.]+)");
+  std::set<std::string> ranks, checksums;
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), line); it != std::sregex_iterator(); ++it) {
+    ranks.insert((*it)[1]);
+    checksums.insert((*it)[2]);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1"})) << r.output;
+  EXPECT_EQ(checksums.size(), 1u) << "ranks disagree:\n" << r.output;
+}
+
+TEST(LaunchTest, WorkerEnvironmentIsTorchruns) {
+  auto r = runCommand("env -u OMP_NUM_THREADS " + launch() + " --nproc-per-node 2 --max-restarts 3 --rdzv-id job7 "
+                      "--master-port " + std::to_string(freePort()) + " --no-python sh -c \"echo "
+                      "ENV rank=\\$RANK local=\\$LOCAL_RANK group=\\$GROUP_RANK role=\\$ROLE_NAME/\\$ROLE_RANK "
+                      "lws=\\$LOCAL_WORLD_SIZE ws=\\$WORLD_SIZE gws=\\$GROUP_WORLD_SIZE rws=\\$ROLE_WORLD_SIZE "
+                      "restart=\\$TORCHELASTIC_RESTART_COUNT max=\\$TORCHELASTIC_MAX_RESTARTS "
+                      "id=\\$TORCHELASTIC_RUN_ID omp=\\$OMP_NUM_THREADS port=\\$MASTER_PORT "
+                      "store=\\$DTRAIN_STORE_ADDR err=\\$TORCHELASTIC_ERROR_FILE\"", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank : {0, 1}) {
+    std::string want = "ENV rank=" + std::to_string(rank) + " local=" + std::to_string(rank) +
+                       " group=0 role=default/" + std::to_string(rank) +
+                       " lws=2 ws=2 gws=1 rws=2 restart=0 max=3 id=job7 omp=1 port=";
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+  }
+  EXPECT_NE(r.output.find("store=127.0.0.1:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/attempt_0/1/error.json"), std::string::npos) << r.output;
+}
+
+TEST(LaunchTest, TwoAgentsFormAWorldOfFour) {
+  int port = freePort();
+  std::string agent = launch() + " --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
+                      std::to_string(port) + " --rdzv-id two --no-python sh -c \"echo WORLD rank=\\$RANK ws=\\$WORLD_SIZE\"";
+  auto r = runCommand("(" + agent + " &) ; " + agent + "; wait", 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The foreground agent's two workers, and the background one's.
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(r.output.find("WORLD rank=" + std::to_string(rank) + " ws=4"), std::string::npos) << r.output;
+  }
+}
+
+TEST(LaunchTest, ThirdNodeJoiningTriggersReRendezvousToSix) {
+  int port = freePort();
+  std::string dir = tempDir();
+  // Workers wait until the world has 6 ranks; the first two nodes' first
+  // round has 4, so they are restarted when the third node arrives.
+  std::string agent = launch() + " --nnodes 2:3 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
+                      std::to_string(port) + " --rdzv-id grow --rdzv-conf last_call_timeout=1 --no-python sh -c "
+                      "\"echo WORLD rank=\\$RANK ws=\\$WORLD_SIZE restart=\\$TORCHELASTIC_RESTART_COUNT; "
+                      "[ \\$WORLD_SIZE = 6 ] || sleep 60\"";
+  auto r = runCommand("(" + agent + " > " + dir + "/a.log 2>&1 &) ; (" + agent + " > " + dir + "/b.log 2>&1 &) ; "
+                      "for i in $(seq 100); do grep -q ws=4 " + dir + "/a.log " + dir + "/b.log && break; sleep 0.2; done; " +
+                      agent + "; sleep 2; cat " + dir + "/a.log " + dir + "/b.log", 180);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GE(countOf(r.output, "ws=4"), 4) << r.output;
+  for (int rank = 0; rank < 6; ++rank) {
+    EXPECT_NE(r.output.find("WORLD rank=" + std::to_string(rank) + " ws=6 restart=0"), std::string::npos)
+        << "membership change must not consume a restart\n" << r.output;
+  }
+}
+
+TEST(LaunchTest, KilledWorkerRestartsTheGroupUntilRestartsRunOut) {
+  auto r = runCommand(launch() + " --nproc-per-node 2 --max-restarts 2 --monitor-interval 0.05 --master-port " +
+                      std::to_string(freePort()) + " --no-python sh -c \"echo RESTART \\$RANK "
+                      "\\$TORCHELASTIC_RESTART_COUNT; if [ \\$RANK = 1 ]; then echo dying >&2; kill -9 \\$\\$; fi; sleep 30\"", 120);
+  EXPECT_EQ(r.exit_code, 137) << r.output;
+  for (int count : {0, 1, 2}) {
+    EXPECT_NE(r.output.find("RESTART 0 " + std::to_string(count)), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(r.output.find("RESTART 0 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("SIGKILL"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("OOM killer"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank      : 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dying"), std::string::npos) << "stderr tail in the summary\n" << r.output;
+}
+
+TEST(LaunchTest, WorkerKilledOnceRecoversWithRestartCountOne) {
+  auto r = runCommand(launch() + " --nproc-per-node 2 --max-restarts 1 --monitor-interval 0.05 --master-port " +
+                      std::to_string(freePort()) + " --no-python sh -c \"echo DONE \\$RANK "
+                      "\\$TORCHELASTIC_RESTART_COUNT; if [ \\$RANK = 1 ] && [ \\$TORCHELASTIC_RESTART_COUNT = 0 ]; "
+                      "then kill -9 \\$\\$; fi; sleep 0.2\"", 120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("DONE 1 1"), std::string::npos) << r.output;
+}
+
+TEST(LaunchTest, SigtermStopsEveryWorkerWithinTheGracePeriod) {
+  std::string dir = tempDir();
+  auto r = runCommand(launch() + " --nproc-per-node 3 --shutdown-timeout 2 --master-port " + std::to_string(freePort()) +
+                      " --no-python sh -c \"trap \\\"\\\" TERM; echo \\$\\$ > " + dir +
+                      "/pid.\\$RANK; sleep 60 & echo \\$! > " + dir + "/child.\\$RANK; wait\" & launcher=$!; "
+                      "for i in $(seq 100); do [ -f " + dir + "/child.2 ] && break; sleep 0.1; done; "
+                      "kill -TERM $launcher; wait $launcher; echo launcher-exit=$?; sleep 0.5; "
+                      "for f in " + dir + "/pid.* " + dir + "/child.*; do p=$(cat $f); "
+                      "if [ -e /proc/$p ] && ! grep -q \") Z\" /proc/$p/stat; then echo ORPHAN $p; fi; done", 60);
+  EXPECT_NE(r.output.find("launcher-exit=143"), std::string::npos) << r.output;
+  // A killed grandchild is re-parented to init and may stay a zombie until
+  // init reaps it: dead, so not an orphan.
+  EXPECT_EQ(r.output.find("ORPHAN"), std::string::npos) << r.output;
+}
+
+struct BadLaunch {
+  std::string args;
+  std::string expected;
+};
+
+TEST(LaunchTest, BadInputIsAClearErrorNeverAHang) {
+  int closed_port = freePort();
+  const BadLaunch cases[] = {
+      {"--frobnicate 1 x.py", "--frobnicate"},
+      {"--nnodes 3:2 x.py", "--nnodes 3:2"},
+      {"--nproc-per-node 0 x.py", "--nproc-per-node"},
+      {"--nproc-per-node 1 --master-port " + std::to_string(freePort()) + " --no-python /nonexistent/cmd",
+       "/nonexistent/cmd"},
+      {"--nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" + std::to_string(closed_port) +
+           " --rdzv-conf is_host=0,join_timeout=2 --no-python true",
+       "127.0.0.1:" + std::to_string(closed_port)},
+  };
+  for (const auto& c : cases) {
+    auto start = std::chrono::steady_clock::now();
+    auto r = runCommand(launch() + " " + c.args, 60);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(r.exit_code, 0) << c.args << "\n" << r.output;
+    EXPECT_NE(r.exit_code, 124) << "hang: " << c.args;
+    EXPECT_LT(seconds, 30) << c.args;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::testing

@@ -1,0 +1,111 @@
+#include "common/hostlist.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace dtrain {
+namespace {
+
+using Hosts = std::vector<std::string>;
+
+std::string errorOf(const std::string& expression) {
+  try {
+    expandHostlist(expression);
+  } catch (const ConfigError& e) {
+    return e.message();
+  }
+  return "(no error)";
+}
+
+// Expansions as `scontrol show hostnames` prints them.
+TEST(HostlistTest, PlainNamesAndTopLevelLists) {
+  EXPECT_EQ(expandHostlist("tux"), Hosts({"tux"}));
+  EXPECT_EQ(expandHostlist("node-1.cluster.local"), Hosts({"node-1.cluster.local"}));
+  EXPECT_EQ(expandHostlist("a1,b[2-3],c"), Hosts({"a1", "b2", "b3", "c"}));
+  EXPECT_EQ(expandHostlist("b,a,b"), Hosts({"b", "a", "b"})) << "order and duplicates kept";
+  EXPECT_EQ(expandHostlist("a,,b,"), Hosts({"a", "b"})) << "empty items skipped";
+  EXPECT_EQ(expandHostlist("a b\tc"), Hosts({"a", "b", "c"})) << "whitespace separates too";
+}
+
+TEST(HostlistTest, RangesAndSingleNumbers) {
+  EXPECT_EQ(expandHostlist("tux[0-2,12]"), Hosts({"tux0", "tux1", "tux2", "tux12"}));
+  EXPECT_EQ(expandHostlist("tux[7]"), Hosts({"tux7"}));
+  EXPECT_EQ(expandHostlist("tux[3,1]"), Hosts({"tux3", "tux1"})) << "not sorted";
+  EXPECT_EQ(expandHostlist("gpu[9-11]"), Hosts({"gpu9", "gpu10", "gpu11"}));
+  EXPECT_EQ(expandHostlist("n[4-4]"), Hosts({"n4"}));
+  EXPECT_EQ(expandHostlist("[1-2]"), Hosts({"1", "2"})) << "empty prefix";
+}
+
+TEST(HostlistTest, LeadingZerosKeepTheWidthOfLo) {
+  EXPECT_EQ(expandHostlist("n[001-003]"), Hosts({"n001", "n002", "n003"}));
+  EXPECT_EQ(expandHostlist("n[08-11]"), Hosts({"n08", "n09", "n10", "n11"}));
+  EXPECT_EQ(expandHostlist("n[098-101]"), Hosts({"n098", "n099", "n100", "n101"}));
+  EXPECT_EQ(expandHostlist("n[9-010]"), Hosts({"n9", "n10"})) << "width comes from LO";
+  EXPECT_EQ(expandHostlist("n[01-2,7]"), Hosts({"n01", "n02", "n7"})) << "each range its own width";
+  EXPECT_EQ(expandHostlist("n[99-100]"), Hosts({"n99", "n100"}));
+}
+
+TEST(HostlistTest, SeveralBracketsAreACartesianProductFirstOutermost) {
+  EXPECT_EQ(expandHostlist("r[1-2]n[1-2]"), Hosts({"r1n1", "r1n2", "r2n1", "r2n2"}));
+  EXPECT_EQ(expandHostlist("a[1-2]-b[3-4]"), Hosts({"a1-b3", "a1-b4", "a2-b3", "a2-b4"}));
+  EXPECT_EQ(expandHostlist("rack[1,3]-node[01-02]-ib"),
+            Hosts({"rack1-node01-ib", "rack1-node02-ib", "rack3-node01-ib", "rack3-node02-ib"}));
+  EXPECT_EQ(expandHostlist("x[1-2]y,z[5]"), Hosts({"x1y", "x2y", "z5"}));
+}
+
+TEST(HostlistTest, SuffixAfterBracket) {
+  EXPECT_EQ(expandHostlist("tux[1-2]-ib0"), Hosts({"tux1-ib0", "tux2-ib0"}));
+}
+
+TEST(HostlistTest, MalformedInputNamesExpressionWhatAndPosition) {
+  EXPECT_EQ(errorOf(""), "hostlist \"\": no host names at position 0");
+  EXPECT_EQ(errorOf(" , "), "hostlist \" , \": no host names at position 0");
+  EXPECT_EQ(errorOf("tux[1-2"), "hostlist \"tux[1-2\": '[' is never closed at position 3");
+  EXPECT_EQ(errorOf("tux1-2]"), "hostlist \"tux1-2]\": ']' without a matching '[' at position 6");
+  EXPECT_EQ(errorOf("a[1[2]]"), "hostlist \"a[1[2]]\": nested '[' at position 3");
+  EXPECT_EQ(errorOf("tux[5-2]"), "hostlist \"tux[5-2]\": range 5-2 is reversed at position 4");
+  EXPECT_EQ(errorOf("tux[]"), "hostlist \"tux[]\": empty brackets at position 3");
+  EXPECT_EQ(errorOf("tux[1,,2]"), "hostlist \"tux[1,,2]\": empty range at position 6");
+  EXPECT_EQ(errorOf("tux[1,]"), "hostlist \"tux[1,]\": empty range at position 6");
+  EXPECT_EQ(errorOf("tux[-3]"), "hostlist \"tux[-3]\": missing number at position 4");
+  EXPECT_EQ(errorOf("tux[3-]"), "hostlist \"tux[3-]\": missing number at position 6");
+  EXPECT_EQ(errorOf("tux[a-b]"),
+            "hostlist \"tux[a-b]\": 'a' in a range (expected digits, '-' or ',') at position 4");
+  EXPECT_EQ(errorOf("tux[1-2-3]"),
+            "hostlist \"tux[1-2-3]\": '-' in a range (expected digits, '-' or ',') at position 7");
+  EXPECT_EQ(errorOf("tux[1, 2]"),
+            "hostlist \"tux[1, 2]\": ' ' in a range (expected digits, '-' or ',') at position 6");
+  EXPECT_NE(errorOf("n[0-99999999]").find("expands to more than 1048576 hosts"), std::string::npos);
+  EXPECT_NE(errorOf("n[0-999]m[0-999]o[0-9]").find("expands to more than 1048576 hosts"),
+            std::string::npos);
+}
+
+// The same expressions through Slurm's own expander, when it is installed.
+TEST(HostlistTest, AgreesWithScontrol) {
+  if (std::system("command -v scontrol >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "scontrol is not installed";
+  }
+  for (const char* expression : {"tux[0-2,12]", "n[001-003]", "r[1-2]n[1-2]", "a1,b[2-3],c",
+                                 "n[9-010]", "a[1-2]-b[3-4]", "rack[1,3]-node[01-02]-ib"}) {
+    std::string command = std::string("scontrol show hostnames '") + expression + "' 2>/dev/null";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    Hosts slurm;
+    char line[4096];
+    while (std::fgets(line, sizeof line, pipe) != nullptr) {
+      std::string host(line);
+      while (!host.empty() && (host.back() == '\n' || host.back() == '\r')) host.pop_back();
+      if (!host.empty()) slurm.push_back(host);
+    }
+    if (::pclose(pipe) != 0) GTEST_SKIP() << "scontrol failed (no slurm.conf?) on " << expression;
+    EXPECT_EQ(expandHostlist(expression), slurm) << expression;
+  }
+}
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,87 @@
+#include "rendezvous/job_store.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "rendezvous_test_util.h"
+
+namespace dtrain::testing {
+namespace {
+
+TEST(JobStoreTest, TheHostServesAndEveryAgentConnects) {
+  RendezvousConfig config = testConfig("c10d", unusedPort());
+  JobStoreEndpoint host(config, StoreRole::kHost, "test");
+  JobStoreEndpoint client(config, StoreRole::kClient, "test");
+  EXPECT_TRUE(host.hosting());
+  EXPECT_FALSE(client.hosting());
+  host.client()->set("k", "v");
+  EXPECT_EQ(client.client()->get("k"), "v");
+  EXPECT_EQ(client.connect(seconds(5))->get("k"), "v");
+  EXPECT_EQ(client.localAddress(), "127.0.0.1");
+
+  RendezvousResult result = client.resultFor("job", 4);
+  EXPECT_EQ(result.generation, 4);
+  EXPECT_EQ(result.store_host, "127.0.0.1");
+  EXPECT_EQ(result.store_port, config.endpoint_port);
+  result.store->set("nccl_id", "x");
+  EXPECT_EQ(result.root_store->get("/run/job/gen/4/nccl_id"), "x");
+}
+
+TEST(JobStoreTest, AnExplicitHostWhosePortIsTakenFailsNamingTheAddress) {
+  LoopbackListener squatter;
+  RendezvousConfig config = testConfig("static", squatter.port());
+  try {
+    JobStoreEndpoint host(config, StoreRole::kHost, "static rendezvous 'test-run'");
+    FAIL() << "hosted on a taken port";
+  } catch (const IoError& e) {
+    EXPECT_NE(e.message().find("127.0.0.1:" + std::to_string(squatter.port())), std::string::npos)
+        << e.message();
+    EXPECT_NE(e.message().find("static rendezvous 'test-run'"), std::string::npos) << e.message();
+  }
+}
+
+TEST(JobStoreTest, AnInferredHostUsesTheStoreAnotherLocalAgentHosts) {
+  RendezvousConfig config = testConfig("c10d", unusedPort());
+  JobStoreEndpoint first(config, StoreRole::kHostIfFree, "test");
+  JobStoreEndpoint second(config, StoreRole::kHostIfFree, "test");
+  EXPECT_TRUE(first.hosting());
+  EXPECT_FALSE(second.hosting());
+  first.client()->set("k", "v");
+  EXPECT_EQ(second.client()->get("k"), "v");
+}
+
+TEST(JobStoreTest, AnUnreachableEndpointTimesOutAfterTheJoinTimeout) {
+  RendezvousConfig config = testConfig("c10d", unusedPort());
+  config.join_timeout = milliseconds(500);
+  const auto start = SteadyClock::now();
+  try {
+    JobStoreEndpoint client(config, StoreRole::kClient, "c10d rendezvous 'test-run'");
+    FAIL() << "connected to nothing";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(e.message().find("127.0.0.1:" + std::to_string(config.endpoint_port)), std::string::npos)
+        << e.message();
+  }
+  EXPECT_GE(secondsSince(start), 0.45);
+  EXPECT_LT(secondsSince(start), 3.0);
+}
+
+TEST(JobStoreTest, TheTokenIsRequired) {
+  RendezvousConfig config = testConfig("c10d", unusedPort());
+  config.token = "s3cret";
+  JobStoreEndpoint host(config, StoreRole::kHost, "test");
+  config.token = "guess";
+  EXPECT_THROW(JobStoreEndpoint(config, StoreRole::kClient, "test"), ConfigError);
+  config.token = "s3cret";
+  JobStoreEndpoint client(config, StoreRole::kClient, "test");
+  client.client()->set("k", "v");
+}
+
+TEST(JobStoreTest, AGivenLocalAddressIsUsed) {
+  RendezvousConfig config = testConfig("c10d", unusedPort());
+  config.local_address = "node7.example";
+  JobStoreEndpoint host(config, StoreRole::kHost, "test");
+  EXPECT_EQ(host.localAddress(), "node7.example");
+}
+
+}  // namespace
+}  // namespace dtrain::testing
