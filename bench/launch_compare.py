@@ -6,10 +6,11 @@ trivial workers, in one run on one machine.
 
 For each launcher and N it measures
   start-up: from starting the launcher to the N-th worker's first line, and
-  recovery: from the moment worker 0 is told to die (SIGKILL of itself) to
+  recovery: from the moment worker 0 is told to fail (it exits 1) to
             the N-th first line of the restarted group,
 with the same flags for both (--standalone, --max-restarts 1,
---monitor-interval 0.1, --no-python sh workers). Prints a Markdown table with
+--monitor-interval 0.1, --no-python sh workers; no "$$" in the worker:
+torchrun expands its arguments as string.Template). Prints a Markdown table with
 medians, raw values and dtrain/torchrun speed-up, and --json for the raw data.
 """
 import argparse
@@ -27,7 +28,7 @@ READY = re.compile(r"ready (\d+) (\d+)")
 
 WORKER = ('echo ready $RANK $TORCHELASTIC_RESTART_COUNT; '
           'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 0 ]; then '
-          'while [ ! -e "$BENCH_DIE_FILE" ]; do sleep 0.01; done; kill -9 $$; fi; '
+          'while [ ! -e "$BENCH_DIE_FILE" ]; do sleep 0.01; done; exit 1; fi; '
           'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then sleep 60; fi')
 
 

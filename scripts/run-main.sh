@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec scripts/spawn-local.sh 2 -- build/src/cli/dtrain bench allreduce --backend gloo -b 8 -e 64M -f 4 -n 20 -w 5 -c 1 "$@"
+exec build/src/cli/dtrain launch --nproc-per-node 2 --local-ranks-filter 0 --no-python \
+  build/src/cli/dtrain bench allreduce --backend gloo -b 8 -e 64M -f 4 -n 20 -w 5 -c 1 "$@"

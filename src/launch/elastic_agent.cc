@@ -74,7 +74,7 @@ bool mentionsPortCollision(const WorkerFailure& failure) {
 void sleepFor(std::chrono::milliseconds duration, const std::atomic<int>& stop) {
   auto until = std::chrono::steady_clock::now() + duration;
   while (stop.load() == 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(duration, std::chrono::milliseconds(20)));
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(duration, std::chrono::milliseconds(5)));
   }
 }
 
@@ -146,8 +146,13 @@ std::vector<std::map<std::string, std::string>> ElasticAgent::workerEnvironments
 }
 
 ElasticAgent::Outcome ElasticAgent::monitor(WorkerGroup& group, const RendezvousResult& round) {
+  // Local workers are polled every few milliseconds (a waitpid each, no
+  // syscall beyond that), so a failure is acted on at once; the store, which
+  // other nodes share, is asked only every monitor_interval.
+  constexpr auto kLocalPoll = std::chrono::milliseconds(5);
+  auto next_store_check = std::chrono::steady_clock::now() + config_.monitor_interval;
   while (true) {
-    sleepFor(config_.monitor_interval, stop_signal_);
+    sleepFor(kLocalPoll, stop_signal_);
     if (int sig = stop_signal_.load()) {
       DTRAIN_LOG_WARN("received " << signalName(sig) << "; forwarding it to the workers and stopping them");
       group.forward(sig);
@@ -159,6 +164,8 @@ ElasticAgent::Outcome ElasticAgent::monitor(WorkerGroup& group, const Rendezvous
       case GroupState::kSucceeded: return Outcome::kSucceeded;
       case GroupState::kRunning: break;
     }
+    if (std::chrono::steady_clock::now() < next_store_check) continue;
+    next_store_check = std::chrono::steady_clock::now() + config_.monitor_interval;
     if (round.store->check({"agent/failed"})) return Outcome::kFailedElsewhere;
     if (rendezvous_->numNodesWaiting() > 0) return Outcome::kMembershipChanged;
   }

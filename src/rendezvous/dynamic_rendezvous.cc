@@ -227,15 +227,17 @@ void DynamicRendezvousHandler::shutdown() {
     Store& store = *endpoint_->client();
     while (true) {
       Snapshot seen = read(store);
-      if (seen.state.closed) return;
+      if (seen.state.closed) break;
       RendezvousState desired = seen.state;
       desired.closed = true;
-      if (write(store, seen, desired)) return;
+      if (write(store, seen, desired)) break;
     }
   } catch (const Error& e) {
     // Called on the way out, often after a failure: that error matters more.
     DTRAIN_LOG_WARN(label_ << ": could not mark the run closed: " << e.message());
   }
+  // This agent's own connections: the main one and the keep-alive's.
+  endpoint_->waitForPeersToLeave(2, config_.close_timeout);
 }
 
 }  // namespace dtrain

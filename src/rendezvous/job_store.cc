@@ -1,6 +1,9 @@
 #include "rendezvous/job_store.h"
 
+#include <algorithm>
+#include <random>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -42,40 +45,70 @@ JobStoreEndpoint::JobStoreEndpoint(const RendezvousConfig& config, StoreRole rol
       port_(config.endpoint_port),
       token_(config.token),
       label_(std::move(label)) {
-  if (role != StoreRole::kClient) {
-    TcpStoreServerOptions options;
-    options.bind_address = bindAddressFor(host_);
-    options.port = port_;
-    options.token = token_;
+  const auto deadline = Clock::now() + config.join_timeout;
+  std::string why;
+  if (role == StoreRole::kHost && !tryToHost(&why)) {
+    throw IoError(label_ + ": cannot host the job store: " + why);
+  }
+  if (role == StoreRole::kHostIfFree) hostOrFindHost(deadline, config.join_timeout);
+  if (!client_) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     try {
-      server_ = std::make_unique<TcpStoreServer>(options);
-      DTRAIN_LOG_INFO(label_ << ": hosting the job store on "
-                             << endpointText(options.bind_address, port_));
-    } catch (const IoError& e) {
-      if (role == StoreRole::kHost) {
-        throw IoError(label_ + ": cannot host the job store: " + e.message());
-      }
-      // Another agent of this machine hosts it (torch's c10d does the same).
-      DTRAIN_LOG_INFO(label_ << ": not hosting the job store (" << e.message()
-                             << "); connecting as a client");
+      client_ = connect(std::max(left, std::chrono::milliseconds(1)));
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(label_ + ": no job store answered at " + endpointText(host_, port_) +
+                         " within the join timeout of " + secondsText(config.join_timeout) +
+                         " s: " + e.message());
     }
   }
-  TcpStoreClientOptions options;
-  options.host = host_;
-  options.port = port_;
-  options.token = token_;
-  options.connect_timeout = config.join_timeout;
-  try {
-    client_ = std::make_shared<TcpStore>(options);
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(label_ + ": no job store answered at " + endpointText(host_, port_) +
-                       " within the join timeout of " + secondsText(config.join_timeout) +
-                       " s: " + e.message());
-  }
+  client_->setTimeout(Store::kDefaultTimeout);
   local_address_ = config.local_address.empty() ? localAddressToward(host_) : config.local_address;
 }
 
 JobStoreEndpoint::~JobStoreEndpoint() = default;
+
+bool JobStoreEndpoint::tryToHost(std::string* why) {
+  TcpStoreServerOptions options;
+  options.bind_address = bindAddressFor(host_);
+  options.port = port_;
+  options.token = token_;
+  try {
+    server_ = std::make_unique<TcpStoreServer>(options);
+  } catch (const IoError& e) {
+    *why = e.message();
+    return false;
+  }
+  DTRAIN_LOG_INFO(label_ << ": hosting the job store on " << endpointText(options.bind_address, port_));
+  return true;
+}
+
+void JobStoreEndpoint::hostOrFindHost(Clock::time_point deadline,
+                                      std::chrono::milliseconds join_timeout) {
+  // Several agents of one job on this machine race for the port. With
+  // SO_REUSEADDR two can bind it and then both fail to listen(), so an
+  // agent that could not host looks for the one that did and, finding none
+  // yet, tries again after a random pause that breaks the tie.
+  constexpr std::chrono::milliseconds kProbeTimeout{100};
+  std::minstd_rand random(std::random_device{}());
+  std::uniform_int_distribution<int> pause_ms(5, 50);
+  std::string why;
+  while (true) {
+    if (tryToHost(&why)) return;
+    try {
+      client_ = connect(kProbeTimeout);
+      DTRAIN_LOG_INFO(label_ << ": another agent here hosts the job store (" << why << ")");
+      return;
+    } catch (const TimeoutError&) {
+      // Nobody listens yet.
+    }
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(label_ + ": could neither host the job store (" + why +
+                         ") nor reach one at " + endpointText(host_, port_) +
+                         " within the join timeout of " + secondsText(join_timeout) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(random)));
+  }
+}
 
 std::shared_ptr<TcpStore> JobStoreEndpoint::connect(std::chrono::milliseconds connect_timeout) const {
   TcpStoreClientOptions options;
@@ -83,7 +116,28 @@ std::shared_ptr<TcpStore> JobStoreEndpoint::connect(std::chrono::milliseconds co
   options.port = port_;
   options.token = token_;
   options.connect_timeout = connect_timeout;
+  // Bounds the greeting too: a program on the port that is not a store must
+  // not hold it for the store's long default timeout.
+  options.timeout = connect_timeout;
   return std::make_shared<TcpStore>(options);
+}
+
+void JobStoreEndpoint::waitForPeersToLeave(size_t own_connections,
+                                           std::chrono::milliseconds limit) const {
+  if (!server_ || server_->numClients() <= own_connections) return;
+  DTRAIN_LOG_INFO(label_ << ": waiting up to " << secondsText(limit) << " s for "
+                         << server_->numClients() - own_connections
+                         << " peer connection(s) to the job store to close");
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (server_->numClients() > own_connections) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      DTRAIN_LOG_WARN(label_ << ": " << server_->numClients() - own_connections
+                             << " peer connection(s) still open after " << secondsText(limit)
+                             << " s (close_timeout); stopping the job store anyway");
+      return;
+    }
+    std::this_thread::sleep_for(kRendezvousPollInterval);
+  }
 }
 
 RendezvousResult JobStoreEndpoint::resultFor(const std::string& run_id, int64_t generation) const {

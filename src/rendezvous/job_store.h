@@ -47,7 +47,8 @@ class JobStoreEndpoint {
   // The agent's main connection (the result's root_store).
   const std::shared_ptr<TcpStore>& client() const { return client_; }
   // One more connection, for a thread whose requests must not queue behind
-  // a blocking get() on the main one (keep-alive).
+  // a blocking get() on the main one (keep-alive). Its timeout() is
+  // connect_timeout until the caller sets another.
   std::shared_ptr<TcpStore> connect(std::chrono::milliseconds connect_timeout) const;
 
   bool hosting() const { return server_ != nullptr; }
@@ -57,10 +58,22 @@ class JobStoreEndpoint {
   // local address of the route to the endpoint (see localAddressToward()).
   const std::string& localAddress() const { return local_address_; }
 
+  // Host only (a no-op elsewhere): keeps serving until at most
+  // `own_connections` clients (this agent's) remain or `limit` passes, so
+  // that peers finishing the run can still reach the store; otherwise the
+  // host, often first out, would cut them off mid-exit-barrier.
+  void waitForPeersToLeave(size_t own_connections, std::chrono::milliseconds limit) const;
+
   // A result with the store fields filled for `generation`.
   RendezvousResult resultFor(const std::string& run_id, int64_t generation) const;
 
  private:
+  using Clock = std::chrono::steady_clock;
+  // False (and why) when the port cannot be listened on.
+  bool tryToHost(std::string* why);
+  // kHostIfFree: host, or connect to the agent of this machine that does.
+  void hostOrFindHost(Clock::time_point deadline, std::chrono::milliseconds join_timeout);
+
   std::string host_;
   uint16_t port_;
   std::string token_;

@@ -20,7 +20,10 @@
 // - shutdown() marks the run closed: later joiners fail with a ConfigError
 //   ("rendezvous '<id>' is closed: ..."), and agents waiting in a round
 //   stop waiting with the same error. It never throws (a store that is gone
-//   is logged): it runs on the way out, after the error that matters.
+//   is logged): it runs on the way out, after the error that matters. On
+//   the agent that hosts the store it then keeps serving until the other
+//   agents have disconnected (close_timeout at most), so the host, often
+//   first out, does not cut its peers off in their exit barrier.
 // - The generation: static counts each agent's own calls (0, 1, ...; a
 //   static job restarts as a gang); c10d uses the round number kept in the
 //   store, so a node joining later gets the generation of the round it
@@ -52,7 +55,8 @@ struct RendezvousConfig {
                                    // the address of its route to the endpoint
   std::chrono::milliseconds join_timeout{std::chrono::seconds(600)};
   std::chrono::milliseconds last_call_timeout{std::chrono::seconds(30)};
-  std::chrono::milliseconds close_timeout{std::chrono::seconds(30)};  // unused yet
+  // How long the host's shutdown() keeps the store up for peers still connected.
+  std::chrono::milliseconds close_timeout{std::chrono::seconds(30)};
   std::chrono::milliseconds keep_alive_interval{std::chrono::seconds(5)};
   int keep_alive_max_attempt = 3;
   // -1: decide by backend (static: node rank 0 hosts; c10d: an agent whose

@@ -88,6 +88,7 @@ void StaticRendezvousHandler::shutdown() {
     // Called on the way out, often after a failure: that error matters more.
     DTRAIN_LOG_WARN(label_ << ": could not mark the run closed: " << e.message());
   }
+  endpoint_->waitForPeersToLeave(1, config_.close_timeout);
 }
 
 }  // namespace dtrain

@@ -50,6 +50,22 @@ TEST(JobStoreTest, AnInferredHostUsesTheStoreAnotherLocalAgentHosts) {
   EXPECT_EQ(second.client()->get("k"), "v");
 }
 
+TEST(JobStoreTest, AgentsRacingToHostOnOneMachineEndWithExactlyOneHost) {
+  // Two sockets with SO_REUSEADDR can both bind a port and then both fail
+  // to listen(): the losers must find the winner, or try again.
+  for (int round = 0; round < 20; ++round) {
+    RendezvousConfig config = testConfig("c10d", unusedPort());
+    std::vector<std::function<std::unique_ptr<JobStoreEndpoint>()>> agents(
+        6, [config] { return std::make_unique<JobStoreEndpoint>(config, StoreRole::kHostIfFree, "test"); });
+    auto futures = startAll(std::move(agents));
+    auto endpoints = getAll(futures);
+    int hosts = 0;
+    for (const auto& endpoint : endpoints) hosts += endpoint->hosting() ? 1 : 0;
+    ASSERT_EQ(hosts, 1) << "round " << round;
+    EXPECT_EQ(endpoints.front()->client()->add("agents", 1) + endpoints.back()->client()->add("agents", 1), 3);
+  }
+}
+
 TEST(JobStoreTest, AnUnreachableEndpointTimesOutAfterTheJoinTimeout) {
   RendezvousConfig config = testConfig("c10d", unusedPort());
   config.join_timeout = milliseconds(500);
@@ -74,6 +90,29 @@ TEST(JobStoreTest, TheTokenIsRequired) {
   config.token = "s3cret";
   JobStoreEndpoint client(config, StoreRole::kClient, "test");
   client.client()->set("k", "v");
+}
+
+TEST(JobStoreTest, TheHostKeepsServingUntilItsPeersHaveLeft) {
+  RendezvousConfig config = testConfig("c10d", unusedPort());
+  JobStoreEndpoint host(config, StoreRole::kHost, "test");
+  auto peer = std::make_unique<JobStoreEndpoint>(config, StoreRole::kClient, "test");
+  auto leaving = std::async(std::launch::async, [&] { host.waitForPeersToLeave(1, seconds(30)); });
+  EXPECT_EQ(leaving.wait_for(milliseconds(200)), std::future_status::timeout)
+      << "the host stopped waiting while a peer was connected";
+  peer->client()->set("exit_barrier/done", "1");  // the peer still reaches the store
+  peer.reset();
+  EXPECT_EQ(leaving.wait_for(seconds(10)), std::future_status::ready);
+
+  // A peer that never leaves holds the host for close_timeout only.
+  JobStoreEndpoint lingering(config, StoreRole::kClient, "test");
+  const auto start = SteadyClock::now();
+  host.waitForPeersToLeave(1, milliseconds(300));
+  EXPECT_GE(secondsSince(start), 0.25);
+  EXPECT_LT(secondsSince(start), 3.0);
+  // A client waits for nobody.
+  const auto client_start = SteadyClock::now();
+  lingering.waitForPeersToLeave(0, seconds(30));
+  EXPECT_LT(secondsSince(client_start), 1.0);
 }
 
 TEST(JobStoreTest, AGivenLocalAddressIsUsed) {

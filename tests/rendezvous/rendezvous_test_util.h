@@ -7,9 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -34,7 +37,8 @@ class LoopbackListener {
     address.sin_port = htons(port);
     if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
         ::listen(fd_, 1) != 0) {
-      throw std::runtime_error("cannot listen on 127.0.0.1");
+      if (fd_ >= 0) ::close(fd_);
+      throw std::runtime_error("cannot listen on 127.0.0.1:" + std::to_string(port));
     }
     socklen_t length = sizeof(address);
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
@@ -50,8 +54,24 @@ class LoopbackListener {
   uint16_t port_ = 0;
 };
 
-// A port with nothing listening on it (bound once, then released).
-inline uint16_t unusedPort() { return LoopbackListener().port(); }
+// A port with nothing listening on it (bound once, then released), picked
+// at random below the kernel's ephemeral range: ports there are never
+// handed out by bind(0) or connect(), so no other process on this busy
+// machine takes it between this call and the test's server binding it.
+inline uint16_t unusedPort() {
+  int ephemeral_low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  static std::mt19937 random(std::random_device{}());
+  std::uniform_int_distribution<int> pick(std::max(1025, ephemeral_low - 10000), ephemeral_low - 1);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    try {
+      return LoopbackListener(static_cast<uint16_t>(pick(random))).port();
+    } catch (const std::runtime_error&) {
+      // taken: pick again
+    }
+  }
+  throw std::runtime_error("no free port below the ephemeral range");
+}
 
 // A rendezvous on 127.0.0.1:`port` with timeouts short enough for tests but
 // long enough that a loaded machine does not trip them by accident.
@@ -64,6 +84,7 @@ inline RendezvousConfig testConfig(const std::string& backend, uint16_t port,
   config.endpoint_port = port;
   config.join_timeout = seconds(15);
   config.last_call_timeout = milliseconds(300);
+  config.close_timeout = milliseconds(300);  // a host's shutdown() waits this long for peers
   config.keep_alive_interval = milliseconds(250);
   config.keep_alive_max_attempt = 20;  // 5 s: nobody is declared dead by accident
   return config;
