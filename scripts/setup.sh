@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config python3
-          libgloo-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev)
+          libgloo-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+          slurm-client)
 for arg in "$@"; do
   case "$arg" in
     --peers) packages+=(python3-torch) ;;

@@ -51,6 +51,9 @@ class HostlistParser {
   void expandItem(size_t begin, size_t end, const std::string& head, std::vector<std::string>& out) {
     size_t open = text_.find('[', begin);
     if (open == std::string::npos || open >= end) {
+      // Slurm (scontrol show hostnames) rejects "tux[1-2]-ib": no text may
+      // follow the last bracket group of a name.
+      if (!head.empty() && begin < end) fail("text after the last ']' (Slurm allows none)", begin);
       addHost(head + text_.substr(begin, end - begin), begin, out);
       return;
     }

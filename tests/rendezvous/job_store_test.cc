@@ -66,6 +66,28 @@ TEST(JobStoreTest, AgentsRacingToHostOnOneMachineEndWithExactlyOneHost) {
   }
 }
 
+TEST(JobStoreTest, AnInferredHostKeepsTryingWhileThePortIsNeitherFreeNorServed) {
+  // Like two agents whose listen() calls collided (both fail): for a while
+  // this agent can neither listen on the port nor connect to anyone there.
+  // (A socket bound without SO_REUSEADDR and never listening does that.)
+  const uint16_t port = unusedPort();
+  int rival = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  ASSERT_EQ(::bind(rival, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  auto rival_gives_up = std::async(std::launch::async, [rival] {
+    std::this_thread::sleep_for(milliseconds(300));
+    ::close(rival);
+  });
+  const auto start = SteadyClock::now();
+  JobStoreEndpoint endpoint(testConfig("c10d", port), StoreRole::kHostIfFree, "test");
+  EXPECT_TRUE(endpoint.hosting());
+  EXPECT_GE(secondsSince(start), 0.25);
+  rival_gives_up.get();
+}
+
 TEST(JobStoreTest, AnUnreachableEndpointTimesOutAfterTheJoinTimeout) {
   RendezvousConfig config = testConfig("c10d", unusedPort());
   config.join_timeout = milliseconds(500);
