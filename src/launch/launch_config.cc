@@ -313,7 +313,11 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
   if (auto* v = get("redirects")) redirects = parseStreams(*v);
   if (auto* v = get("tee")) tees = parseStreams(*v);
   if (auto* v = get("local-ranks-filter")) config.local_ranks_filter = parseRanksFilter(*v);
-  if (auto* v = get("log-line-prefix-template")) config.log_line_prefix_template = v->value;
+  if (auto* v = get("log-line-prefix-template")) {
+    config.log_line_prefix_template = v->value;
+  } else if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
+    config.log_line_prefix_template = it->second;  // torchrun reads the same variable
+  }
   const FlagValue* signals = get("signals-to-handle");
   config.signals_to_handle = parseSignals(signals ? *signals : FlagValue{flagDefault("signals-to-handle"), "--signals-to-handle"});
   if (auto* v = get("shutdown-timeout")) config.shutdown_timeout = v->toSeconds(true);

@@ -25,7 +25,7 @@ std::string bindAddressFor(const std::string& endpoint_host) {
 }  // namespace
 
 std::string closedRunMessage(const std::string& run_id) {
-  return "rendezvous '" + run_id + "' is closed: the run has ended (an agent called shutdown())";
+  return "rendezvous '" + run_id + "' is closed: the run has ended and no new round can start";
 }
 
 std::string endpointText(const std::string& host, uint16_t port) {

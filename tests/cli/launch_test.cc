@@ -132,6 +132,63 @@ TEST(LaunchTest, SigtermStopsEveryWorkerWithinTheGracePeriod) {
   EXPECT_EQ(r.output.find("ORPHAN"), std::string::npos) << r.output;
 }
 
+TEST(LaunchTest, PrefixTemplateFromTorchrunsVariable) {
+  auto r = runCommand("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=\"<\\${role_name}-\\${rank}>\" " + launch() +
+                      " --nproc-per-node 2 --role trainer --master-port " + std::to_string(freePort()) +
+                      " --no-python echo hello", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("<trainer-0>hello"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("<trainer-1>hello"), std::string::npos) << r.output;
+}
+
+// Writes a worker script into `dir` and returns its path (no shell quoting
+// games in the launch command lines).
+std::string writeScript(const std::string& dir, const std::string& name, const std::string& body) {
+  std::string path = dir + "/" + name;
+  std::ofstream(path) << body;
+  return path;
+}
+
+TEST(LaunchTest, MasterPortCollisionIsRetriedWithoutUsingARestart) {
+  // The first attempt's rank 0 fails the way PyTorch's store does when
+  // MASTER_PORT was taken; the agent must retry with a new port and no
+  // restart (--max-restarts 0), and the job then succeeds.
+  std::string dir = tempDir();
+  std::string script = writeScript(dir, "worker.sh", R"(
+echo PORT $RANK $MASTER_PORT restart=$TORCHELASTIC_RESTART_COUNT
+if [ $RANK = 0 ] && [ ! -e "$(dirname "$0")/once" ]; then
+  touch "$(dirname "$0")/once"
+  echo "RuntimeError: The server socket has failed to listen on any local network address. port: $MASTER_PORT, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use" >&2
+  exit 1
+fi
+sleep 0.3
+)");
+  auto r = runCommand(launch() + " --nproc-per-node 2 --max-restarts 0 --master-port " + std::to_string(freePort()) +
+                      " --no-python sh " + script, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::regex port_line("PORT 0 (\\d+) restart=0");
+  std::set<std::string> ports;
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), port_line); it != std::sregex_iterator(); ++it) {
+    ports.insert((*it)[1]);
+  }
+  EXPECT_EQ(ports.size(), 2u) << "a second attempt on a new port\n" << r.output;
+}
+
+TEST(LaunchTest, FailureSummaryIsWrittenAsJsonInTheLogDir) {
+  std::string dir = tempDir();
+  std::string script = writeScript(dir, "fail.sh", "echo oops >&2\nexit $((RANK + 3))\n");
+  auto r = runCommand(launch() + " --nproc-per-node 2 --rdzv-id jobj --log-dir " + dir + " --master-port " +
+                      std::to_string(freePort()) + " --no-python sh " + script, 60);
+  EXPECT_TRUE(r.exit_code == 3 || r.exit_code == 4) << r.output;
+  std::ifstream json(dir + "/jobj/failure.json");
+  ASSERT_TRUE(json.good()) << "no " << dir << "/jobj/failure.json\n" << r.output;
+  std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("oops"), std::string::npos) << text;
+  std::ifstream stderr_log(dir + "/jobj/attempt_0/1/stderr.log");
+  std::string log((std::istreambuf_iterator<char>(stderr_log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(log, "oops\n");
+}
+
 struct BadLaunch {
   std::string args;
   std::string expected;
