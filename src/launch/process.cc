@@ -157,7 +157,7 @@ std::string resolveExecutable(const std::string& name, const std::string& path_v
   throw ConfigError("cannot run '" + name + "': " + errorText(err));
 }
 
-SpawnedProcess spawnProcess(const std::vector<std::string>& argv,
+StartedProcess startProcess(const std::vector<std::string>& argv,
                             const std::map<std::string, std::string>& env) {
   if (argv.empty()) throw ConfigError("cannot run '': the worker command is empty");
   auto path_entry = env.find("PATH");
@@ -187,9 +187,33 @@ SpawnedProcess spawnProcess(const std::vector<std::string>& argv,
   // Also from the parent, so the group exists before anyone signals it
   // (EACCES once the child has exec'd, ESRCH if it is gone: both fine).
   ::setpgid(pid, pid);
-  error_write.reset();
-  out_write.reset();
-  err_write.reset();
+  StartedProcess started;
+  started.pid = pid;
+  started.command = argv[0];
+  started.stdout_fd = out_read.release();
+  started.stderr_fd = err_read.release();
+  started.exec_status_fd = error_read.release();
+  return started;
+}
+
+void abandonProcess(StartedProcess& started) {
+  if (started.pid <= 0) return;
+  signalProcessGroup(started.pid, SIGKILL);
+  reap(started.pid);
+  for (int* fd : {&started.stdout_fd, &started.stderr_fd, &started.exec_status_fd}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+  started.pid = -1;
+}
+
+SpawnedProcess awaitExec(StartedProcess& started) {
+  Fd error_read(started.exec_status_fd);
+  Fd out_read(started.stdout_fd);
+  Fd err_read(started.stderr_fd);
+  started.exec_status_fd = started.stdout_fd = started.stderr_fd = -1;
+  const pid_t pid = started.pid;
+  started.pid = -1;
 
   ChildError failure{0, 0};
   ssize_t n;
@@ -198,8 +222,8 @@ SpawnedProcess spawnProcess(const std::vector<std::string>& argv,
   } while (n < 0 && errno == EINTR);
   if (n == static_cast<ssize_t>(sizeof(failure))) {
     reap(pid);
-    if (failure.stage == kExec) throw ConfigError("cannot run '" + argv[0] + "': " + errorText(failure.err));
-    throw IoError(std::string("cannot start '") + argv[0] + "': " +
+    if (failure.stage == kExec) throw ConfigError("cannot run '" + started.command + "': " + errorText(failure.err));
+    throw IoError(std::string("cannot start '") + started.command + "': " +
                   (failure.stage == kSetpgid ? "setpgid" : "dup2") + " failed in the child: " +
                   errnoString(failure.err));
   }
@@ -219,6 +243,12 @@ SpawnedProcess spawnProcess(const std::vector<std::string>& argv,
   spawned.stdout_fd = out_read.release();
   spawned.stderr_fd = err_read.release();
   return spawned;
+}
+
+SpawnedProcess spawnProcess(const std::vector<std::string>& argv,
+                            const std::map<std::string, std::string>& env) {
+  StartedProcess started = startProcess(argv, env);
+  return awaitExec(started);
 }
 
 bool signalProcessGroup(pid_t pgid, int sig) {

@@ -32,6 +32,21 @@ struct SpawnedProcess {
 SpawnedProcess spawnProcess(const std::vector<std::string>& argv,
                             const std::map<std::string, std::string>& env);
 
+// spawnProcess in two halves, so that a group's workers exec in parallel:
+// startProcess forks and returns at once; awaitExec blocks until that child
+// has exec'd and throws as spawnProcess does (reaping the child) when it
+// could not. Every started process must be awaited or abandoned exactly once.
+struct StartedProcess {
+  pid_t pid = -1;
+  std::string command;  // argv[0], for messages
+  int stdout_fd = -1, stderr_fd = -1, exec_status_fd = -1;
+};
+StartedProcess startProcess(const std::vector<std::string>& argv,
+                            const std::map<std::string, std::string>& env);
+SpawnedProcess awaitExec(StartedProcess& started);
+// Kills, reaps and closes a started process that will not be awaited.
+void abandonProcess(StartedProcess& started);
+
 // The executable `name` resolves to in `path_var` (a PATH value; "" means
 // "/bin:/usr/bin"); names with a '/' are returned as given. Throws
 // ConfigError like spawnProcess when none is found or none is executable.
