@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/settings.h"
+#include "launch/free_port.h"
 #include "launch/worker_group.h"
 #include "store/store.h"
 
@@ -43,22 +44,9 @@ std::map<std::string, std::string> inheritedEnvironment() {
   return env;
 }
 
-// A port nobody listens on right now, for PyTorch's own store on the master.
-// PyTorch's rank 0 binds it after we let go of it, so another process can
-// take it in between: the agent then retries with a new port (see run()).
-std::string freePort() {
-  int fd = DTRAIN_CHECK_ERRNO(::socket(AF_INET, SOCK_STREAM, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  socklen_t len = sizeof(addr);
-  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  if (rc == 0) rc = ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw IoError("could not find a free port for MASTER_PORT: " + errnoString(err));
-  return std::to_string(ntohs(addr.sin_port));
-}
+// PyTorch's rank 0 binds MASTER_PORT after we let go of it, so another
+// process can take it in between: the agent then retries with a new port.
+std::string freePort() { return std::to_string(freeTcpPort(/*loopback_only=*/false, "MASTER_PORT")); }
 
 bool mentionsPortCollision(const WorkerFailure& failure) {
   for (const auto& line : failure.stderr_tail) {

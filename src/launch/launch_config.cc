@@ -4,6 +4,8 @@
 // expected. The grammar (flags, spellings, PET_ names) is in launch_flags.
 #include "launch/launch_config.h"
 
+#include "launch/free_port.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -214,26 +216,6 @@ std::vector<int> parseSignals(const FlagValue& raw) {
   return signals;
 }
 
-// A port the kernel reports free on 127.0.0.1, for --standalone. The socket
-// is closed before the rendezvous host binds the port, so another process
-// could take it in between: a small race accepted only here, where a fresh
-// port per run is the point (torchrun binds "localhost:0" inside the store).
-uint16_t freeLoopbackPort() {
-  int fd = DTRAIN_CHECK_ERRNO(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw IoError("--standalone: no free port on 127.0.0.1: " + errnoString(err));
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // A version-4 UUID, as torchrun's --standalone run id.
 std::string randomRunId() {
   std::random_device device;
@@ -327,7 +309,7 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
     if (rdzv.max_nodes != 1) get("nnodes")->fail("--standalone runs a single node; expected 1");
     rdzv.backend = "c10d";
     rdzv.endpoint_host = "127.0.0.1";
-    endpoint_port = freeLoopbackPort();
+    endpoint_port = freeTcpPort(/*loopback_only=*/true, "--standalone");
     rdzv.run_id = randomRunId();
   }
 
