@@ -23,6 +23,9 @@ int runMain(int argc, char** argv) {
   dtrain::cli::registerBenchCollectives(*bench, exit_code);
   dtrain::cli::registerBenchStore(*bench, exit_code);
   dtrain::cli::registerLaunch(app, exit_code);
+#if DTRAIN_WITH_TRAIN
+  dtrain::cli::registerTrain(app, exit_code);
+#endif
   dtrain::cli::registerSettings(app, exit_code);
 
   try {

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <fstream>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -348,8 +349,12 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
     throw ConfigError("--module and --no-python cannot be used together (-m runs python -m MODULE)");
   }
   // torchrun runs sys.executable; the nearest equivalent is python3 on PATH.
-  // --run-path (runpy in torchrun) runs the script the same way.
-  if (!no_python) {
+  // --run-path (runpy in torchrun) runs the script the same way. A compiled
+  // program (an ELF file, such as `dtrain train` or a library user's binary)
+  // is run directly, as --no-python would: python could only fail on it.
+  if (!no_python && !module && isElfExecutable(args[parsed.script_index])) {
+    config.worker_argv.clear();
+  } else if (!no_python) {
     auto python = env.find("PYTHON_EXEC");
     config.worker_argv = {python != env.end() && !python->second.empty() ? python->second : "python3", "-u"};
     if (module) config.worker_argv.push_back("-m");
@@ -357,6 +362,31 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
   config.worker_argv.insert(config.worker_argv.end(), args.begin() + static_cast<long>(parsed.script_index),
                             args.end());
   return config;
+}
+
+bool isElfExecutable(const std::string& path) {
+  std::string resolved = path;
+  if (path.find('/') == std::string::npos) {
+    // A bare name is looked up on PATH, as execvp will.
+    const char* search = std::getenv("PATH");
+    std::string dirs = search != nullptr ? search : "";
+    resolved.clear();
+    size_t start = 0;
+    while (start <= dirs.size()) {
+      size_t end = dirs.find(':', start);
+      if (end == std::string::npos) end = dirs.size();
+      std::string candidate = dirs.substr(start, end - start) + "/" + path;
+      if (::access(candidate.c_str(), X_OK) == 0) {
+        resolved = candidate;
+        break;
+      }
+      start = end + 1;
+    }
+    if (resolved.empty()) return false;
+  }
+  std::ifstream file(resolved, std::ios::binary);
+  char magic[4] = {};
+  return file.read(magic, 4) && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
 }
 
 std::map<std::string, std::string> currentEnvironment() {

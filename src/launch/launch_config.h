@@ -68,6 +68,9 @@ std::string launchUsage();
 
 // The environment as a map (for parseLaunchArgs).
 std::map<std::string, std::string> currentEnvironment();
+// True when path (or, for a bare name, the first executable of that name on
+// PATH) is an ELF binary: the launcher runs it without python.
+bool isElfExecutable(const std::string& path);
 
 // GPUs visible to this process without linking CUDA: the NVIDIA devices
 // under `root`/proc/driver/nvidia/gpus (or /dev/nvidiaN), narrowed by

@@ -162,6 +162,16 @@ TEST(LaunchConfigTest, WorkerCommand) {
             (Args{"/opt/py/bin/python", "-u", "train.py"}));
 }
 
+// A compiled program runs as is (python could only fail on it); a script
+// that merely exists stays a python script, as under torchrun.
+TEST(LaunchConfigTest, ElfProgramRunsWithoutPython) {
+  EXPECT_EQ(parse({"/bin/true", "x"}).worker_argv, (Args{"/bin/true", "x"}));
+  EXPECT_EQ(parse({"true"}).worker_argv, (Args{"true"}));  // found on PATH
+  EXPECT_EQ(parse({DTRAIN_SOURCE_DIR "/scripts/setup.sh"}).worker_argv,
+            (Args{"python3", "-u", DTRAIN_SOURCE_DIR "/scripts/setup.sh"}));
+  EXPECT_EQ(parse({"-m", "true"}).worker_argv, (Args{"python3", "-u", "-m", "true"}));
+}
+
 TEST(LaunchConfigTest, NprocPerNodeWords) {
   const int cpus = std::max(1u, std::thread::hardware_concurrency());
   EXPECT_EQ(parse({"--nproc-per-node", "cpu", "t.py"}).nproc_per_node, cpus);

@@ -1,0 +1,149 @@
+// DataParallel: synchronous data-parallel training of a torch::nn::Module
+// over a dtrain Communicator (what DistributedDataParallel is to PyTorch, for
+// the C++ API).
+//
+//   auto ctx = dtrain::init();
+//   auto model = std::make_shared<Net>(); model->to(ctx->device());
+//   dtrain::DataParallel dp(model, ctx->communicator());
+//   auto opt = dtrain::makeSGD(dp.slabs(), {.lr = 0.1, .momentum = 0.9});
+//   for (...) { opt->zeroGrad(); loss(model->forward(x), y).backward(); opt->step(); }
+//
+// Contract:
+// - Construction moves every trainable parameter into one flat buffer per
+//   dtype (the "slab"); each parameter and its .grad become views into the
+//   slab and its gradient slab, so an optimizer updates whole slabs. The
+//   slab holds parameters in reverse registration order (the order backward
+//   produces gradients), each padded to 16 bytes.
+// - Construction broadcasts parameters and buffers from rank 0, so every
+//   rank starts from rank 0's model.
+// - Buckets are contiguous slices of the gradient slab: the first ~1 MiB
+//   (first_bucket_mb), then up to bucket_mb each. During backward a bucket
+//   is all-reduced (averaged) as soon as all its gradients are accumulated,
+//   while backward goes on; on CUDA the all-reduce runs on a communication
+//   stream. Buckets start in the same order on every rank. When backward()
+//   returns, every .grad holds the average over ranks (like DDP).
+// - Parameters that got no gradient in a backward keep what their gradient
+//   slab holds (zero after zeroGrad()) and are averaged like the others, so
+//   unused parameters need no flag and every rank runs the same collectives.
+// - Gradients accumulate across backward passes until zeroGrad(); inside a
+//   noSync() scope backward only accumulates locally, and the next backward
+//   outside it averages the sum (gradient accumulation as with DDP.no_sync()).
+// - Buffers (BatchNorm running statistics) are not averaged. As with DDP's
+//   broadcast_buffers, rank 0's buffers are the model's: syncBuffers()
+//   broadcasts them, and dtrain train calls it before evaluation and
+//   checkpoints. Training-mode BatchNorm normalises with each rank's own
+//   batch statistics (not SyncBatchNorm).
+// - Do not replace parameter tensors, call .to() on the module, or set
+//   .grad to undefined after construction (zeroGrad() zeros in place): the
+//   views would be lost. Move the module to its device first.
+// - A failed or timed-out all-reduce surfaces from backward() (CommError).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "dtrain/optim.h"
+
+namespace dtrain {
+
+class Communicator;
+class Work;
+
+struct DataParallelOptions {
+  double bucket_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  // Broadcast parameters and buffers from rank 0 at construction.
+  bool broadcast_at_start = true;
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  // Record per-bucket timings of each backward (lastTimeline()).
+  bool record_timeline = false;
+};
+
+// One bucket: a contiguous slice [offset, offset + numel) of slab `slab`'s
+// gradient, holding the gradients of `params` (indices into parameters()).
+struct Bucket {
+  int slab = 0;
+  int64_t offset = 0;
+  int64_t numel = 0;
+  std::vector<int> params;
+};
+
+// Timings of the last synchronised backward, in milliseconds since the first
+// gradient of that backward was ready. On CUDA they come from events on the
+// compute and communication streams; on the CPU from the host clock.
+struct BackwardTimeline {
+  struct BucketTimes {
+    double ready_ms = 0;      // its last gradient was accumulated
+    double start_ms = 0;      // its all-reduce was started
+    double end_ms = 0;        // its all-reduce finished
+    int64_t bytes = 0;
+  };
+  std::vector<BucketTimes> buckets;  // in launch order
+  double backward_end_ms = 0;        // the last gradient of the backward was ready
+};
+
+class DataParallel {
+ public:
+  DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> communicator,
+               DataParallelOptions options = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
+  // Trainable parameters in registration order (the module's parameters()).
+  const std::vector<torch::Tensor>& parameters() const { return params_; }
+  // The flat parameter/gradient slabs, one per dtype, for optimizers.
+  const std::vector<FlatSlab>& slabs() const { return slabs_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+  // Zeros every gradient slab in place.
+  void zeroGrad();
+  // Broadcasts the module's buffers (BatchNorm statistics) from rank 0.
+  void syncBuffers();
+  // Broadcasts parameters from rank 0 (done at construction).
+  void syncParameters();
+
+  // While alive, backward passes only accumulate local gradients.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DataParallel& dp) : dp_(dp), previous_(dp.no_sync_) { dp_.no_sync_ = true; }
+    ~NoSyncGuard() { dp_.no_sync_ = previous_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DataParallel& dp_;
+    bool previous_;
+  };
+  NoSyncGuard noSync() { return NoSyncGuard(*this); }
+
+  // Timings of the last synchronised backward (needs record_timeline).
+  BackwardTimeline lastTimeline() const;
+  int64_t syncedBackwards() const { return synced_backwards_; }
+
+ private:
+  struct Impl;
+  void onGradReady(int param);
+  void launchBucket(int bucket);
+  void finishBackward();
+  void broadcastTensors(const std::vector<torch::Tensor>& tensors);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<Communicator> comm_;
+  DataParallelOptions options_;
+  std::vector<torch::Tensor> params_;
+  std::vector<FlatSlab> slabs_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_param_;
+  std::shared_ptr<Impl> impl_;  // hooks, per-backward state, streams, events
+  bool no_sync_ = false;
+  int64_t synced_backwards_ = 0;
+  std::mutex mutex_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,101 @@
+// Optimizers over flat parameter slabs (what torch.optim is to PyTorch, for
+// the slabs DataParallel keeps).
+//
+//   auto opt = dtrain::makeAdamW(dp.slabs(), {.lr = 1e-3});
+//   opt->zeroGrad(); loss.backward(); dtrain::clipGradNorm(opt->slabs(), 1.0); opt->step();
+//
+// Contract:
+// - A slab is one contiguous 1-D float32 or float64 tensor of parameters with
+//   a gradient of the same dtype, device and numel (CPU or CUDA). Parameters
+//   that are views into a slab see every update. Anything else is rejected
+//   at construction with ConfigError naming the slab.
+// - step() updates each slab with a few whole-slab in-place kernels (never
+//   one per parameter), exactly by torch.optim.SGD / torch.optim.AdamW's
+//   formulas. It runs under NoGradGuard and never reads the device.
+// - Optimizer state lives on the slab's device. stateDict() returns the live
+//   state tensors (no copies: clone them to keep a snapshot) plus a CPU int64
+//   step count; loadStateDict() copies into the live state after checking
+//   every key, shape and dtype first (ConfigError, nothing changed on error).
+//   The key set depends only on the options and slab count, so a fresh
+//   optimizer lists every key a checkpoint of the same setup holds.
+// - Not thread-safe; one optimizer per set of slabs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace dtrain {
+
+// One contiguous 1-D slab of parameters and its gradient: same dtype, device,
+// numel. DataParallel keeps every parameter as a view into such slabs.
+struct FlatSlab {
+  torch::Tensor param;
+  torch::Tensor grad;
+};
+
+struct SGDOptions {
+  double lr = 0.1;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every slab from its current grad.
+  virtual void step() = 0;
+  double lr() const { return lr_; }
+  // ConfigError unless lr >= 0 (a schedule sets this every step).
+  void setLr(double lr);
+  // grad.zero_() on every slab; the grad stays defined (views stay valid).
+  void zeroGrad();
+  const std::vector<FlatSlab>& slabs() const { return slabs_; }
+
+  // Keys "sgd.step", "sgd.momentum.<slab>" (momentum != 0 only);
+  // "adamw.step", "adamw.exp_avg.<slab>", "adamw.exp_avg_sq.<slab>".
+  // "*.step" is an int64 scalar tensor on the CPU: the steps taken so far.
+  virtual std::map<std::string, torch::Tensor> stateDict() const = 0;
+  // ConfigError naming a missing key or a shape/dtype mismatch.
+  virtual void loadStateDict(const std::map<std::string, torch::Tensor>& state) = 0;
+  virtual std::string name() const = 0;  // "sgd" / "adamw"
+
+ protected:
+  // Validates the slabs (ConfigError naming `who`, the slab and the problem).
+  Optimizer(std::vector<FlatSlab> slabs, double lr, const std::string& who);
+
+  std::vector<FlatSlab> slabs_;
+  double lr_;
+};
+
+// ConfigError unless lr >= 0, momentum >= 0, weight_decay >= 0, and nesterov
+// has momentum > 0 and dampening 0 (torch.optim.SGD's checks).
+std::unique_ptr<Optimizer> makeSGD(std::vector<FlatSlab> slabs, const SGDOptions& options);
+// ConfigError unless lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0.
+std::unique_ptr<Optimizer> makeAdamW(std::vector<FlatSlab> slabs, const AdamWOptions& options);
+
+// torch.nn.utils.clip_grad_norm_ over every element of every slab's grad:
+// when the total L2 norm is finite and > max_norm, scales every grad in place
+// by max_norm / (total + 1e-6). Returns the total norm before clipping (one
+// device read). Non-finite norms leave the grads as they are (GradScaler
+// skips such a step). ConfigError unless max_norm > 0.
+double clipGradNorm(const std::vector<FlatSlab>& slabs, double max_norm);
+
+}  // namespace dtrain

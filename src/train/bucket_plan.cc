@@ -1,0 +1,61 @@
+#include "train/bucket_plan.h"
+
+#include <algorithm>
+#include <map>
+
+namespace dtrain {
+
+SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket_mb, double bucket_mb) {
+  SlabPlan plan;
+  plan.bucket_of_param.assign(params.size(), -1);
+  std::map<torch::ScalarType, int> slab_of_dtype;
+  for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+    const torch::ScalarType dtype = params[i].scalar_type();
+    auto [it, inserted] = slab_of_dtype.emplace(dtype, static_cast<int>(plan.slabs.size()));
+    if (inserted) plan.slabs.push_back(SlabLayout{dtype, 0, {}, {}});
+    SlabLayout& slab = plan.slabs[it->second];
+    const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t align = std::max<int64_t>(1, 16 / element);
+    slab.numel = (slab.numel + align - 1) / align * align;
+    slab.params.push_back(i);
+    slab.offsets.push_back(slab.numel);
+    slab.numel += params[i].numel();
+  }
+  // Slab order follows first appearance in registration order.
+  std::vector<int> order(plan.slabs.size());
+  for (size_t s = 0; s < plan.slabs.size(); ++s) order[s] = static_cast<int>(s);
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return plan.slabs[a].params.back() < plan.slabs[b].params.back(); });
+  std::vector<SlabLayout> sorted;
+  for (int s : order) sorted.push_back(std::move(plan.slabs[s]));
+  plan.slabs = std::move(sorted);
+
+  for (size_t s = 0; s < plan.slabs.size(); ++s) {
+    SlabLayout& slab = plan.slabs[s];
+    const double element = static_cast<double>(c10::elementSize(slab.dtype));
+    const size_t first_bucket = plan.buckets.size();
+    Bucket current;
+    current.slab = static_cast<int>(s);
+    double current_bytes = 0;
+    for (size_t k = 0; k < slab.params.size(); ++k) {
+      const double cap_bytes = (plan.buckets.size() == first_bucket ? first_bucket_mb : bucket_mb) * 1024 * 1024;
+      const double bytes = static_cast<double>(params[slab.params[k]].numel()) * element;
+      if (!current.params.empty() && current_bytes + bytes > cap_bytes) {
+        current.numel = slab.offsets[k] - current.offset;
+        plan.buckets.push_back(current);
+        current = Bucket{static_cast<int>(s), slab.offsets[k], 0, {}};
+        current_bytes = 0;
+      }
+      current.params.push_back(slab.params[k]);
+      current_bytes += bytes;
+    }
+    current.numel = slab.numel - current.offset;
+    plan.buckets.push_back(current);
+  }
+  for (size_t b = 0; b < plan.buckets.size(); ++b) {
+    for (int p : plan.buckets[b].params) plan.bucket_of_param[p] = static_cast<int>(b);
+  }
+  return plan;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,37 @@
+// The layout of DataParallel's flat slabs and the bucket plan over them
+// (private to train/).
+//
+// Parameters are grouped by dtype (one slab each, in order of first
+// appearance); inside a slab they lie in reverse registration order, which
+// is roughly the order backward produces their gradients. Each parameter
+// starts at a 16-byte boundary. Buckets tile each slab without gaps: a
+// bucket takes whole parameters until adding the next would pass its cap
+// (the first bucket of a slab: first_bucket_mb, then bucket_mb); a
+// parameter larger than the cap gets a bucket of its own.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "dtrain/data_parallel.h"
+
+namespace dtrain {
+
+struct SlabLayout {
+  torch::ScalarType dtype = torch::kFloat;
+  int64_t numel = 0;             // including alignment padding
+  std::vector<int> params;       // indices into the parameter list, in slab order
+  std::vector<int64_t> offsets;  // element offset of each, same order
+};
+
+struct SlabPlan {
+  std::vector<SlabLayout> slabs;
+  std::vector<Bucket> buckets;       // slab 0's buckets, then slab 1's, ...
+  std::vector<int> bucket_of_param;  // indexed like the parameter list
+};
+
+SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket_mb, double bucket_mb);
+
+}  // namespace dtrain

@@ -1,0 +1,368 @@
+#include "dtrain/data_parallel.h"
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <map>
+#include <unordered_set>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "train/bucket_plan.h"
+#include "train/tensor_buffer.h"
+
+#if DTRAIN_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_check.h"
+#endif
+
+namespace dtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double msBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+// Runs `fn` after the parameter's gradient was accumulated (a post hook on
+// its AccumulateGrad node, as DDP's reducer does). Written against the
+// FunctionPostHook interface, which 1.13 and 2.x share.
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+}  // namespace
+
+struct DataParallel::Impl {
+  DataParallel* owner = nullptr;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: params hold them weakly
+  std::vector<int> initial_pending;
+  std::vector<int> pending;
+  std::vector<char> ready;
+  int next_bucket = 0;
+  bool in_backward = false;
+  std::vector<std::shared_ptr<Work>> works;  // this backward's all-reduces, in launch order
+  std::vector<std::shared_ptr<Work>> previous_works;
+
+  bool cuda = false;
+  int device_index = 0;
+  // Host-clock timeline (CPU).
+  Clock::time_point first_ready;
+  std::vector<double> ready_ms, start_ms, end_ms;
+  double backward_end_ms = 0;
+#if DTRAIN_TORCH_CUDA
+  std::optional<c10::cuda::CUDAStream> comm_stream;
+  std::vector<cudaEvent_t> ready_events, start_events, end_events;
+  cudaEvent_t first_event = nullptr, backward_end_event = nullptr, joined_event = nullptr;
+
+  static cudaEvent_t makeEvent(bool timing) {
+    cudaEvent_t event = nullptr;
+    DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+    return event;
+  }
+  cudaStream_t computeStream() const {
+    return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)).stream();
+  }
+#endif
+
+  ~Impl() {
+#if DTRAIN_TORCH_CUDA
+    for (auto* list : {&ready_events, &start_events, &end_events}) {
+      for (cudaEvent_t e : *list) cudaEventDestroy(e);
+    }
+    for (cudaEvent_t e : {first_event, backward_end_event, joined_event}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+#endif
+  }
+};
+
+DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> communicator,
+                           DataParallelOptions options)
+    : module_(std::move(module)), comm_(std::move(communicator)), options_(options) {
+  if (!module_) throw ConfigError("DataParallel: the module is null");
+  if (!comm_) throw ConfigError("DataParallel: the communicator is null");
+  if (options_.bucket_mb <= 0 || options_.first_bucket_mb <= 0) {
+    throw ConfigError("DataParallel: bucket sizes must be > 0 MiB (got bucket_mb=" +
+                      std::to_string(options_.bucket_mb) + ", first_bucket_mb=" +
+                      std::to_string(options_.first_bucket_mb) + ")");
+  }
+  std::unordered_set<const void*> seen;
+  for (const torch::Tensor& p : module_->parameters(/*recurse=*/true)) {
+    if (!p.requires_grad()) continue;
+    if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;  // a shared parameter counts once
+    params_.push_back(p);
+  }
+  if (params_.empty()) throw ConfigError("DataParallel: the module has no trainable parameters");
+  const torch::Device device = params_.front().device();
+  for (const torch::Tensor& p : params_) {
+    if (p.device() != device) {
+      throw ConfigError("DataParallel: parameters live on " + device.str() + " and " + p.device().str() +
+                        "; move the whole module to one device first");
+    }
+    if (p.is_sparse() || !p.is_non_overlapping_and_dense()) {
+      throw ConfigError("DataParallel: parameter of shape " + toString(p.sizes()) +
+                        " is sparse or not dense; expected dense parameters");
+    }
+    dtypeOf(p.scalar_type());  // rejects dtypes the collectives cannot average
+  }
+
+  impl_ = std::make_shared<Impl>();
+  impl_->owner = this;
+  impl_->cuda = device.is_cuda();
+  impl_->device_index = device.is_cuda() ? device.index() : 0;
+#if !DTRAIN_TORCH_CUDA
+  if (impl_->cuda) throw ConfigError("DataParallel: CUDA parameters, but dtrain was built without CUDA support");
+#endif
+
+  const SlabPlan plan = planSlabs(params_, options_.first_bucket_mb, options_.bucket_mb);
+  buckets_ = plan.buckets;
+  bucket_of_param_ = plan.bucket_of_param;
+  {
+    torch::NoGradGuard no_grad;
+    for (const SlabLayout& layout : plan.slabs) {
+      auto tensor_options = torch::TensorOptions().dtype(layout.dtype).device(device);
+      FlatSlab slab{torch::zeros({layout.numel}, tensor_options), torch::zeros({layout.numel}, tensor_options)};
+      for (size_t k = 0; k < layout.params.size(); ++k) {
+        torch::Tensor& p = params_[layout.params[k]];
+        const int64_t offset = layout.offsets[k];
+        torch::Tensor view = slab.param.as_strided(p.sizes(), p.strides(), offset);
+        view.copy_(p.detach());
+        p.set_data(view);
+        p.mutable_grad() = slab.grad.as_strided(p.sizes(), p.strides(), offset);
+      }
+      slabs_.push_back(std::move(slab));
+    }
+  }
+
+  impl_->initial_pending.assign(buckets_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) impl_->initial_pending[b] = static_cast<int>(buckets_[b].params.size());
+  impl_->pending = impl_->initial_pending;
+  impl_->ready.assign(buckets_.size(), 0);
+  impl_->ready_ms.assign(buckets_.size(), 0);
+  impl_->start_ms.assign(buckets_.size(), 0);
+  impl_->end_ms.assign(buckets_.size(), 0);
+#if DTRAIN_TORCH_CUDA
+  if (impl_->cuda) {
+    impl_->comm_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
+                                                      static_cast<c10::DeviceIndex>(impl_->device_index));
+    const bool timing = options_.record_timeline;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      impl_->ready_events.push_back(Impl::makeEvent(timing));
+      impl_->start_events.push_back(Impl::makeEvent(timing));
+      impl_->end_events.push_back(Impl::makeEvent(timing));
+    }
+    impl_->first_event = Impl::makeEvent(timing);
+    impl_->backward_end_event = Impl::makeEvent(timing);
+    impl_->joined_event = Impl::makeEvent(false);
+  }
+#endif
+
+  std::weak_ptr<Impl> weak = impl_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    const int index = static_cast<int>(i);
+    accumulator->add_post_hook(std::make_unique<GradReadyHook>([weak, index] {
+      if (auto impl = weak.lock()) impl->owner->onGradReady(index);
+    }));
+    impl_->accumulators.push_back(std::move(accumulator));
+  }
+
+  if (options_.broadcast_at_start && comm_->size() > 1) {
+    syncParameters();
+    syncBuffers();
+  }
+}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::zeroGrad() {
+  for (FlatSlab& slab : slabs_) slab.grad.zero_();
+}
+
+void DataParallel::syncParameters() {
+  std::vector<torch::Tensor> flats;
+  for (const FlatSlab& slab : slabs_) flats.push_back(slab.param);
+  broadcastTensors(flats);
+}
+
+void DataParallel::syncBuffers() {
+  std::vector<torch::Tensor> buffers;
+  for (const torch::Tensor& b : module_->buffers(/*recurse=*/true)) {
+    if (b.defined() && b.numel() > 0) buffers.push_back(b);
+  }
+  broadcastTensors(buffers);
+}
+
+void DataParallel::broadcastTensors(const std::vector<torch::Tensor>& tensors) {
+  if (comm_->size() == 1 || tensors.empty()) return;
+  torch::NoGradGuard no_grad;
+  // One broadcast per dtype: pack into a flat tensor unless it already is one.
+  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (const torch::Tensor& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+  for (auto& [dtype, group] : by_dtype) {
+    const bool single_flat = group.size() == 1 && group[0].dim() == 1 && group[0].is_contiguous();
+    torch::Tensor flat = single_flat ? group[0] : torch::cat(flattenAll(group));
+    BroadcastOptions options;
+    options.root = 0;
+    options.timeout = options_.timeout;
+    Buffer buffer = bufferOf(flat, currentStreamOf(flat));
+    comm_->broadcast(buffer, options)->wait(options_.timeout);
+    if (!single_flat) {
+      int64_t offset = 0;
+      for (const torch::Tensor& t : group) {
+        t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
+    }
+  }
+}
+
+void DataParallel::onGradReady(int param) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (no_sync_) return;
+  Impl& impl = *impl_;
+  if (!impl.in_backward) {
+    // The first gradient of this backward: check the last one's all-reduces
+    // (a failure recorded since then surfaces here) and arrange the finish.
+    for (const auto& work : impl.previous_works) {
+      if (work->isCompleted() && work->exception()) std::rethrow_exception(work->exception());
+    }
+    impl.previous_works.clear();
+    impl.in_backward = true;
+    impl.first_ready = Clock::now();
+#if DTRAIN_TORCH_CUDA
+    if (impl.cuda) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.first_event, impl.computeStream()));
+#endif
+    std::weak_ptr<Impl> weak = impl_;
+    torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+      if (auto alive = weak.lock()) alive->owner->finishBackward();
+    });
+  }
+  const int b = bucket_of_param_[param];
+  if (--impl.pending[b] != 0) return;
+  impl.ready[b] = 1;
+  impl.ready_ms[b] = msBetween(impl.first_ready, Clock::now());
+#if DTRAIN_TORCH_CUDA
+  if (impl.cuda) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.ready_events[b], impl.computeStream()));
+#endif
+  // Buckets start in plan order on every rank, whatever order they got ready in.
+  while (impl.next_bucket < static_cast<int>(buckets_.size()) && impl.ready[impl.next_bucket]) {
+    launchBucket(impl.next_bucket++);
+  }
+}
+
+void DataParallel::launchBucket(int b) {
+  Impl& impl = *impl_;
+  const Bucket& bucket = buckets_[b];
+  torch::Tensor grad = slabs_[bucket.slab].grad.narrow(0, bucket.offset, bucket.numel);
+  AllreduceOptions options;
+  options.op = ReduceOp::kAvg;
+  options.timeout = options_.timeout;
+  impl.start_ms[b] = msBetween(impl.first_ready, Clock::now());
+  void* stream = nullptr;
+#if DTRAIN_TORCH_CUDA
+  if (impl.cuda) {
+    // The communication stream waits for this bucket's gradients only, so
+    // the rest of backward keeps running on the compute stream.
+    cudaStream_t comm_stream = impl.comm_stream->stream();
+    if (!impl.ready[b]) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.ready_events[b], impl.computeStream()));
+    DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(comm_stream, impl.ready_events[b], 0));
+    DTRAIN_CUDA_CHECK(cudaEventRecord(impl.start_events[b], comm_stream));
+    stream = comm_stream;
+  }
+#endif
+  impl.works.push_back(comm_->allreduce(bufferOf(grad, stream), bufferOf(grad, stream), options));
+#if DTRAIN_TORCH_CUDA
+  if (impl.cuda) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.end_events[b], impl.comm_stream->stream()));
+#endif
+}
+
+void DataParallel::finishBackward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Impl& impl = *impl_;
+  if (!impl.in_backward) return;
+  impl.backward_end_ms = msBetween(impl.first_ready, Clock::now());
+#if DTRAIN_TORCH_CUDA
+  if (impl.cuda) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.backward_end_event, impl.computeStream()));
+#endif
+  // Buckets with gradients that never came (unused parameters) go now, in order.
+  while (impl.next_bucket < static_cast<int>(buckets_.size())) launchBucket(impl.next_bucket++);
+
+  std::vector<std::shared_ptr<Work>> works;
+  works.swap(impl.works);
+  impl.in_backward = false;
+  impl.next_bucket = 0;
+  impl.pending = impl.initial_pending;
+  std::fill(impl.ready.begin(), impl.ready.end(), 0);
+  ++synced_backwards_;
+
+  if (impl.cuda) {
+#if DTRAIN_TORCH_CUDA
+    // The optimizer (on the compute stream) waits for the last all-reduce;
+    // the host does not.
+    DTRAIN_CUDA_CHECK(cudaEventRecord(impl.joined_event, impl.comm_stream->stream()));
+    DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(impl.computeStream(), impl.joined_event, 0));
+    impl.previous_works = std::move(works);
+#endif
+    return;
+  }
+  for (size_t i = 0; i < works.size(); ++i) {
+    works[i]->wait(options_.timeout);
+    impl.end_ms[i] = msBetween(impl.first_ready, Clock::now());
+  }
+}
+
+BackwardTimeline DataParallel::lastTimeline() const {
+  if (!options_.record_timeline) {
+    throw ConfigError("DataParallel::lastTimeline needs DataParallelOptions::record_timeline = true");
+  }
+  BackwardTimeline timeline;
+  const Impl& impl = *impl_;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    BackwardTimeline::BucketTimes times;
+    times.bytes = buckets_[b].numel * static_cast<int64_t>(slabs_[buckets_[b].slab].grad.element_size());
+    times.ready_ms = impl.ready_ms[b];
+    times.start_ms = impl.start_ms[b];
+    times.end_ms = impl.end_ms[b];
+#if DTRAIN_TORCH_CUDA
+    if (impl.cuda) {
+      float ms = 0;
+      DTRAIN_CUDA_CHECK(cudaEventSynchronize(impl.end_events[b]));
+      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, impl.first_event, impl.ready_events[b]));
+      times.ready_ms = ms;
+      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, impl.first_event, impl.start_events[b]));
+      times.start_ms = ms;
+      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, impl.first_event, impl.end_events[b]));
+      times.end_ms = ms;
+    }
+#endif
+    timeline.buckets.push_back(times);
+  }
+  timeline.backward_end_ms = impl.backward_end_ms;
+#if DTRAIN_TORCH_CUDA
+  if (impl.cuda) {
+    float ms = 0;
+    DTRAIN_CUDA_CHECK(cudaEventSynchronize(impl.backward_end_event));
+    DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, impl.first_event, impl.backward_end_event));
+    timeline.backward_end_ms = ms;
+  }
+#endif
+  return timeline;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,231 @@
+#include "dtrain/optim.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace dtrain {
+namespace {
+
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+std::string num(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+std::string shapeOf(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes() << " " << t.scalar_type();
+  return out.str();
+}
+
+// The negated comparisons reject NaN too.
+void requireAtLeast(const std::string& who, const char* field, double value, double min) {
+  if (!(value >= min)) {
+    throw ConfigError(who + ": invalid " + field + " " + num(value) + " (expected >= " + num(min) + ")");
+  }
+}
+
+torch::Tensor stepTensor(int64_t step) { return torch::tensor(step, torch::kLong); }
+
+// Checks that `state` holds every key of `live` with the same shape and dtype.
+void requireSameKeys(const std::string& who, const TensorMap& live, const TensorMap& state) {
+  for (const auto& [key, tensor] : live) {
+    auto it = state.find(key);
+    if (it == state.end()) throw ConfigError(who + " state: missing key '" + key + "'");
+    if (!it->second.defined() || it->second.sizes() != tensor.sizes() ||
+        it->second.scalar_type() != tensor.scalar_type()) {
+      throw ConfigError(who + " state: '" + key + "' is " +
+                        (it->second.defined() ? shapeOf(it->second) : std::string("undefined")) + ", expected " +
+                        shapeOf(tensor));
+    }
+  }
+}
+
+// Copies `state` into the live tensors and returns the step count it holds.
+int64_t loadInto(const std::string& who, const TensorMap& live, const TensorMap& state, const std::string& step_key) {
+  requireSameKeys(who, live, state);
+  const int64_t step = state.at(step_key).item<int64_t>();
+  if (step < 0) throw ConfigError(who + " state: '" + step_key + "' is " + std::to_string(step) + ", expected >= 0");
+  torch::NoGradGuard no_grad;
+  for (const auto& [key, tensor] : live) {
+    if (key != step_key) tensor.copy_(state.at(key));
+  }
+  return step;
+}
+
+class SGD final : public Optimizer {
+ public:
+  SGD(std::vector<FlatSlab> slabs, const SGDOptions& options)
+      : Optimizer(std::move(slabs), options.lr, "SGD"), options_(options) {
+    if (options_.momentum != 0) {
+      for (const FlatSlab& slab : slabs_) momentum_.push_back(torch::zeros_like(slab.param));
+    }
+  }
+
+  void step() override {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < slabs_.size(); ++i) {
+      torch::Tensor d_p = slabs_[i].grad;
+      if (options_.weight_decay != 0) d_p = d_p.add(slabs_[i].param, options_.weight_decay);
+      if (options_.momentum != 0) {
+        torch::Tensor& buf = momentum_[i];
+        if (steps_ == 0) {
+          buf.copy_(d_p);  // torch.optim.SGD: the first buffer is a clone of d_p, undamped
+        } else {
+          buf.mul_(options_.momentum).add_(d_p, 1 - options_.dampening);
+        }
+        d_p = options_.nesterov ? d_p.add(buf, options_.momentum) : buf;
+      }
+      slabs_[i].param.add_(d_p, -lr_);
+    }
+    ++steps_;
+  }
+
+  TensorMap stateDict() const override {
+    TensorMap state{{"sgd.step", stepTensor(steps_)}};
+    for (size_t i = 0; i < momentum_.size(); ++i) state["sgd.momentum." + std::to_string(i)] = momentum_[i];
+    return state;
+  }
+
+  void loadStateDict(const TensorMap& state) override { steps_ = loadInto("SGD", stateDict(), state, "sgd.step"); }
+
+  std::string name() const override { return "sgd"; }
+
+ private:
+  SGDOptions options_;
+  std::vector<torch::Tensor> momentum_;
+  int64_t steps_ = 0;
+};
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(std::vector<FlatSlab> slabs, const AdamWOptions& options)
+      : Optimizer(std::move(slabs), options.lr, "AdamW"), options_(options) {
+    for (const FlatSlab& slab : slabs_) {
+      exp_avg_.push_back(torch::zeros_like(slab.param));
+      exp_avg_sq_.push_back(torch::zeros_like(slab.param));
+    }
+  }
+
+  void step() override {
+    torch::NoGradGuard no_grad;
+    ++steps_;
+    const double bias_correction1 = 1 - std::pow(options_.beta1, static_cast<double>(steps_));
+    const double bias_correction2 = 1 - std::pow(options_.beta2, static_cast<double>(steps_));
+    const double step_size = lr_ / bias_correction1;
+    const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+    for (size_t i = 0; i < slabs_.size(); ++i) {
+      torch::Tensor& param = slabs_[i].param;
+      const torch::Tensor& grad = slabs_[i].grad;
+      param.mul_(1 - lr_ * options_.weight_decay);
+      exp_avg_[i].lerp_(grad, 1 - options_.beta1);
+      exp_avg_sq_[i].mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
+      torch::Tensor denom = exp_avg_sq_[i].sqrt().div_(bias_correction2_sqrt).add_(options_.eps);
+      param.addcdiv_(exp_avg_[i], denom, -step_size);
+    }
+  }
+
+  TensorMap stateDict() const override {
+    TensorMap state{{"adamw.step", stepTensor(steps_)}};
+    for (size_t i = 0; i < slabs_.size(); ++i) {
+      state["adamw.exp_avg." + std::to_string(i)] = exp_avg_[i];
+      state["adamw.exp_avg_sq." + std::to_string(i)] = exp_avg_sq_[i];
+    }
+    return state;
+  }
+
+  void loadStateDict(const TensorMap& state) override {
+    steps_ = loadInto("AdamW", stateDict(), state, "adamw.step");
+  }
+
+  std::string name() const override { return "adamw"; }
+
+ private:
+  AdamWOptions options_;
+  std::vector<torch::Tensor> exp_avg_;
+  std::vector<torch::Tensor> exp_avg_sq_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<FlatSlab> slabs, double lr, const std::string& who)
+    : slabs_(std::move(slabs)), lr_(lr) {
+  requireAtLeast(who, "lr", lr, 0);
+  for (size_t i = 0; i < slabs_.size(); ++i) {
+    const std::string slab = who + ": slab " + std::to_string(i);
+    const torch::Tensor& param = slabs_[i].param;
+    const torch::Tensor& grad = slabs_[i].grad;
+    if (!param.defined() || !grad.defined()) throw ConfigError(slab + " has an undefined param or grad");
+    if (param.scalar_type() != torch::kFloat && param.scalar_type() != torch::kDouble) {
+      throw ConfigError(slab + " has dtype " + std::string(c10::toString(param.scalar_type())) +
+                        " (expected Float or Double)");
+    }
+    if (param.dim() != 1 || !param.is_contiguous()) {
+      throw ConfigError(slab + " param is not a contiguous 1-D tensor (sizes " + shapeOf(param) + ")");
+    }
+    if (grad.scalar_type() != param.scalar_type() || grad.device() != param.device() ||
+        grad.sizes() != param.sizes()) {
+      throw ConfigError(slab + " grad (" + shapeOf(grad) + " on " + grad.device().str() +
+                        ") does not match its param (" + shapeOf(param) + " on " + param.device().str() + ")");
+    }
+  }
+}
+
+void Optimizer::setLr(double lr) {
+  requireAtLeast(name(), "lr", lr, 0);
+  lr_ = lr;
+}
+
+void Optimizer::zeroGrad() {
+  torch::NoGradGuard no_grad;
+  for (FlatSlab& slab : slabs_) slab.grad.zero_();
+}
+
+std::unique_ptr<Optimizer> makeSGD(std::vector<FlatSlab> slabs, const SGDOptions& options) {
+  requireAtLeast("SGD", "momentum", options.momentum, 0);
+  requireAtLeast("SGD", "weight_decay", options.weight_decay, 0);
+  if (!std::isfinite(options.dampening)) throw ConfigError("SGD: invalid dampening " + num(options.dampening));
+  if (options.nesterov && (options.momentum <= 0 || options.dampening != 0)) {
+    throw ConfigError("SGD: nesterov momentum requires momentum > 0 and dampening 0 (got momentum " +
+                      num(options.momentum) + ", dampening " + num(options.dampening) + ")");
+  }
+  return std::make_unique<SGD>(std::move(slabs), options);
+}
+
+std::unique_ptr<Optimizer> makeAdamW(std::vector<FlatSlab> slabs, const AdamWOptions& options) {
+  for (auto [field, beta] : {std::pair{"beta1", options.beta1}, std::pair{"beta2", options.beta2}}) {
+    if (!(beta >= 0 && beta < 1)) {
+      throw ConfigError(std::string("AdamW: invalid ") + field + " " + num(beta) + " (expected 0 <= " + field +
+                        " < 1)");
+    }
+  }
+  if (!(options.eps > 0)) throw ConfigError("AdamW: invalid eps " + num(options.eps) + " (expected > 0)");
+  requireAtLeast("AdamW", "weight_decay", options.weight_decay, 0);
+  return std::make_unique<AdamW>(std::move(slabs), options);
+}
+
+double clipGradNorm(const std::vector<FlatSlab>& slabs, double max_norm) {
+  if (!(max_norm > 0)) throw ConfigError("clipGradNorm: invalid max_norm " + num(max_norm) + " (expected > 0)");
+  if (slabs.empty()) return 0;
+  torch::NoGradGuard no_grad;
+  // Slabs may differ in dtype: sum the squares in float64 on the first
+  // slab's device, so that only the final value is read back.
+  torch::Tensor squares;
+  for (const FlatSlab& slab : slabs) {
+    torch::Tensor square = slab.grad.norm().to(slabs.front().grad.device(), torch::kDouble).square();
+    squares = squares.defined() ? squares + square : square;
+  }
+  const double total = std::sqrt(squares.item<double>());
+  if (std::isfinite(total) && total > max_norm) {
+    const double coefficient = max_norm / (total + 1e-6);
+    for (const FlatSlab& slab : slabs) slab.grad.mul_(coefficient);
+  }
+  return total;
+}
+
+}  // namespace dtrain

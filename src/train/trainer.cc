@@ -1,0 +1,319 @@
+#include "train/trainer.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/settings.h"
+#include "data/loader.h"
+#include "dtrain/amp.h"
+#include "dtrain/checkpoint.h"
+#include "dtrain/data_parallel.h"
+#include "dtrain/init.h"
+#include "dtrain/lr_schedule.h"
+#include "dtrain/optim.h"
+#include "models/model.h"
+#include "train/progress.h"
+#include "train/train_data.h"
+#include "train/train_state.h"
+
+namespace dtrain {
+namespace {
+
+DTRAIN_SETTING(std::string, kFaultKillAt, "fault-kill-at", "DTRAIN_FAULT_KILL_AT", "",
+               "Testing aid for restart drills: RANK:STEP makes that rank of `dtrain train` SIGKILL itself after "
+               "STEP steps, in the first attempt only (TORCHELASTIC_RESTART_COUNT=0).");
+
+void validate(const TrainConfig& c) {
+  auto positive = [](int64_t v, const char* flag) {
+    if (v <= 0) throw ConfigError(std::string(flag) + " must be > 0, got " + std::to_string(v));
+  };
+  positive(c.epochs, "--epochs");
+  positive(c.batch_size, "--batch-size");
+  positive(c.log_every, "--log-every");
+  if (c.lr < 0) throw ConfigError("--lr must be >= 0, got " + std::to_string(c.lr));
+  if (c.bucket_mb <= 0) throw ConfigError("--bucket-mb must be > 0, got " + std::to_string(c.bucket_mb));
+  if (c.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0");
+  if (c.eval_every < 0) throw ConfigError("--eval-every must be >= 0");
+  if (c.warmup_epochs < 0) throw ConfigError("--warmup must be >= 0 epochs");
+  if (c.optimizer != "sgd" && c.optimizer != "adamw") {
+    throw ConfigError("--optimizer '" + c.optimizer + "' is unknown; expected sgd or adamw");
+  }
+  if (!c.resume.empty() && c.resume != "none" && c.resume == "auto" && c.checkpoint_dir.empty()) {
+    throw ConfigError("--resume auto needs --checkpoint-dir (where to look for checkpoints)");
+  }
+}
+
+// The rank that the fault drill kills, and after which step (-1: none).
+std::pair<int, int64_t> faultDrill() {
+  const std::string spec = kFaultKillAt.get();
+  if (spec.empty()) return {-1, -1};
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (restarts != nullptr && std::string(restarts) != "0") return {-1, -1};
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) throw ConfigError("DTRAIN_FAULT_KILL_AT='" + spec + "' is not RANK:STEP");
+  return {static_cast<int>(parseInt64(spec.substr(0, colon), "DTRAIN_FAULT_KILL_AT rank")),
+          parseInt64(spec.substr(colon + 1), "DTRAIN_FAULT_KILL_AT step")};
+}
+
+void useChannelsLast(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : model.parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  for (torch::Tensor& b : model.buffers()) {
+    if (b.dim() == 4) b.set_data(b.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+}
+
+struct EvalResult {
+  int64_t correct = 0;
+  int64_t total = 0;
+  double loss = 0;
+};
+
+EvalResult evaluate(models::Model& model, data::DataLoader& loader, Context& ctx, Precision precision) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  loader.startEpoch(0);
+  torch::Tensor correct = torch::zeros({}, torch::TensorOptions().dtype(torch::kLong).device(ctx.device()));
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(ctx.device()));
+  int64_t total = 0;
+  while (auto batch = loader.next()) {
+    torch::Tensor logits;
+    {
+      AutocastGuard autocast(ctx.device(), precision);
+      logits = model.forward(batch->images);
+    }
+    logits = logits.to(torch::kFloat);
+    correct += logits.argmax(1).eq(batch->labels).sum();
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, batch->labels,
+                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .to(torch::kDouble);
+    total += batch->labels.size(0);
+  }
+  model.train();
+  std::vector<double> sums{static_cast<double>(correct.item<int64_t>()), static_cast<double>(total),
+                           loss_sum.item<double>()};
+  ctx.allreduceSum(sums);
+  EvalResult result;
+  result.correct = static_cast<int64_t>(std::llround(sums[0]));
+  result.total = static_cast<int64_t>(std::llround(sums[1]));
+  result.loss = result.total > 0 ? sums[2] / static_cast<double>(result.total) : 0;
+  return result;
+}
+
+}  // namespace
+
+int runTraining(const TrainConfig& config) {
+  validate(config);
+  const auto wall_start = std::chrono::steady_clock::now();
+  const Precision precision = parsePrecision(config.precision);
+
+  // Share the cores among the ranks of this node (torchrun's OMP_NUM_THREADS
+  // advice), unless the user chose a thread count.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+    const int64_t ranks_here = local_world != nullptr ? std::max<int64_t>(1, std::atoll(local_world)) : 1;
+    const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    torch::set_num_threads(static_cast<int>(std::max<int64_t>(1, cores / ranks_here)));
+  }
+
+  TrainData data = loadTrainData(config);  // errors name the data set and files before any rank waits on another
+
+  InitOptions init_options;
+  init_options.backend = config.backend;
+  init_options.collective_timeout = std::chrono::seconds(config.timeout_s);
+  std::shared_ptr<Context> ctx = init(init_options);
+  const bool main_rank = ctx->isMain();
+
+  torch::manual_seed(config.seed);
+  models::ModelOptions model_options;
+  model_options.in_channels = data.channels;
+  model_options.num_classes = data.classes;
+  model_options.image_size = data.image_size;
+  std::shared_ptr<models::Model> model = models::createModel(config.model, model_options);
+  if (config.channels_last) useChannelsLast(*model);
+  model->to(ctx->device());
+
+  DataParallelOptions dp_options;
+  dp_options.bucket_mb = config.bucket_mb;
+  dp_options.timeout = std::chrono::seconds(config.timeout_s);
+  dp_options.record_timeline = config.timeline;
+  DataParallel dp(model, ctx->communicator(), dp_options);
+
+  std::unique_ptr<Optimizer> optimizer;
+  if (config.optimizer == "sgd") {
+    SGDOptions o;
+    o.lr = config.lr;
+    o.momentum = config.momentum;
+    o.weight_decay = config.weight_decay;
+    o.nesterov = config.nesterov;
+    optimizer = makeSGD(dp.slabs(), o);
+  } else {
+    AdamWOptions o;
+    o.lr = config.lr;
+    o.weight_decay = config.weight_decay;
+    optimizer = makeAdamW(dp.slabs(), o);
+  }
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = precision == Precision::kFp16;
+  GradScaler scaler(scaler_options);
+
+  data::DataLoader train_loader(data.train, trainLoaderOptions(config, data, ctx->rank(), ctx->size(), ctx->device()));
+  data::DataLoader test_loader(data.test, testLoaderOptions(config, data, ctx->rank(), ctx->size(), ctx->device()));
+  const int64_t steps_per_epoch = train_loader.batchesPerEpoch();
+  int64_t total_steps = steps_per_epoch * config.epochs;
+  if (config.max_steps > 0) total_steps = std::min(total_steps, config.max_steps);
+
+  LrScheduleOptions schedule;
+  schedule.kind = config.schedule;
+  schedule.base_lr = config.lr;
+  schedule.warmup_steps = static_cast<int64_t>(std::llround(config.warmup_epochs * steps_per_epoch));
+  schedule.total_steps = steps_per_epoch * config.epochs;
+  schedule.step_size = std::max<int64_t>(
+      1, static_cast<int64_t>(std::llround((config.step_epochs > 0 ? config.step_epochs
+                                                                   : std::max(1.0, config.epochs / 3.0)) *
+                                           steps_per_epoch)));
+  schedule.gamma = config.gamma;
+  validate(schedule);
+
+  TrainState state{dp, *optimizer, scaler, *ctx};
+  TrainPosition position;  // epoch 0, batch 0, step 0
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (!config.checkpoint_dir.empty()) {
+    CheckpointerOptions o;
+    o.dir = config.checkpoint_dir;
+    o.keep = config.keep_checkpoints;
+    if (main_rank) checkpointer = std::make_unique<Checkpointer>(o);
+  }
+  if (!config.resume.empty() && config.resume != "none") {
+    position = resumeFrom(config, state, steps_per_epoch);
+  }
+
+  std::unique_ptr<ProgressReporter> progress;
+  if (main_rank) {
+    progress = std::make_unique<ProgressReporter>(config.progress, config.metrics_jsonl);
+    progress->message("dtrain train: " + config.model + " on " + config.dataset + " (" +
+                      std::to_string(data.train.size()) + " train / " + std::to_string(data.test.size()) +
+                      " test), " + std::to_string(ctx->size()) + " rank(s) x batch " +
+                      std::to_string(config.batch_size) + ", " + ctx->backend() + " on " + ctx->device().str() +
+                      ", " + precisionName(precision) +
+                      (position.step > 0 ? ", resumed at step " + std::to_string(position.step) : std::string()));
+  }
+  const auto [fault_rank, fault_step] = faultDrill();
+
+  auto save = [&](const TrainPosition& at) {
+    if (config.checkpoint_dir.empty()) return;
+    dp.syncBuffers();
+    if (checkpointer) {
+      const std::string path = checkpointer->save(at.step, packState(state, at, config));
+      DTRAIN_LOG_DEBUG("checkpoint " << path);
+    }
+  };
+
+  EvalResult last_eval;
+  int64_t step = position.step;
+  auto report_start = std::chrono::steady_clock::now();
+  int64_t report_samples = 0;
+  int64_t samples_trained = 0;  // approximate: the last batch of an epoch may be smaller on some ranks
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(ctx->device()));
+  int64_t loss_count = 0;
+  bool done = step >= total_steps;
+  bool evaluated_last = false;
+
+  for (int64_t epoch = position.epoch; epoch < config.epochs && !done; ++epoch) {
+    train_loader.startEpoch(epoch, epoch == position.epoch ? position.batch : 0);
+    model->train();
+    while (auto batch = train_loader.next()) {
+      const double lr = learningRateAt(schedule, step);
+      optimizer->setLr(lr);
+      optimizer->zeroGrad();
+      torch::Tensor loss;
+      {
+        AutocastGuard autocast(ctx->device(), precision);
+        torch::Tensor logits = model->forward(batch->images);
+        loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), batch->labels);
+      }
+      scaler.scale(loss).backward();
+      if (config.clip_grad_norm > 0) {
+        scaler.unscale(dp.slabs());
+        clipGradNorm(dp.slabs(), config.clip_grad_norm);
+      }
+      scaler.step(*optimizer);
+      ++step;
+      loss_sum += loss.detach();
+      ++loss_count;
+      report_samples += batch->labels.size(0) * ctx->size();
+      samples_trained += batch->labels.size(0) * ctx->size();
+      evaluated_last = false;
+
+      if (ctx->rank() == fault_rank && step == fault_step) {
+        DTRAIN_LOG_WARN("DTRAIN_FAULT_KILL_AT: rank " << fault_rank << " kills itself after step " << step);
+        ::kill(::getpid(), SIGKILL);
+      }
+      const TrainPosition next = nextPosition(epoch, batch->index + 1, step, steps_per_epoch);
+      if (config.checkpoint_every > 0 && step % config.checkpoint_every == 0) save(next);
+      if (progress && (step % config.log_every == 0 || step == total_steps)) {
+        const auto now = std::chrono::steady_clock::now();
+        const double seconds = std::chrono::duration<double>(now - report_start).count();
+        StepReport r;
+        r.step = step;
+        r.total_steps = total_steps;
+        r.epoch = epoch;
+        r.epochs = config.epochs;
+        r.loss = loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(1, loss_count));
+        r.lr = lr;
+        r.samples_per_s = seconds > 0 ? static_cast<double>(report_samples) / seconds : 0;
+        r.elapsed_s = std::chrono::duration<double>(now - wall_start).count();
+        progress->step(r);
+        loss_sum.zero_();
+        loss_count = 0;
+        report_samples = 0;
+        report_start = now;
+      }
+      if (step >= total_steps) {
+        done = true;
+        break;
+      }
+    }
+    const bool last_epoch = done || epoch + 1 == config.epochs;
+    if (!done && config.checkpoint_every == 0) save(nextPosition(epoch + 1, 0, step, steps_per_epoch));
+    if ((config.eval_every > 0 && (epoch + 1) % config.eval_every == 0) || last_epoch) {
+      dp.syncBuffers();
+      last_eval = evaluate(*model, test_loader, *ctx, precision);
+      evaluated_last = true;
+      if (progress) {
+        EvalReport e{epoch, step, last_eval.total ? double(last_eval.correct) / double(last_eval.total) : 0,
+                     last_eval.correct, last_eval.total, last_eval.loss};
+        progress->eval(e);
+      }
+    }
+  }
+  if (config.timeline && progress && dp.syncedBackwards() > 0) progress->timeline(dp.lastTimeline());
+  if (!evaluated_last) {
+    dp.syncBuffers();
+    last_eval = evaluate(*model, test_loader, *ctx, precision);
+  }
+  save(TrainPosition{config.epochs, 0, step});
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (progress) {
+    EvalReport e{config.epochs - 1, step, last_eval.total ? double(last_eval.correct) / double(last_eval.total) : 0,
+                 last_eval.correct, last_eval.total, last_eval.loss};
+    progress->summary(e, step, samples_trained, wall, ctx->size());
+  }
+  ctx->barrier();
+  return 0;
+}
+
+}  // namespace dtrain
+
+extern "C" int dtrain_run_training(const dtrain::TrainConfig* config) { return dtrain::runTraining(*config); }

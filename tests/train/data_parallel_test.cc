@@ -1,0 +1,199 @@
+// DataParallel: the flat-slab layout and bucket plan (one process), and the
+// equivalence of N ranks x B with 1 rank x N*B (real processes under
+// `dtrain launch`, Gloo on loopback).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "../cli/process_runner.h"
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "dtrain/data_parallel.h"
+#include "dtrain/optim.h"
+#include "store/hash_store.h"
+
+namespace dtrain {
+namespace {
+
+using testing::freePort;
+using testing::runCommand;
+
+struct Net : torch::nn::Module {
+  torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
+  Net() {
+    a = register_module("a", torch::nn::Linear(30, 300));   // 9,300 floats
+    b = register_module("b", torch::nn::Linear(300, 100));  // 30,100 floats
+    c = register_module("c", torch::nn::Linear(100, 3));
+  }
+  torch::Tensor forward(torch::Tensor x) { return c(torch::relu(b(torch::relu(a(x))))); }
+};
+
+std::shared_ptr<Communicator> soloComm() {
+  return createCommunicator("gloo", std::make_shared<HashStore>(), 0, 1);
+}
+
+TEST(DataParallelTest, ParametersAndGradientsAreViewsIntoOneSlab) {
+  auto net = std::make_shared<Net>();
+  std::vector<torch::Tensor> before;
+  for (auto& p : net->parameters()) before.push_back(p.detach().clone());
+  DataParallel dp(net, soloComm());
+  ASSERT_EQ(dp.slabs().size(), 1u);
+  const auto& slab = dp.slabs()[0];
+  const char* base = static_cast<const char*>(slab.param.data_ptr());
+  const char* grad_base = static_cast<const char*>(slab.grad.data_ptr());
+  auto params = net->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(params[i], before[i])) << "parameter " << i << " changed value when flattened";
+    const char* p = static_cast<const char*>(params[i].data_ptr());
+    EXPECT_GE(p, base);
+    EXPECT_LT(p, base + slab.param.numel() * 4);
+    EXPECT_EQ((p - base) % 16, 0) << "parameter " << i << " not 16-byte aligned";
+    const char* g = static_cast<const char*>(params[i].grad().data_ptr());
+    EXPECT_EQ(g - grad_base, p - base) << "grad of parameter " << i << " is not at its parameter's offset";
+  }
+  // The slab is in reverse registration order: c's params first.
+  EXPECT_EQ(params.back().data_ptr(), slab.param.data_ptr());
+  // Writing the slab writes the parameters.
+  slab.param.fill_(0.5);
+  EXPECT_TRUE(torch::all(params[0] == 0.5).item<bool>());
+}
+
+TEST(DataParallelTest, BucketsTileTheSlabInReverseOrderWithASmallFirstBucket) {
+  auto net = std::make_shared<Net>();
+  DataParallelOptions options;
+  options.first_bucket_mb = 0.01;  // ~2,600 floats: c's weight and bias, b's bias
+  options.bucket_mb = 0.05;        // ~13,000 floats: b's weight alone is larger and gets its own
+  DataParallel dp(net, soloComm(), options);
+  const auto& buckets = dp.buckets();
+  ASSERT_GE(buckets.size(), 3u);
+  int64_t next = 0;
+  for (const Bucket& b : buckets) {
+    EXPECT_EQ(b.offset, next) << "buckets must tile the slab without gaps";
+    next = b.offset + b.numel;
+  }
+  EXPECT_EQ(next, dp.slabs()[0].param.numel());
+  // c.bias, c.weight, b.bias (403 floats) come first; b.weight (30,000) would overflow it.
+  EXPECT_EQ(buckets[0].params, (std::vector<int>{5, 4, 3}));
+  EXPECT_EQ(buckets[1].params, (std::vector<int>{2}));
+  EXPECT_LE(buckets[0].numel * 4, 16 + static_cast<int64_t>(0.01 * 1024 * 1024));
+}
+
+TEST(DataParallelTest, OneRankGradientsEqualPlainAutograd) {
+  torch::manual_seed(3);
+  auto reference = std::make_shared<Net>();
+  torch::manual_seed(3);
+  auto net = std::make_shared<Net>();
+  DataParallelOptions options;
+  options.bucket_mb = 0.02;
+  options.first_bucket_mb = 0.005;
+  DataParallel dp(net, soloComm(), options);
+  torch::Tensor x = torch::randn({8, 30});
+  for (int round = 0; round < 2; ++round) {  // grads accumulate until zeroGrad
+    reference->forward(x).pow(2).mean().backward();
+    net->forward(x).pow(2).mean().backward();
+  }
+  auto expected = reference->parameters();
+  auto got = net->parameters();
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(got[i].grad(), expected[i].grad(), 1e-6, 1e-7)) << "parameter " << i;
+  }
+  EXPECT_EQ(dp.syncedBackwards(), 2);
+  dp.zeroGrad();
+  EXPECT_EQ(dp.slabs()[0].grad.abs().sum().item<float>(), 0.0f);
+  {
+    auto guard = dp.noSync();
+    net->forward(x).sum().backward();
+  }
+  EXPECT_EQ(dp.syncedBackwards(), 2) << "noSync must not all-reduce";
+}
+
+TEST(DataParallelTest, BadInputIsAConfigError) {
+  auto empty = std::make_shared<torch::nn::Module>();
+  try {
+    DataParallel dp(empty, soloComm());
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no trainable parameters"), std::string::npos) << e.what();
+  }
+  DataParallelOptions options;
+  options.bucket_mb = 0;
+  EXPECT_THROW(DataParallel(std::make_shared<Net>(), soloComm(), options), ConfigError);
+}
+
+// --- N ranks x B == 1 rank x N*B, real processes --------------------------
+
+std::string workerBin() { return std::string(DTRAIN_TEST_BIN_DIR) + "/train_equivalence_worker"; }
+
+std::vector<float> readFloats(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::vector<float> values;
+  float v;
+  while (file.read(reinterpret_cast<char*>(&v), sizeof(v))) values.push_back(v);
+  return values;
+}
+
+std::vector<float> runWorker(int ranks, const std::string& args, const std::string& tag) {
+  const std::string out = ::testing::TempDir() + "equivalence_" + tag + "_" + std::to_string(ranks) + ".bin";
+  std::remove(out.c_str());
+  std::string command;
+  if (ranks == 1) {
+    command = "env -u RANK -u WORLD_SIZE " + workerBin() + " " + args + " --out " + out;
+  } else {
+    command = testing::dtrainBin() + " launch --nproc-per-node " + std::to_string(ranks) + " --master-port " +
+              std::to_string(freePort()) + " " + workerBin() + " " + args + " --out " + out;
+  }
+  auto r = runCommand(command, 120);
+  EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.output;
+  return readFloats(out);
+}
+
+// Relative L2 distance: the sums of N partial gradients and of one whole
+// batch round differently, so equality is to float32 rounding, not bits.
+double relativeDistance(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+struct EquivalenceCase {
+  const char* name;
+  const char* args;
+  int ranks;
+};
+
+class EquivalenceTest : public ::testing::TestWithParam<EquivalenceCase> {};
+
+TEST_P(EquivalenceTest, NRanksTimesBEqualsOneRankTimesNB) {
+  const EquivalenceCase& c = GetParam();
+  const std::string args = std::string("--steps 6 --global-batch 24 ") + c.args;
+  std::vector<float> single = runWorker(1, args, c.name);
+  std::vector<float> multi = runWorker(c.ranks, args, c.name);
+  ASSERT_FALSE(single.empty());
+  ASSERT_EQ(single.size(), multi.size());
+  const double distance = relativeDistance(multi, single);
+  EXPECT_LT(distance, 1e-5) << c.name;
+  // And training moved the parameters: the comparison is not vacuous.
+  std::vector<float> untrained = runWorker(1, std::string("--steps 0 --global-batch 24 ") + c.args, "untrained");
+  EXPECT_GT(relativeDistance(untrained, single), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, EquivalenceTest,
+    ::testing::Values(EquivalenceCase{"sgd_one_bucket", "--optimizer sgd --bucket-mb 25", 2},
+                      EquivalenceCase{"sgd_many_buckets", "--optimizer sgd --bucket-mb 0.004", 2},
+                      EquivalenceCase{"nesterov_three_ranks", "--optimizer nesterov --bucket-mb 0.01", 3},
+                      EquivalenceCase{"adamw_many_buckets", "--optimizer adamw --bucket-mb 0.004", 2},
+                      EquivalenceCase{"adamw_three_ranks", "--optimizer adamw --bucket-mb 1", 3},
+                      EquivalenceCase{"sgd_accumulation", "--optimizer sgd --bucket-mb 0.004 --accum 2", 2},
+                      EquivalenceCase{"adamw_accumulation", "--optimizer adamw --bucket-mb 0.01 --accum 4", 3}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace dtrain

@@ -1,0 +1,98 @@
+// A training worker for the equivalence tests: K steps of an MLP on a fixed
+// stream of random global batches. Each rank trains on its slice of the
+// global batch (optionally as several micro-batches under noSync); rank 0
+// writes the final parameters as raw float32 to --out. With N ranks x B it
+// must end where 1 rank x N*B ends.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "dtrain/data_parallel.h"
+#include "dtrain/init.h"
+#include "dtrain/optim.h"
+
+namespace {
+
+struct Net : torch::nn::Module {
+  torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr}, unused{nullptr};
+  Net() {
+    a = register_module("a", torch::nn::Linear(20, 64));
+    b = register_module("b", torch::nn::Linear(64, 48));
+    unused = register_module("unused", torch::nn::Linear(7, 3));  // never in the graph
+    c = register_module("c", torch::nn::Linear(48, 5));
+  }
+  torch::Tensor forward(torch::Tensor x) { return c(torch::relu(b(torch::relu(a(x))))); }
+};
+
+std::string arg(int argc, char** argv, const std::string& name, const std::string& fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (argv[i] == "--" + name) return argv[i + 1];
+  }
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int steps = std::stoi(arg(argc, argv, "steps", "5"));
+  const int64_t global_batch = std::stoll(arg(argc, argv, "global-batch", "24"));
+  const std::string optimizer_name = arg(argc, argv, "optimizer", "sgd");
+  const int accum = std::stoi(arg(argc, argv, "accum", "1"));
+  const std::string out = arg(argc, argv, "out", "");
+  torch::set_num_threads(1);
+
+  auto ctx = dtrain::init();
+  torch::manual_seed(ctx->rank() + 7);  // different on purpose: DataParallel must broadcast rank 0's
+  auto net = std::make_shared<Net>();
+  if (ctx->rank() == 0) {
+    torch::manual_seed(1);
+    net = std::make_shared<Net>();
+  }
+  net->to(ctx->device());
+  dtrain::DataParallelOptions options;
+  options.bucket_mb = std::stod(arg(argc, argv, "bucket-mb", "25"));
+  options.first_bucket_mb = std::min(1.0, options.bucket_mb);
+  dtrain::DataParallel dp(net, ctx->communicator(), options);
+
+  std::unique_ptr<dtrain::Optimizer> optimizer;
+  if (optimizer_name == "adamw") {
+    optimizer = dtrain::makeAdamW(dp.slabs(), {.lr = 1e-2, .weight_decay = 0.05});
+  } else {
+    optimizer = dtrain::makeSGD(dp.slabs(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3,
+                                             .nesterov = optimizer_name == "nesterov"});
+  }
+  const int64_t local = global_batch / ctx->size();
+  for (int s = 0; s < steps; ++s) {
+    auto generator = at::detail::createCPUGenerator(1000 + s);
+    torch::Tensor x = torch::randn({global_batch, 20}, generator);
+    torch::Tensor y = torch::randint(0, 5, {global_batch}, generator);
+    x = x.narrow(0, ctx->rank() * local, local).to(ctx->device());
+    y = y.narrow(0, ctx->rank() * local, local).to(ctx->device());
+    optimizer->zeroGrad();
+    const int64_t micro = local / accum;
+    for (int m = 0; m < accum; ++m) {
+      auto loss = torch::nn::functional::cross_entropy(net->forward(x.narrow(0, m * micro, micro)),
+                                                       y.narrow(0, m * micro, micro)) /
+                  accum;
+      if (m + 1 < accum) {
+        auto guard = dp.noSync();
+        loss.backward();
+      } else {
+        loss.backward();
+      }
+    }
+    optimizer->step();
+  }
+  if (ctx->rank() == 0 && !out.empty()) {
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : net->parameters()) flat.push_back(p.detach().cpu().reshape({-1}));
+    torch::Tensor all = torch::cat(flat).contiguous();
+    std::ofstream file(out, std::ios::binary);
+    file.write(static_cast<const char*>(all.data_ptr()), all.numel() * sizeof(float));
+  }
+  std::printf("rank %d done, %zu bucket(s)\n", ctx->rank(), dp.buckets().size());
+  return 0;
+}

@@ -1,0 +1,172 @@
+// `dtrain train` end to end, as real processes: convergence on
+// Fashion-MNIST, a SIGKILLed rank recovered from a checkpoint with
+// bitwise-equal results, resume skipping a corrupt checkpoint, bad input,
+// and the library example.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "../cli/process_runner.h"
+#include "dtrain/checkpoint.h"
+
+namespace dtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::dtrainBin;
+using testing::freePort;
+using testing::runCommand;
+
+const std::string kFashion = "/usr/share/datasets/fashion-mnist";
+
+std::string freshDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "train_cli_" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string launch(int ranks, const std::string& extra = "") {
+  return dtrainBin() + " launch --nproc-per-node " + std::to_string(ranks) + " --master-port " +
+         std::to_string(freePort()) + " --monitor-interval 0.1 " + extra + " " + dtrainBin() + " train ";
+}
+
+nlohmann::json lastRecord(const std::string& jsonl, const std::string& event) {
+  std::ifstream in(jsonl);
+  std::string line;
+  nlohmann::json found;
+  while (std::getline(in, line)) {
+    auto record = nlohmann::json::parse(line);
+    if (record["event"] == event) found = record;
+  }
+  return found;
+}
+
+TEST(TrainCliTest, TwoRanksReachEightyNinePercentOnFashionMnist) {
+  const std::string dir = freshDir("converge");
+  auto r = runCommand(launch(2) + "--epochs 2 --metrics-jsonl " + dir + "/m.jsonl --progress lines", 600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto summary = lastRecord(dir + "/m.jsonl", "summary");
+  ASSERT_FALSE(summary.is_null()) << r.output;
+  EXPECT_EQ(summary["total"], 10000);
+  EXPECT_EQ(summary["world_size"], 2);
+  EXPECT_GE(summary["accuracy"].get<double>(), 0.89) << r.output;
+  EXPECT_NE(r.output.find("dtrain train: test accuracy"), std::string::npos) << r.output;
+}
+
+// The same short job, killed or not, must end with the same bits.
+TEST(TrainCliTest, KilledRankResumesFromCheckpointToBitwiseEqualParameters) {
+  const std::string common = "--model mlp --epochs 1 --max-steps 90 --checkpoint-every 20 --log-every 10 "
+                             "--progress lines --seed 5 --resume auto ";
+  const std::string clean = freshDir("clean");
+  auto a = runCommand(launch(2) + common + "--checkpoint-dir " + clean, 300);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+
+  const std::string killed = freshDir("killed");
+  auto b = runCommand("DTRAIN_FAULT_KILL_AT=1:50 " + launch(2, "--max-restarts 1") + common + "--checkpoint-dir " +
+                          killed,
+                      300);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("kills itself after step 50"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("resuming from"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("000000040"), std::string::npos) << "should resume from step 40\n" << b.output;
+
+  auto final_clean = loadCheckpoint(clean + "/ckpt-000000090.dtck");
+  auto final_killed = loadCheckpoint(killed + "/ckpt-000000090.dtck");
+  ASSERT_FALSE(final_clean.tensors.empty());
+  for (const auto& [key, tensor] : final_clean.tensors) {
+    if (key.rfind("model.", 0) != 0 && key.rfind("optimizer.", 0) != 0) continue;
+    ASSERT_TRUE(final_killed.tensors.count(key)) << key;
+    EXPECT_TRUE(torch::equal(tensor, final_killed.tensors.at(key))) << key << " differs after the restart";
+  }
+}
+
+TEST(TrainCliTest, ResumeAutoSkipsACorruptNewestCheckpoint) {
+  const std::string dir = freshDir("corrupt");
+  const std::string common = dtrainBin() + " train --model mlp --epochs 1 --progress none --checkpoint-dir " + dir;
+  auto first = runCommand(common + " --max-steps 30 --checkpoint-every 10", 300);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  {  // Damage the newest one in the middle.
+    std::fstream f(dir + "/ckpt-000000030.dtck", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2000);
+    f.put('\x5a');
+  }
+  auto second = runCommand(common + " --max-steps 40 --resume auto", 300);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("ckpt-000000030.dtck"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("resuming from"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("ckpt-000000020.dtck"), std::string::npos) << second.output;
+
+  auto explicit_bad = runCommand(common + " --resume " + dir + "/ckpt-000000030.dtck", 120);
+  EXPECT_EQ(explicit_bad.exit_code, 2) << explicit_bad.output;
+  EXPECT_NE(explicit_bad.output.find("ckpt-000000030.dtck"), std::string::npos) << explicit_bad.output;
+}
+
+struct BadInput {
+  const char* name;
+  std::string args;
+  const char* expected;
+};
+
+class TrainBadInputTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(TrainBadInputTest, ExitsTwoWithAClearMessage) {
+  const BadInput& c = GetParam();
+  auto r = runCommand("env -u RANK -u WORLD_SIZE " + dtrainBin() + " train --progress none " + c.args, 120);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(c.expected), std::string::npos) << "expected '" << c.expected << "' in:\n" << r.output;
+}
+
+std::string truncatedFashionDir() {
+  const std::string dir = freshDir("truncated");
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+    fs::copy_file(kFashion + "/" + f, dir + "/" + f);
+  }
+  // Test images: a raw IDX header promising 10,000 images, and 100 of them.
+  std::ofstream out(dir + "/t10k-images-idx3-ubyte", std::ios::binary);
+  const unsigned char header[16] = {0, 0, 8, 3, 0, 0, 0x27, 0x10, 0, 0, 0, 28, 0, 0, 0, 28};
+  out.write(reinterpret_cast<const char*>(header), 16);
+  out << std::string(100 * 28 * 28, '\0');
+  return dir;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainBadInputTest,
+    ::testing::Values(
+        BadInput{"unknown_model", "--model resnet9", "resnet9"},
+        BadInput{"unknown_dataset", "--dataset imagenet", "--dataset 'imagenet' is unknown"},
+        BadInput{"missing_data_dir", "--data-dir /nonexistent/fmnist", "/nonexistent/fmnist"},
+        BadInput{"batch_size_zero", "--batch-size 0", "--batch-size must be > 0"},
+        BadInput{"unknown_precision", "--precision fp8", "fp8"},
+        BadInput{"truncated_data_file", "--data-dir " + truncatedFashionDir(), "t10k-images-idx3-ubyte"},
+        BadInput{"corrupt_checkpoint", "--resume /etc/hostname", "/etc/hostname"},
+        BadInput{"missing_checkpoint", "--resume /nonexistent/ckpt.dtck", "/nonexistent/ckpt.dtck"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(TrainCliTest, MoreRanksThanSamplesIsAClearError) {
+  auto r = runCommand(launch(3) + "--dataset synthetic --synthetic-samples 2 --progress none", 120);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("3 ranks"), std::string::npos) << r.output;
+}
+
+TEST(TrainCliTest, LibraryExampleTrainsUnderTheLauncher) {
+  const std::string example = std::string(DTRAIN_EXAMPLES_DIR) + "/custom_loop";
+  auto r = runCommand(dtrainBin() + " launch --nproc-per-node 2 --master-port " + std::to_string(freePort()) + " " +
+                          example + " 150",
+                      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  double first = 0, last = 0;
+  const auto at = r.output.find("steps 150, loss ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "steps 150, loss %lf -> %lf", &first, &last), 2) << r.output;
+  EXPECT_LT(last, first * 0.5) << r.output;
+}
+
+}  // namespace
+}  // namespace dtrain
