@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "train/train_settings.h"
 #include "train/trainer.h"
 
 namespace dtrain::cli {
@@ -96,7 +97,9 @@ void registerTrain(CLI::App& app, ExitCode& exit_code) {
       ->capture_default_str();
   cmd->add_option("--synthetic-image-size", c->synthetic_image_size, "Height = width of synthetic images")
       ->capture_default_str();
-  cmd->add_option("--backend", c->backend, "auto | nccl | gloo")->capture_default_str();
+  c->backend = backendSetting();  // DTRAIN_BACKEND, else auto
+  cmd->add_option("--backend", c->backend, "auto | nccl | gloo (default: $DTRAIN_BACKEND, else auto)")
+      ->capture_default_str();
   cmd->add_option("--timeout", c->timeout_s, "Seconds a collective may take before the job fails")
       ->capture_default_str();
   cmd->add_flag("--timeline", c->timeline,

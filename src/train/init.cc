@@ -6,7 +6,7 @@
 #include "comm/world.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "common/settings.h"
+#include "train/train_settings.h"
 #include "store/hash_store.h"
 
 #if DTRAIN_TORCH_CUDA
@@ -15,10 +15,6 @@
 
 namespace dtrain {
 namespace {
-
-DTRAIN_SETTING(std::string, kBackend, "backend", "DTRAIN_BACKEND", "auto",
-               "Collective backend of training workers: auto (nccl when a GPU is visible, else gloo), "
-               "nccl or gloo.");
 
 bool cudaUsable() {
 #if DTRAIN_TORCH_CUDA
@@ -30,7 +26,7 @@ bool cudaUsable() {
 
 std::string chooseBackend(const std::string& requested) {
   std::string backend = requested;
-  if (backend == "auto") backend = kBackend.get();
+  if (backend == "auto") backend = backendSetting();
   if (backend == "auto") {
     return cudaUsable() && backendAvailable("nccl") ? "nccl" : "gloo";
   }

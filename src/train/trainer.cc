@@ -22,14 +22,11 @@
 #include "models/model.h"
 #include "train/progress.h"
 #include "train/train_data.h"
+#include "train/train_settings.h"
 #include "train/train_state.h"
 
 namespace dtrain {
 namespace {
-
-DTRAIN_SETTING(std::string, kFaultKillAt, "fault-kill-at", "DTRAIN_FAULT_KILL_AT", "",
-               "Testing aid for restart drills: RANK:STEP makes that rank of `dtrain train` SIGKILL itself after "
-               "STEP steps, in the first attempt only (TORCHELASTIC_RESTART_COUNT=0).");
 
 void validate(const TrainConfig& c) {
   auto positive = [](int64_t v, const char* flag) {
@@ -53,7 +50,7 @@ void validate(const TrainConfig& c) {
 
 // The rank that the fault drill kills, and after which step (-1: none).
 std::pair<int, int64_t> faultDrill() {
-  const std::string spec = kFaultKillAt.get();
+  const std::string spec = faultKillAtSetting();
   if (spec.empty()) return {-1, -1};
   const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
   if (restarts != nullptr && std::string(restarts) != "0") return {-1, -1};

@@ -21,7 +21,7 @@ struct TrainConfig {
   bool nesterov = false;
   std::string optimizer = "sgd";           // sgd | adamw
   std::string schedule = "cosine";         // constant | cosine | step
-  double warmup_epochs = 0;
+  double warmup_epochs = 0.2;
   double step_epochs = 0;                  // step schedule: decay every this many epochs (default epochs/3)
   double gamma = 0.1;
   double clip_grad_norm = 0;               // 0 = off

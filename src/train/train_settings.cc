@@ -1,0 +1,20 @@
+#include "train/train_settings.h"
+
+#include "common/settings.h"
+
+namespace dtrain {
+namespace {
+
+DTRAIN_SETTING(std::string, kBackend, "backend", "DTRAIN_BACKEND", "auto",
+               "Collective backend of training workers: auto (nccl when a GPU is visible, else gloo), "
+               "nccl or gloo.");
+DTRAIN_SETTING(std::string, kFaultKillAt, "fault-kill-at", "DTRAIN_FAULT_KILL_AT", "",
+               "Testing aid for restart drills: RANK:STEP makes that rank of `dtrain train` SIGKILL itself after "
+               "STEP steps, in the first attempt only (TORCHELASTIC_RESTART_COUNT=0).");
+
+}  // namespace
+
+std::string backendSetting() { return kBackend.get(); }
+std::string faultKillAtSetting() { return kFaultKillAt.get(); }
+
+}  // namespace dtrain

@@ -1,0 +1,14 @@
+// The training runtime's settings (DTRAIN_SETTING), in a small torch-free
+// library so that `dtrain settings` lists them without loading libtorch.
+#pragma once
+
+#include <string>
+
+namespace dtrain {
+
+// DTRAIN_BACKEND: auto | nccl | gloo.
+std::string backendSetting();
+// DTRAIN_FAULT_KILL_AT: "" or RANK:STEP (restart drills).
+std::string faultKillAtSetting();
+
+}  // namespace dtrain
