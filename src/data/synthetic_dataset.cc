@@ -3,19 +3,10 @@
 #include <string>
 
 #include "common/error.h"
+#include "data/counter_hash.h"
 
 namespace dtrain::data {
 namespace {
-
-// splitmix64: a stateless, well-mixed hash; fixed forever, unlike torch's RNG.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-uint64_t hash3(uint64_t a, uint64_t b, uint64_t c) { return mix(mix(mix(a) ^ b) ^ c); }
 
 constexpr uint64_t kLabelStream = 1, kPrototypeStream = 2, kNoiseStream = 3;
 

@@ -1,13 +1,26 @@
 #include "data/transforms.h"
 
+#include <algorithm>
+
+#include "data/counter_hash.h"
+
 namespace dtrain::data {
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+// Writes sample `src` (uint8 [C, H, W]) cropped and maybe mirrored into dst
+// (float [C, H, W]) without materialising the padded image: only the part of
+// the crop window that overlaps the image is copied, the rest is zero.
+void cropFlipInto(const torch::Tensor& src, const AugmentDraw& draw, int64_t padding, torch::Tensor dst) {
+  const int64_t h = src.size(1), w = src.size(2);
+  const int64_t oy = draw.dy - padding, ox = draw.dx - padding;  // crop origin in image coordinates
+  const int64_t y0 = std::max<int64_t>(0, -oy), y1 = std::min(h, h - oy);
+  const int64_t x0 = std::max<int64_t>(0, -ox), x1 = std::min(w, w - ox);
+  if (oy != 0 || ox != 0) dst.zero_();
+  if (y1 <= y0 || x1 <= x0) return;  // the window lies wholly in the padding
+  torch::Tensor window = src.narrow(1, y0 + oy, y1 - y0).narrow(2, x0 + ox, x1 - x0);
+  // Mirroring the crop maps its columns [x0, x1) to [w - x1, w - x0).
+  const int64_t dst_x = draw.flip ? w - x1 : x0;
+  dst.narrow(1, y0, y1 - y0).narrow(2, dst_x, x1 - x0).copy_(draw.flip ? window.flip({2}) : window);
 }
 
 }  // namespace
@@ -17,40 +30,43 @@ AugmentDraw augmentDraw(const TransformSpec& spec, int64_t dataset_index) {
   h = splitmix64(h ^ static_cast<uint64_t>(spec.epoch));
   h = splitmix64(h ^ static_cast<uint64_t>(dataset_index));
   AugmentDraw draw;
-  const uint64_t span = static_cast<uint64_t>(2 * spec.crop_padding + 1);
   if (spec.random_crop) {
-    draw.dy = static_cast<int64_t>((h & 0xffff) % span);
-    draw.dx = static_cast<int64_t>(((h >> 16) & 0xffff) % span);
+    const uint64_t span = static_cast<uint64_t>(2 * spec.crop_padding + 1);
+    draw.dy = static_cast<int64_t>((h & 0xffffffffULL) % span);
+    draw.dx = static_cast<int64_t>((h >> 32) % span);
   } else {
     draw.dy = draw.dx = spec.crop_padding;
   }
-  draw.flip = spec.random_flip && ((h >> 40) & 1) != 0;
+  // From a further mix, so turning the crop on or off leaves the flips alone.
+  draw.flip = spec.random_flip && (splitmix64(h) & 1) != 0;
   return draw;
+}
+
+void transformBatchInto(const torch::Tensor& images, const std::vector<int64_t>& dataset_indices,
+                        const TransformSpec& spec, torch::Tensor& out) {
+  if (spec.random_crop || spec.random_flip) {
+    for (int64_t i = 0; i < images.size(0); ++i) {
+      const AugmentDraw draw = augmentDraw(spec, dataset_indices[static_cast<size_t>(i)]);
+      cropFlipInto(images[i], draw, spec.crop_padding, out[i]);
+    }
+  } else {
+    out.copy_(images);  // converts to float and to out's memory format in one pass
+  }
+  // ToTensor then Normalize, exactly: (x / 255 - mean) / std.
+  out.div_(255.0);
+  if (!spec.mean.empty()) {
+    const int64_t c = static_cast<int64_t>(spec.mean.size());
+    auto per_channel = [c](const std::vector<float>& v) {
+      return torch::from_blob(const_cast<float*>(v.data()), {1, c, 1, 1}, torch::kFloat);
+    };
+    out.sub_(per_channel(spec.mean)).div_(per_channel(spec.std));
+  }
 }
 
 torch::Tensor transformBatch(const torch::Tensor& images, const std::vector<int64_t>& dataset_indices,
                              const TransformSpec& spec) {
-  torch::Tensor out = images.to(torch::kFloat).div_(255.0);
-  if (spec.random_crop || spec.random_flip) {
-    const int64_t pad = spec.random_crop ? spec.crop_padding : 0;
-    const int64_t h = out.size(2), w = out.size(3);
-    torch::Tensor padded = pad > 0 ? torch::constant_pad_nd(out, {pad, pad, pad, pad}, 0.0) : out;
-    torch::Tensor result = torch::empty_like(out);
-    TransformSpec local = spec;
-    local.crop_padding = pad;
-    for (int64_t i = 0; i < out.size(0); ++i) {
-      const AugmentDraw d = augmentDraw(local, dataset_indices[static_cast<size_t>(i)]);
-      torch::Tensor crop = padded[i].narrow(1, d.dy, h).narrow(2, d.dx, w);
-      result[i].copy_(d.flip ? crop.flip({2}) : crop);
-    }
-    out = result;
-  }
-  if (!spec.mean.empty()) {
-    const int64_t c = out.size(1);
-    torch::Tensor mean = torch::tensor(spec.mean).view({1, c, 1, 1});
-    torch::Tensor std = torch::tensor(spec.std).view({1, c, 1, 1});
-    out.sub_(mean).div_(std);
-  }
+  torch::Tensor out = torch::empty(images.sizes(), torch::kFloat);
+  transformBatchInto(images, dataset_indices, spec, out);
   return out;
 }
 

@@ -6,19 +6,10 @@
 #include "common/error.h"
 #include "dtrain/amp.h"
 #include "models/torch_compat.h"
+#include "train_test_util.h"
 
 namespace dtrain {
 namespace {
-
-template <typename F>
-std::string configErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.message();
-  }
-  return "(no ConfigError)";
-}
 
 TEST(PrecisionTest, ParsesNamesAndAliases) {
   EXPECT_EQ(parsePrecision("fp32"), Precision::kFp32);

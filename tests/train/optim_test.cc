@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "dtrain/lr_schedule.h"
 #include "dtrain/optim.h"
+#include "train_test_util.h"
 
 namespace dtrain {
 namespace {
@@ -73,16 +74,6 @@ double maxDiffAfter(int steps, SlabModel& model, Optimizer& optimizer,
     diff = std::max(diff, (model.params[i] - reference[i].detach()).abs().max().item<double>());
   }
   return diff;
-}
-
-template <typename F>
-std::string configErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.message();
-  }
-  return "(no ConfigError)";
 }
 
 TEST(SGDTest, MatchesTorchSGD) {
