@@ -18,6 +18,12 @@
 //   every key, shape and dtype first (ConfigError, nothing changed on error).
 //   The key set depends only on the options and slab count, so a fresh
 //   optimizer lists every key a checkpoint of the same setup holds.
+// - Capturable mode (setCapturable(true), for CUDA graphs): the learning
+//   rate and AdamW's step count live in device scalars that step() reads on
+//   the device, so a step captured once and replayed uses the lr setLr()
+//   wrote before each replay. step() then no longer counts steps on the
+//   host; whoever replays calls countStep() once per replayed step. The
+//   number of kernels per step stays a small constant per slab.
 // - Not thread-safe; one optimizer per set of slabs.
 #pragma once
 
@@ -67,6 +73,14 @@ class Optimizer {
   void setLr(double lr);
   // grad.zero_() on every slab; the grad stays defined (views stay valid).
   void zeroGrad();
+  // See the contract. Turning it on with momentum SGD needs at least one
+  // step taken (the first step initialises the momentum buffer on the host's
+  // say-so): ConfigError otherwise.
+  void setCapturable(bool on);
+  bool capturable() const { return capturable_; }
+  // Capturable mode: one replayed step happened (advances stepCount()).
+  void countStep() { ++steps_; }
+  int64_t stepCount() const { return steps_; }
   const std::vector<FlatSlab>& slabs() const { return slabs_; }
 
   // Keys "sgd.step", "sgd.momentum.<slab>" (momentum != 0 only);
@@ -81,8 +95,15 @@ class Optimizer {
   // Validates the slabs (ConfigError naming `who`, the slab and the problem).
   Optimizer(std::vector<FlatSlab> slabs, double lr, const std::string& who);
 
+  // Device-side lr (capturable mode): a float32 [1] tensor per slab device.
+  const torch::Tensor& lrTensor() const { return lr_tensor_; }
+  virtual void onCapturableChanged() {}
+
   std::vector<FlatSlab> slabs_;
   double lr_;
+  int64_t steps_ = 0;
+  bool capturable_ = false;
+  torch::Tensor lr_tensor_;
 };
 
 // ConfigError unless lr >= 0, momentum >= 0, weight_decay >= 0, and nesterov

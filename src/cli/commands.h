@@ -16,5 +16,6 @@ void registerSettings(CLI::App& app, ExitCode& exit_code);
 void registerLaunch(CLI::App& app, ExitCode& exit_code);
 // Only in builds with libtorch (DTRAIN_WITH_TRAIN).
 void registerTrain(CLI::App& app, ExitCode& exit_code);
+void registerBenchTrain(CLI::App& bench, ExitCode& exit_code);
 
 }  // namespace dtrain::cli

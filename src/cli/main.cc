@@ -18,10 +18,13 @@ int runMain(int argc, char** argv) {
   app.require_subcommand(1);
   dtrain::cli::ExitCode exit_code;
 
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: collectives (nccl-tests style) and the store");
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: collectives (nccl-tests style), training throughput and the store");
   bench->require_subcommand(1);
   dtrain::cli::registerBenchCollectives(*bench, exit_code);
   dtrain::cli::registerBenchStore(*bench, exit_code);
+#if DTRAIN_WITH_TRAIN
+  dtrain::cli::registerBenchTrain(*bench, exit_code);
+#endif
   dtrain::cli::registerLaunch(app, exit_code);
 #if DTRAIN_WITH_TRAIN
   dtrain::cli::registerTrain(app, exit_code);

@@ -1,51 +1,14 @@
 // `dtrain train`: data-parallel training of a built-in model on a built-in
 // data set. Run it under `dtrain launch` (or torchrun) for several ranks:
 //   dtrain launch --nproc-per-node 2 --standalone dtrain train --epochs 3
-#include <dlfcn.h>
-#include <unistd.h>
-
-#include <climits>
-#include <filesystem>
 #include <memory>
 
 #include "cli/commands.h"
-#include "common/error.h"
+#include "cli/training_runtime.h"
 #include "train/train_settings.h"
 #include "train/trainer.h"
 
 namespace dtrain::cli {
-namespace {
-
-using RunTrainingFn = int (*)(const TrainConfig*);
-
-// The runtime library: where the build put it, else next to this binary or
-// in ../lib, else wherever the dynamic loader finds it.
-RunTrainingFn loadTrainingRuntime() {
-  std::vector<std::string> candidates = {DTRAIN_TRAIN_LIBRARY};
-  char self[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n > 0) {
-    const std::filesystem::path dir = std::filesystem::path(std::string(self, static_cast<size_t>(n))).parent_path();
-    candidates.push_back((dir / DTRAIN_TRAIN_LIBRARY_NAME).string());
-    candidates.push_back((dir.parent_path() / "lib" / DTRAIN_TRAIN_LIBRARY_NAME).string());
-  }
-  candidates.push_back(DTRAIN_TRAIN_LIBRARY_NAME);
-  std::string errors;
-  for (const std::string& path : candidates) {
-    if (path.find('/') != std::string::npos && !std::filesystem::exists(path)) continue;
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
-    if (handle == nullptr) {
-      errors += std::string("\n  ") + ::dlerror();
-      continue;
-    }
-    if (auto fn = reinterpret_cast<RunTrainingFn>(::dlsym(handle, "dtrain_run_training"))) return fn;
-    errors += "\n  " + path + ": no dtrain_run_training";
-  }
-  throw IoError(std::string("cannot load the training runtime ") + DTRAIN_TRAIN_LIBRARY_NAME +
-                " (libtorch and its dependencies must be installed):" + (errors.empty() ? " not found" : errors));
-}
-
-}  // namespace
 
 void registerTrain(CLI::App& app, ExitCode& exit_code) {
   CLI::App* cmd = app.add_subcommand(
@@ -104,7 +67,16 @@ void registerTrain(CLI::App& app, ExitCode& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--timeline", c->timeline,
                 "At the end, print when each gradient bucket's all-reduce ran against the end of backward");
-  cmd->callback([c, &exit_code] { exit_code.value = loadTrainingRuntime()(c.get()); });
+  cmd->add_flag("--cuda-graphs", c->cuda_graphs,
+                "Capture forward, backward, all-reduce and optimizer step into one CUDA graph after warm-up and "
+                "replay it (fp32/bf16, NCCL; otherwise says why and runs eagerly)");
+  cmd->add_option("--graph-warmup", c->graph_warmup, "Eager steps of each batch size before its capture")
+      ->capture_default_str();
+  cmd->add_flag("--data-on-gpu", c->data_on_gpu,
+                "Keep the whole data set on the device; shuffle and augment there once per epoch");
+  cmd->add_flag("!--no-cudnn-benchmark", c->cudnn_benchmark,
+                "Do not let cuDNN time its algorithms per input shape (on by default)");
+  cmd->callback([c, &exit_code] { exit_code.value = trainingRuntime<int (*)(const TrainConfig*)>("dtrain_run_training")(c.get()); });
 }
 
 }  // namespace dtrain::cli

@@ -80,3 +80,23 @@ inline void setAutocastDtype(c10::DeviceType device_type, at::ScalarType dtype) 
 inline constexpr bool kCpuAutocastSupportsFp16 = DTRAIN_TORCH_AT_LEAST(2, 4);
 
 }  // namespace dtrain::compat
+
+// CUDA graph capture (train/ only, in CUDA builds). libtorch 2.x lets the
+// caller pick the capture mode; thread-local mode keeps other threads (the
+// NCCL watchdog querying events) from invalidating a capture. 1.13 always
+// captures in global mode.
+#if defined(DTRAIN_TORCH_CUDA)
+#include <ATen/cuda/CUDAGraph.h>
+
+namespace dtrain::compat {
+
+inline void beginGraphCapture(at::cuda::CUDAGraph& graph) {
+#if DTRAIN_TORCH_AT_LEAST(2, 0)
+  graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+#else
+  graph.capture_begin();
+#endif
+}
+
+}  // namespace dtrain::compat
+#endif

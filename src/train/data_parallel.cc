@@ -74,9 +74,13 @@ struct DataParallel::Impl {
     DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
     return event;
   }
-  cudaStream_t computeStream() const {
-    return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_index)).stream();
-  }
+  // The stream backward runs this backward's gradient kernels on: the
+  // current stream of the first gradient hook (autograd runs a node on its
+  // forward's stream). Final callbacks may run with another current stream,
+  // so the join at the end of backward uses this one (it must be the
+  // capturing stream when the step is captured into a CUDA graph).
+  cudaStream_t compute_stream = nullptr;
+  cudaStream_t computeStream() const { return compute_stream; }
 #endif
 
   ~Impl() {
@@ -246,7 +250,11 @@ void DataParallel::onGradReady(int param) {
     impl.in_backward = true;
     impl.first_ready = Clock::now();
 #if DTRAIN_TORCH_CUDA
-    if (impl.cuda) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.first_event, impl.computeStream()));
+    if (impl.cuda) {
+      impl.compute_stream =
+          c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(impl.device_index)).stream();
+      DTRAIN_CUDA_CHECK(cudaEventRecord(impl.first_event, impl.computeStream()));
+    }
 #endif
     std::weak_ptr<Impl> weak = impl_;
     torch::autograd::Engine::get_default_engine().queue_callback([weak] {

@@ -73,16 +73,20 @@ class SGD final : public Optimizer {
       if (options_.weight_decay != 0) d_p = d_p.add(slabs_[i].param, options_.weight_decay);
       if (options_.momentum != 0) {
         torch::Tensor& buf = momentum_[i];
-        if (steps_ == 0) {
+        if (steps_ == 0 && !capturable_) {
           buf.copy_(d_p);  // torch.optim.SGD: the first buffer is a clone of d_p, undamped
         } else {
           buf.mul_(options_.momentum).add_(d_p, 1 - options_.dampening);
         }
         d_p = options_.nesterov ? d_p.add(buf, options_.momentum) : buf;
       }
-      slabs_[i].param.add_(d_p, -lr_);
+      if (capturable_) {
+        slabs_[i].param.addcmul_(d_p, lrTensor(), -1);  // param -= lr * d_p, lr read on the device
+      } else {
+        slabs_[i].param.add_(d_p, -lr_);
+      }
     }
-    ++steps_;
+    if (!capturable_) ++steps_;
   }
 
   TensorMap stateDict() const override {
@@ -95,10 +99,18 @@ class SGD final : public Optimizer {
 
   std::string name() const override { return "sgd"; }
 
+ protected:
+  void onCapturableChanged() override {
+    if (capturable_ && options_.momentum != 0 && steps_ == 0) {
+      capturable_ = false;
+      throw ConfigError("SGD: capturable mode with momentum needs one step taken first (it initialises the "
+                        "momentum buffer)");
+    }
+  }
+
  private:
   SGDOptions options_;
   std::vector<torch::Tensor> momentum_;
-  int64_t steps_ = 0;
 };
 
 class AdamW final : public Optimizer {
@@ -113,6 +125,10 @@ class AdamW final : public Optimizer {
 
   void step() override {
     torch::NoGradGuard no_grad;
+    if (capturable_) {
+      stepOnDevice();
+      return;
+    }
     ++steps_;
     const double bias_correction1 = 1 - std::pow(options_.beta1, static_cast<double>(steps_));
     const double bias_correction2 = 1 - std::pow(options_.beta2, static_cast<double>(steps_));
@@ -140,15 +156,41 @@ class AdamW final : public Optimizer {
 
   void loadStateDict(const TensorMap& state) override {
     steps_ = loadInto("AdamW", stateDict(), state, "adamw.step");
+    if (step_tensor_.defined()) step_tensor_.fill_(static_cast<double>(steps_));
   }
 
   std::string name() const override { return "adamw"; }
 
+ protected:
+  void onCapturableChanged() override {
+    if (capturable_) {
+      step_tensor_ = torch::full({1}, static_cast<double>(steps_), lrTensor().options());
+    }
+  }
+
  private:
+  // torch.optim.AdamW(capturable=True)'s arithmetic: the step count and the
+  // bias corrections stay on the device.
+  void stepOnDevice() {
+    step_tensor_.add_(1);
+    const torch::Tensor bias_correction1 = 1 - torch::pow(options_.beta1, step_tensor_);
+    const torch::Tensor bias_correction2_sqrt = (1 - torch::pow(options_.beta2, step_tensor_)).sqrt_();
+    const torch::Tensor step_size = lrTensor() / bias_correction1;
+    for (size_t i = 0; i < slabs_.size(); ++i) {
+      torch::Tensor& param = slabs_[i].param;
+      const torch::Tensor& grad = slabs_[i].grad;
+      param.addcmul_(param, lrTensor(), -options_.weight_decay);  // param *= 1 - lr * wd
+      exp_avg_[i].lerp_(grad, 1 - options_.beta1);
+      exp_avg_sq_[i].mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
+      torch::Tensor denom = (exp_avg_sq_[i].sqrt() / bias_correction2_sqrt).add_(options_.eps);
+      param.sub_(exp_avg_[i] / denom * step_size);
+    }
+  }
+
   AdamWOptions options_;
   std::vector<torch::Tensor> exp_avg_;
   std::vector<torch::Tensor> exp_avg_sq_;
-  int64_t steps_ = 0;
+  torch::Tensor step_tensor_;  // capturable mode: float32 [1] on the device
 };
 
 }  // namespace
@@ -179,6 +221,18 @@ Optimizer::Optimizer(std::vector<FlatSlab> slabs, double lr, const std::string& 
 void Optimizer::setLr(double lr) {
   requireAtLeast(name(), "lr", lr, 0);
   lr_ = lr;
+  if (capturable_) lr_tensor_.fill_(lr);  // a device write, no synchronisation
+}
+
+void Optimizer::setCapturable(bool on) {
+  if (on == capturable_) return;
+  if (on && slabs_.empty()) throw ConfigError(name() + ": capturable mode needs at least one slab");
+  if (on && !lr_tensor_.defined()) {
+    lr_tensor_ = torch::full({1}, lr_, slabs_.front().param.options().dtype(torch::kFloat));
+  }
+  capturable_ = on;
+  onCapturableChanged();
+  if (capturable_) lr_tensor_.fill_(lr_);
 }
 
 void Optimizer::zeroGrad() {

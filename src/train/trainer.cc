@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/settings.h"
+#include "data/device_data.h"
 #include "data/loader.h"
 #include "dtrain/amp.h"
 #include "dtrain/checkpoint.h"
@@ -24,6 +25,7 @@
 #include "train/train_data.h"
 #include "train/train_settings.h"
 #include "train/train_state.h"
+#include "train/train_step.h"
 
 namespace dtrain {
 namespace {
@@ -35,6 +37,7 @@ void validate(const TrainConfig& c) {
   positive(c.epochs, "--epochs");
   positive(c.batch_size, "--batch-size");
   positive(c.log_every, "--log-every");
+  positive(c.graph_warmup, "--graph-warmup");
   if (c.lr < 0) throw ConfigError("--lr must be >= 0, got " + std::to_string(c.lr));
   if (c.bucket_mb <= 0) throw ConfigError("--bucket-mb must be > 0, got " + std::to_string(c.bucket_mb));
   if (c.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0");
@@ -124,6 +127,11 @@ int runTraining(const TrainConfig& config) {
     torch::set_num_threads(static_cast<int>(std::max<int64_t>(1, cores / ranks_here)));
   }
 
+  // TF32 as PyTorch's defaults: cuDNN convolutions may use TF32, float32
+  // matmuls do not (torch.backends.cuda.matmul.allow_tf32 = False).
+  at::globalContext().setAllowTF32CuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
+
   TrainData data = loadTrainData(config);  // errors name the data set and files before any rank waits on another
 
   InitOptions init_options;
@@ -165,9 +173,19 @@ int runTraining(const TrainConfig& config) {
   scaler_options.enabled = precision == Precision::kFp16;
   GradScaler scaler(scaler_options);
 
-  data::DataLoader train_loader(data.train, trainLoaderOptions(config, data, ctx->rank(), ctx->size(), ctx->device()));
+  // Training batches come from the prefetching loader, or (--data-on-gpu)
+  // from the data set kept whole on the device.
+  const data::LoaderOptions train_options = trainLoaderOptions(config, data, ctx->rank(), ctx->size(), ctx->device());
+  std::optional<data::DataLoader> train_loader;
+  std::optional<data::DeviceEpochData> train_on_device;
+  if (config.data_on_gpu) {
+    train_on_device.emplace(data.train, train_options);
+  } else {
+    train_loader.emplace(data.train, train_options);
+  }
   data::DataLoader test_loader(data.test, testLoaderOptions(config, data, ctx->rank(), ctx->size(), ctx->device()));
-  const int64_t steps_per_epoch = train_loader.batchesPerEpoch();
+  const int64_t steps_per_epoch =
+      train_on_device ? train_on_device->batchesPerEpoch() : train_loader->batchesPerEpoch();
   int64_t total_steps = steps_per_epoch * config.epochs;
   if (config.max_steps > 0) total_steps = std::min(total_steps, config.max_steps);
 
@@ -182,6 +200,15 @@ int runTraining(const TrainConfig& config) {
                                            steps_per_epoch)));
   schedule.gamma = config.gamma;
   validate(schedule);
+
+  TrainStepOptions step_options;
+  step_options.cuda_graphs = config.cuda_graphs;
+  step_options.warmup_steps = config.graph_warmup;
+  step_options.precision = precision;
+  step_options.clip_grad_norm = config.clip_grad_norm;
+  step_options.communicator_capturable = ctx->backend() == "nccl";
+  TrainStep train_step([&model](const torch::Tensor& x) { return model->forward(x); }, dp, *optimizer, scaler,
+                       ctx->device(), step_options);
 
   TrainState state{dp, *optimizer, scaler, *ctx};
   TrainPosition position;  // epoch 0, batch 0, step 0
@@ -204,7 +231,11 @@ int runTraining(const TrainConfig& config) {
                       " test), " + std::to_string(ctx->size()) + " rank(s) x batch " +
                       std::to_string(config.batch_size) + ", " + ctx->backend() + " on " + ctx->device().str() +
                       ", " + precisionName(precision) +
-                      (position.step > 0 ? ", resumed at step " + std::to_string(position.step) : std::string()));
+                      (position.step > 0 ? ", resumed at step " + std::to_string(position.step) : std::string()) +
+                      (config.data_on_gpu ? ", data on the device" : ""));
+    if (config.cuda_graphs && !train_step.graphStatus().empty() && train_step.graphStatus() != "warming up") {
+      progress->message("CUDA graphs off: " + train_step.graphStatus());
+    }
   }
   const auto [fault_rank, fault_step] = faultDrill();
 
@@ -222,32 +253,29 @@ int runTraining(const TrainConfig& config) {
   auto report_start = std::chrono::steady_clock::now();
   int64_t report_samples = 0;
   int64_t samples_trained = 0;  // approximate: the last batch of an epoch may be smaller on some ranks
-  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(ctx->device()));
   int64_t loss_count = 0;
   bool done = step >= total_steps;
   bool evaluated_last = false;
 
   for (int64_t epoch = position.epoch; epoch < config.epochs && !done; ++epoch) {
-    train_loader.startEpoch(epoch, epoch == position.epoch ? position.batch : 0);
+    const int64_t first_batch = epoch == position.epoch ? position.batch : 0;
+    int64_t next_on_device = first_batch;
+    if (train_on_device) {
+      train_on_device->startEpoch(epoch);
+    } else {
+      train_loader->startEpoch(epoch, first_batch);
+    }
+    auto next_batch = [&]() -> std::optional<data::Batch> {
+      if (!train_on_device) return train_loader->next();
+      if (next_on_device >= train_on_device->batchesPerEpoch()) return std::nullopt;
+      return train_on_device->batch(next_on_device++);
+    };
     model->train();
-    while (auto batch = train_loader.next()) {
+    while (auto batch = next_batch()) {
       const double lr = learningRateAt(schedule, step);
       optimizer->setLr(lr);
-      optimizer->zeroGrad();
-      torch::Tensor loss;
-      {
-        AutocastGuard autocast(ctx->device(), precision);
-        torch::Tensor logits = model->forward(batch->images);
-        loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), batch->labels);
-      }
-      scaler.scale(loss).backward();
-      if (config.clip_grad_norm > 0) {
-        scaler.unscale(dp.slabs());
-        clipGradNorm(dp.slabs(), config.clip_grad_norm);
-      }
-      scaler.step(*optimizer);
+      train_step.run(batch->images, batch->labels);
       ++step;
-      loss_sum += loss.detach();
       ++loss_count;
       report_samples += batch->labels.size(0) * ctx->size();
       samples_trained += batch->labels.size(0) * ctx->size();
@@ -267,12 +295,12 @@ int runTraining(const TrainConfig& config) {
         r.total_steps = total_steps;
         r.epoch = epoch;
         r.epochs = config.epochs;
-        r.loss = loss_sum.item<double>() / static_cast<double>(std::max<int64_t>(1, loss_count));
+        r.loss = train_step.lossSum().item<double>() / static_cast<double>(std::max<int64_t>(1, loss_count));
         r.lr = lr;
         r.samples_per_s = seconds > 0 ? static_cast<double>(report_samples) / seconds : 0;
         r.elapsed_s = std::chrono::duration<double>(now - wall_start).count();
         progress->step(r);
-        loss_sum.zero_();
+        train_step.zeroLossSum();
         loss_count = 0;
         report_samples = 0;
         report_start = now;
@@ -296,6 +324,10 @@ int runTraining(const TrainConfig& config) {
     }
   }
   if (config.timeline && progress && dp.syncedBackwards() > 0) progress->timeline(dp.lastTimeline());
+  if (config.cuda_graphs && progress) {
+    progress->message("CUDA graphs: " + train_step.graphStatus() + "; " + std::to_string(train_step.graphedSteps()) +
+                      " steps replayed, " + std::to_string(train_step.eagerSteps()) + " eager");
+  }
   if (!evaluated_last) {
     dp.syncBuffers();
     last_eval = evaluate(*model, test_loader, *ctx, precision);

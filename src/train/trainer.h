@@ -44,6 +44,10 @@ struct TrainConfig {
   int64_t timeout_s = 600;                 // collective timeout
   std::string progress = "auto";           // auto | bar | lines | none
   bool timeline = false;                   // print the bucket timeline of the last backward
+  bool cuda_graphs = false;                // capture the whole step into a CUDA graph after warm-up
+  int64_t graph_warmup = 3;                // eager steps of a batch size before its capture
+  bool data_on_gpu = false;                // keep the data set on the device, build batches there
+  bool cudnn_benchmark = true;             // let cuDNN time its algorithms per shape
 };
 
 // Runs the job on this rank; returns the process exit code (0 on success).

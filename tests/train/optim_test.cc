@@ -304,6 +304,55 @@ TEST(LrScheduleTest, ValidationErrors) {
   EXPECT_EQ(error({.kind = "cosine", .total_steps = 1}), "(no ConfigError)");
 }
 
+// Capturable mode (device-side lr and step count) follows the same
+// trajectory as the host-scalar mode through lr changes, and counts steps
+// only through countStep().
+TEST(OptimizerTest, CapturableModeMatchesHostMode) {
+  const std::vector<std::function<std::unique_ptr<Optimizer>(FlatSlab)>> makers = {
+      [](FlatSlab s) { return makeSGD({s}, {.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}); },
+      [](FlatSlab s) { return makeSGD({s}, {.lr = 0.05}); },
+      [](FlatSlab s) { return makeAdamW({s}, {.lr = 1e-2}); },
+  };
+  for (const auto& make : makers) {
+    SlabModel host_model, device_model;
+    auto host = make(host_model.slab);
+    auto device = make(device_model.slab);
+    for (int step = 0; step < 6; ++step) {
+      const double lr = 0.01 * (step + 1);
+      host->setLr(lr);
+      device->setLr(lr);
+      setGrads(host_model, step);
+      setGrads(device_model, step);
+      host->step();
+      if (step == 0) {
+        device->step();  // the first step on the host's say-so, then capturable
+        device->setCapturable(true);
+        EXPECT_TRUE(device->capturable());
+      } else {
+        device->step();
+        device->countStep();
+      }
+    }
+    EXPECT_EQ(device->stepCount(), host->stepCount()) << host->name();
+    // AdamW's bias corrections are float32 on the device (as torch's
+    // capturable AdamW) instead of double on the host: 1e-5 absolute.
+    EXPECT_LT((device_model.slab.param - host_model.slab.param).abs().max().item<double>(), 1e-5) << host->name();
+    const TensorMap host_state = host->stateDict(), device_state = device->stateDict();
+    for (const auto& [key, tensor] : host_state) {
+      EXPECT_LT((device_state.at(key).to(torch::kDouble) - tensor.to(torch::kDouble)).abs().max().item<double>(),
+                1e-5)
+          << host->name() << " " << key;
+    }
+  }
+}
+
+TEST(OptimizerTest, CapturableMomentumSgdNeedsAFirstStep) {
+  SlabModel model;
+  auto sgd = makeSGD({model.slab}, {.lr = 0.1, .momentum = 0.9});
+  EXPECT_NE(configErrorOf([&] { sgd->setCapturable(true); }).find("needs one step taken first"), std::string::npos);
+  EXPECT_FALSE(sgd->capturable());
+}
+
 // Same updates on a CUDA slab as on the CPU; skipped without a GPU.
 TEST(OptimizerTest, CudaSlabsMatchCpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";

@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -154,6 +155,79 @@ TEST(TrainCliTest, MoreRanksThanSamplesIsAClearError) {
   auto r = runCommand(launch(3) + "--dataset synthetic --synthetic-samples 2 --progress none", 120);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("3 ranks"), std::string::npos) << r.output;
+}
+
+// --data-on-gpu builds the same batches as the loader (on the CPU device
+// here), so two ranks end with the same bits either way.
+TEST(TrainCliTest, DataOnDeviceTrainsExactlyLikeTheLoader) {
+  const std::string common = "--model mlp --epochs 2 --max-steps 120 --log-every 40 --progress lines --seed 3 "
+                             "--checkpoint-every 1000 ";
+  const std::string loader_dir = freshDir("loader"), device_dir = freshDir("on_device");
+  auto a = runCommand(launch(2) + common + "--checkpoint-dir " + loader_dir, 300);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = runCommand(launch(2) + common + "--data-on-gpu --checkpoint-dir " + device_dir, 300);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("data on the device"), std::string::npos) << b.output;
+  auto from_loader = loadCheckpoint(loader_dir + "/ckpt-000000120.dtck");
+  auto from_device = loadCheckpoint(device_dir + "/ckpt-000000120.dtck");
+  ASSERT_FALSE(from_loader.tensors.empty());
+  for (const auto& [key, tensor] : from_loader.tensors) {
+    if (key.rfind("model.", 0) != 0) continue;
+    ASSERT_TRUE(from_device.tensors.count(key)) << key;
+    EXPECT_TRUE(torch::equal(tensor, from_device.tensors.at(key))) << key << " differs with --data-on-gpu";
+  }
+}
+
+// Without a CUDA device the step cannot be captured: a clear message, and
+// training goes on eagerly to the same result.
+TEST(TrainCliTest, CudaGraphsWithoutCudaSayWhyAndTrainEagerly) {
+  auto r = runCommand(dtrainBin() + " train --model mlp --epochs 1 --max-steps 20 --progress lines --cuda-graphs",
+                      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("CUDA graphs off: eager ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0 steps replayed, 20 eager"), std::string::npos) << r.output;
+  auto bad = runCommand(dtrainBin() + " train --model mlp --graph-warmup 0", 60);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--graph-warmup must be > 0"), std::string::npos) << bad.output;
+}
+
+// `dtrain bench train` starts one group per count and prints a row each.
+TEST(BenchTrainCliTest, RunsEachGpuCountAndReportsScaling) {
+  auto r = runCommand(dtrainBin() + " bench train --gpus 1,2 --model cnn --image-size 28 --batch-size 16 "
+                                    "--steps 4 --warmup 4 --no-cuda-graphs --json",
+                      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto begin = r.output.find("{\"bench\"");
+  ASSERT_NE(begin, std::string::npos) << r.output;
+  auto json = nlohmann::json::parse(r.output.substr(begin, r.output.find('\n', begin) - begin));
+  ASSERT_EQ(json["results"].size(), 2u) << r.output;
+  EXPECT_EQ(json["results"][0]["gpus"], 1);
+  EXPECT_EQ(json["results"][1]["gpus"], 2);
+  EXPECT_DOUBLE_EQ(json["results"][0]["scaling_efficiency"].get<double>(), 1.0);
+  for (const auto& row : json["results"]) {
+    EXPECT_GT(row["samples_per_s"].get<double>(), 0) << row;
+    EXPECT_GT(row["step_ms"].get<double>(), 0) << row;
+    EXPECT_TRUE(std::isfinite(row["loss"].get<double>())) << row;
+  }
+  auto table = runCommand(dtrainBin() + " bench train --gpus 1 --model mlp --image-size 8 --batch-size 8 "
+                                        "--steps 2 --warmup 4",
+                          300);
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("# dtrain bench train: mlp, 3x8x8, batch 8/GPU, fp32"), std::string::npos)
+      << table.output;
+  EXPECT_NE(table.output.find("samples/s"), std::string::npos) << table.output;
+}
+
+TEST(BenchTrainCliTest, BadInputIsAClearError) {
+  auto gpus = runCommand(dtrainBin() + " bench train --gpus 1,x", 60);
+  EXPECT_EQ(gpus.exit_code, 2) << gpus.output;
+  EXPECT_NE(gpus.output.find("'x' is not a GPU count"), std::string::npos) << gpus.output;
+  auto warmup = runCommand(dtrainBin() + " bench train --warmup 2 --graph-warmup 3", 60);
+  EXPECT_EQ(warmup.exit_code, 2) << warmup.output;
+  EXPECT_NE(warmup.output.find("expected --warmup > --graph-warmup"), std::string::npos) << warmup.output;
+  auto model = runCommand(dtrainBin() + " bench train --model vgg --steps 1 --warmup 0 --no-cuda-graphs", 60);
+  EXPECT_NE(model.exit_code, 0) << model.output;
+  EXPECT_NE(model.output.find("vgg"), std::string::npos) << model.output;
 }
 
 TEST(TrainCliTest, LibraryExampleTrainsUnderTheLauncher) {

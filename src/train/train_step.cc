@@ -1,0 +1,192 @@
+#include "train/train_step.h"
+
+#include "common/error.h"
+#include "common/log.h"
+
+#if DTRAIN_TORCH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include "models/torch_compat.h"
+#endif
+
+namespace dtrain {
+
+std::string cudaGraphsUnsupportedReason(torch::Device device, Precision precision, double clip_grad_norm,
+                                        bool communicator_capturable) {
+#if !DTRAIN_TORCH_CUDA
+  (void)device, (void)precision, (void)clip_grad_norm, (void)communicator_capturable;
+  return "this build of dtrain has no CUDA support";
+#else
+  if (!device.is_cuda()) return "CUDA graphs need a CUDA device (training runs on " + device.str() + ")";
+  if (precision == Precision::kFp16) {
+    return "fp16 loss scaling decides on the host whether a step is skipped; use bf16 or fp32 with CUDA graphs";
+  }
+  if (clip_grad_norm > 0) return "--clip-grad-norm reads the gradient norm on the host every step";
+  if (!communicator_capturable) return "the communicator cannot be captured into a CUDA graph (use NCCL)";
+  return "";
+#endif
+}
+
+struct TrainStep::Graph {
+#if DTRAIN_TORCH_CUDA
+  at::cuda::CUDAGraph graph;
+#endif
+  torch::Tensor images, labels;  // static inputs the graph reads
+};
+
+struct TrainStep::Streams {
+#if DTRAIN_TORCH_CUDA
+  explicit Streams(int device)
+      : step(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device))) {}
+  c10::cuda::CUDAStream step;
+  at::cuda::CUDAEvent entered, done;
+#endif
+};
+
+TrainStep::TrainStep(Forward forward, DataParallel& dp, Optimizer& optimizer, GradScaler& scaler,
+                     torch::Device device, TrainStepOptions options)
+    : forward_(std::move(forward)),
+      dp_(dp),
+      optimizer_(optimizer),
+      scaler_(scaler),
+      device_(device),
+      options_(options),
+      loss_sum_(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device))) {
+  if (options_.warmup_steps < 1) {
+    throw ConfigError("TrainStep: warmup_steps must be >= 1 (cuDNN and NCCL settle before a capture), got " +
+                      std::to_string(options_.warmup_steps));
+  }
+  if (options_.cuda_graphs) {
+    fallback_ = cudaGraphsUnsupportedReason(device, options_.precision, options_.clip_grad_norm,
+                                            options_.communicator_capturable);
+  }
+#if DTRAIN_TORCH_CUDA
+  if (device_.is_cuda()) streams_ = std::make_unique<Streams>(device_.index());
+#endif
+}
+
+TrainStep::~TrainStep() = default;
+
+std::string TrainStep::graphStatus() const {
+  if (!options_.cuda_graphs) return "";
+  if (!fallback_.empty()) return "eager (" + fallback_ + ")";
+  if (graphs_.empty()) return "warming up";
+  return "captured " + std::to_string(graphs_.size()) + " graph(s)";
+}
+
+void TrainStep::body(const torch::Tensor& images, const torch::Tensor& labels) {
+  optimizer_.zeroGrad();
+  torch::Tensor loss;
+  {
+    AutocastGuard autocast(device_, options_.precision);
+    torch::Tensor logits = forward_(images);
+    loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+  }
+  scaler_.scale(loss).backward();
+  if (options_.clip_grad_norm > 0) {
+    scaler_.unscale(dp_.slabs());
+    clipGradNorm(dp_.slabs(), options_.clip_grad_norm);
+  }
+  scaler_.step(optimizer_);
+  torch::NoGradGuard no_grad;
+  loss_sum_.add_(loss.detach());
+}
+
+void TrainStep::eager(const torch::Tensor& images, const torch::Tensor& labels) {
+  body(images, labels);
+  if (optimizer_.capturable()) optimizer_.countStep();
+  ++eager_steps_;
+}
+
+void TrainStep::run(const torch::Tensor& images, const torch::Tensor& labels) {
+#if DTRAIN_TORCH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> on_step_stream;
+  c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_.index()));
+  if (streams_) {
+    streams_->entered.record(caller);
+    streams_->entered.block(streams_->step);
+    on_step_stream.emplace(streams_->step);
+  }
+  struct Rejoin {  // the caller's stream waits for the step, also when it throws
+    Streams* streams;
+    c10::cuda::CUDAStream caller;
+    ~Rejoin() {
+      if (streams == nullptr) return;
+      streams->done.record(streams->step);
+      streams->done.block(caller);
+    }
+  } rejoin{streams_.get(), caller};
+#endif
+  if (!options_.cuda_graphs || !fallback_.empty()) {
+    eager(images, labels);
+    return;
+  }
+  const int64_t batch = images.size(0);
+  auto it = graphs_.find(batch);
+  if (it == graphs_.end()) {
+    if (seen_[batch] < options_.warmup_steps || !capture(batch, images, labels)) {
+      ++seen_[batch];
+      eager(images, labels);
+      return;
+    }
+    it = graphs_.find(batch);
+  }
+#if DTRAIN_TORCH_CUDA
+  Graph& g = *it->second;
+  g.images.copy_(images, /*non_blocking=*/true);
+  g.labels.copy_(labels, /*non_blocking=*/true);
+  g.graph.replay();
+  optimizer_.countStep();
+  ++graphed_steps_;
+#endif
+}
+
+// Captures one step of `batch` samples; the step itself is not run (the
+// caller replays the graph). False, with fallback_ set, when capture failed.
+bool TrainStep::capture(int64_t batch, const torch::Tensor& images, const torch::Tensor& labels) {
+#if !DTRAIN_TORCH_CUDA
+  (void)batch, (void)images, (void)labels;
+  fallback_ = "this build of dtrain has no CUDA support";
+  return false;
+#else
+  // Every outstanding kernel and collective finishes first, so nothing but
+  // this step runs while the stream is being captured.
+  DTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
+  auto g = std::make_unique<Graph>();
+  g->images = torch::empty_like(images);
+  g->labels = torch::empty_like(labels);
+  g->images.copy_(images);
+  g->labels.copy_(labels);
+  const bool was_capturable = optimizer_.capturable();
+  try {
+    optimizer_.setCapturable(true);
+    compat::beginGraphCapture(g->graph);
+    try {
+      body(g->images, g->labels);
+    } catch (...) {
+      try {
+        g->graph.capture_end();
+      } catch (...) {
+      }
+      throw;
+    }
+    g->graph.capture_end();
+  } catch (const std::exception& e) {
+    (void)cudaGetLastError();  // a failed capture leaves a non-sticky error behind
+    if (!was_capturable) optimizer_.setCapturable(false);
+    fallback_ = std::string("capture failed: ") + e.what();
+    const auto newline = fallback_.find('\n');
+    if (newline != std::string::npos) fallback_.resize(newline);
+    DTRAIN_LOG_WARN("CUDA graphs off, training goes on eagerly: " << fallback_);
+    return false;
+  }
+  DTRAIN_LOG_DEBUG("captured the training step for batch " << batch);
+  graphs_[batch] = std::move(g);
+  return true;
+#endif
+}
+
+}  // namespace dtrain

@@ -1,0 +1,98 @@
+// TrainStep: one data-parallel training step (zero grads, forward under
+// autocast, cross-entropy, backward with DataParallel's bucketed all-reduce,
+// optimizer step), run eagerly or replayed from a CUDA graph.
+//
+// Contract:
+// - run(images, labels) trains on one batch and adds its loss to lossSum(),
+//   a float32 scalar on the device; nothing in run() reads the device, so
+//   the host never waits for the GPU (read lossSum() at log intervals).
+// - With cuda_graphs on a CUDA device: each batch size is run eagerly for
+//   warmup_steps steps (cuDNN picks its algorithms, NCCL and the allocator
+//   settle), then one step is captured into a CUDA graph together with the
+//   all-reduce of every bucket and the optimizer update, and every later
+//   step of that size copies the batch into the graph's static inputs and
+//   replays it. A batch of another size (the last of an epoch) gets its own
+//   graph the same way. The optimizer switches to capturable mode (device
+//   lr), so learning-rate schedules work unchanged.
+// - Where a graph cannot be used (CPU, a build without CUDA, fp16 loss
+//   scaling or gradient clipping, which decide on the host, a communicator
+//   that cannot be captured, or a capture that fails), graphStatus() says
+//   why and every step runs eagerly. Eager and graphed steps compute the
+//   same arithmetic.
+// - All GPU work runs on the step's own stream, ordered after the caller's
+//   current stream at entry; the caller's stream waits for it at exit.
+// - A graphed step does not see a collective fail the way an eager one
+//   does (the all-reduce is a node of the graph): a dead peer is noticed by
+//   the launcher, which stops the group.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "dtrain/amp.h"
+#include "dtrain/data_parallel.h"
+#include "dtrain/optim.h"
+
+namespace dtrain {
+
+struct TrainStepOptions {
+  bool cuda_graphs = false;
+  int64_t warmup_steps = 3;        // eager steps of a batch size before its capture
+  Precision precision = Precision::kFp32;
+  double clip_grad_norm = 0;       // 0 = off
+  bool communicator_capturable = true;  // false for Gloo
+};
+
+class TrainStep {
+ public:
+  using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
+
+  TrainStep(Forward forward, DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, torch::Device device,
+            TrainStepOptions options);
+  ~TrainStep();
+  TrainStep(const TrainStep&) = delete;
+  TrainStep& operator=(const TrainStep&) = delete;
+
+  void run(const torch::Tensor& images, const torch::Tensor& labels);
+
+  // Sum of the losses of the steps since the last zeroLossSum().
+  const torch::Tensor& lossSum() const { return loss_sum_; }
+  void zeroLossSum() { loss_sum_.zero_(); }
+
+  // "" when graphs were not asked for; else "captured N graph(s)",
+  // "warming up", or why steps run eagerly.
+  std::string graphStatus() const;
+  int64_t graphedSteps() const { return graphed_steps_; }
+  int64_t eagerSteps() const { return eager_steps_; }
+
+ private:
+  struct Graph;
+  void eager(const torch::Tensor& images, const torch::Tensor& labels);
+  void body(const torch::Tensor& images, const torch::Tensor& labels);
+  bool capture(int64_t batch, const torch::Tensor& images, const torch::Tensor& labels);
+
+  Forward forward_;
+  DataParallel& dp_;
+  Optimizer& optimizer_;
+  GradScaler& scaler_;
+  torch::Device device_;
+  TrainStepOptions options_;
+  torch::Tensor loss_sum_;
+  std::string fallback_;                 // why graphs are off ("" = usable)
+  std::map<int64_t, int64_t> seen_;      // eager steps per batch size
+  std::map<int64_t, std::unique_ptr<Graph>> graphs_;
+  int64_t graphed_steps_ = 0;
+  int64_t eager_steps_ = 0;
+  struct Streams;
+  std::unique_ptr<Streams> streams_;
+};
+
+// The reason CUDA graphs cannot be used for this configuration, or "".
+std::string cudaGraphsUnsupportedReason(torch::Device device, Precision precision, double clip_grad_norm,
+                                        bool communicator_capturable);
+
+}  // namespace dtrain
