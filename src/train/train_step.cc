@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include "common/cuda_check.h"
 #include "models/torch_compat.h"
 #endif
 
