@@ -76,6 +76,8 @@ void registerTrain(CLI::App& app, ExitCode& exit_code) {
                 "Keep the whole data set on the device; shuffle and augment there once per epoch");
   cmd->add_flag("!--no-cudnn-benchmark", c->cudnn_benchmark,
                 "Do not let cuDNN time its algorithms per input shape (on by default)");
+  cmd->add_flag("--deterministic", c->deterministic,
+                "Deterministic cuDNN algorithms, no benchmarking (torch.backends.cudnn.deterministic)");
   cmd->callback([c, &exit_code] { exit_code.value = trainingRuntime<int (*)(const TrainConfig*)>("dtrain_run_training")(c.get()); });
 }
 

@@ -118,6 +118,7 @@ int runBenchTrain(const BenchTrainConfig& config) {
   init_options.backend = config.backend;
   init_options.collective_timeout = std::chrono::seconds(config.timeout_s);
   std::shared_ptr<Context> ctx = init(init_options);
+  const JobStreamGuard job_stream(ctx->device());  // a capturable stream for everything on the device
   const torch::Device device = ctx->device();
 
   torch::manual_seed(1234);

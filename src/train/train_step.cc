@@ -38,14 +38,18 @@ struct TrainStep::Graph {
   torch::Tensor images, labels;  // static inputs the graph reads
 };
 
-struct TrainStep::Streams {
+JobStreamGuard::JobStreamGuard(torch::Device device) {
 #if DTRAIN_TORCH_CUDA
-  explicit Streams(int device)
-      : step(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device))) {}
-  c10::cuda::CUDAStream step;
-  at::cuda::CUDAEvent entered, done;
+  if (device.is_cuda()) {
+    guard_ = std::make_shared<c10::cuda::CUDAStreamGuard>(
+        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device.index())));
+  }
+#else
+  (void)device;
 #endif
-};
+}
+
+JobStreamGuard::~JobStreamGuard() = default;
 
 TrainStep::TrainStep(Forward forward, DataParallel& dp, Optimizer& optimizer, GradScaler& scaler,
                      torch::Device device, TrainStepOptions options)
@@ -64,9 +68,6 @@ TrainStep::TrainStep(Forward forward, DataParallel& dp, Optimizer& optimizer, Gr
     fallback_ = cudaGraphsUnsupportedReason(device, options_.precision, options_.clip_grad_norm,
                                             options_.communicator_capturable);
   }
-#if DTRAIN_TORCH_CUDA
-  if (device_.is_cuda()) streams_ = std::make_unique<Streams>(device_.index());
-#endif
 }
 
 TrainStep::~TrainStep() = default;
@@ -103,24 +104,6 @@ void TrainStep::eager(const torch::Tensor& images, const torch::Tensor& labels) 
 }
 
 void TrainStep::run(const torch::Tensor& images, const torch::Tensor& labels) {
-#if DTRAIN_TORCH_CUDA
-  std::optional<c10::cuda::CUDAStreamGuard> on_step_stream;
-  c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_.index()));
-  if (streams_) {
-    streams_->entered.record(caller);
-    streams_->entered.block(streams_->step);
-    on_step_stream.emplace(streams_->step);
-  }
-  struct Rejoin {  // the caller's stream waits for the step, also when it throws
-    Streams* streams;
-    c10::cuda::CUDAStream caller;
-    ~Rejoin() {
-      if (streams == nullptr) return;
-      streams->done.record(streams->step);
-      streams->done.block(caller);
-    }
-  } rejoin{streams_.get(), caller};
-#endif
   if (!options_.cuda_graphs || !fallback_.empty()) {
     eager(images, labels);
     return;
@@ -153,6 +136,14 @@ bool TrainStep::capture(int64_t batch, const torch::Tensor& images, const torch:
   fallback_ = "this build of dtrain has no CUDA support";
   return false;
 #else
+  const c10::cuda::CUDAStream stream =
+      c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_.index()));
+  if (stream == c10::cuda::getDefaultCUDAStream(static_cast<c10::DeviceIndex>(device_.index()))) {
+    fallback_ = "the step runs on the default CUDA stream, which cannot be captured (build the model and "
+                "DataParallel and train under a JobStreamGuard)";
+    DTRAIN_LOG_WARN("CUDA graphs off, training goes on eagerly: " << fallback_);
+    return false;
+  }
   // Every outstanding kernel and collective finishes first, so nothing but
   // this step runs while the stream is being captured.
   DTRAIN_CUDA_CHECK(cudaDeviceSynchronize());

@@ -19,8 +19,11 @@
 //   that cannot be captured, or a capture that fails), graphStatus() says
 //   why and every step runs eagerly. Eager and graphed steps compute the
 //   same arithmetic.
-// - All GPU work runs on the step's own stream, ordered after the caller's
-//   current stream at entry; the caller's stream waits for it at exit.
+// - All GPU work runs on the caller's current stream. A graph cannot be
+//   captured on the default (legacy) stream, and autograd runs each
+//   parameter's gradient accumulation on the stream that was current when
+//   DataParallel was built: build DataParallel and train under one
+//   JobStreamGuard (dtrain train and bench train do).
 // - A graphed step does not see a collective fail the way an eager one
 //   does (the all-reduce is a node of the graph): a dead peer is noticed by
 //   the launcher, which stops the group.
@@ -87,8 +90,19 @@ class TrainStep {
   std::map<int64_t, std::unique_ptr<Graph>> graphs_;
   int64_t graphed_steps_ = 0;
   int64_t eager_steps_ = 0;
-  struct Streams;
-  std::unique_ptr<Streams> streams_;
+};
+
+// Makes a side stream of `device` current for the guard's scope (nothing on
+// the CPU): the stream a whole training job runs on.
+class JobStreamGuard {
+ public:
+  explicit JobStreamGuard(torch::Device device);
+  ~JobStreamGuard();
+  JobStreamGuard(const JobStreamGuard&) = delete;
+  JobStreamGuard& operator=(const JobStreamGuard&) = delete;
+
+ private:
+  std::shared_ptr<void> guard_;
 };
 
 // The reason CUDA graphs cannot be used for this configuration, or "".

@@ -130,7 +130,8 @@ int runTraining(const TrainConfig& config) {
   // TF32 as PyTorch's defaults: cuDNN convolutions may use TF32, float32
   // matmuls do not (torch.backends.cuda.matmul.allow_tf32 = False).
   at::globalContext().setAllowTF32CuDNN(true);
-  at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark);
+  at::globalContext().setBenchmarkCuDNN(config.cudnn_benchmark && !config.deterministic);
+  at::globalContext().setDeterministicCuDNN(config.deterministic);
 
   TrainData data = loadTrainData(config);  // errors name the data set and files before any rank waits on another
 
@@ -138,6 +139,7 @@ int runTraining(const TrainConfig& config) {
   init_options.backend = config.backend;
   init_options.collective_timeout = std::chrono::seconds(config.timeout_s);
   std::shared_ptr<Context> ctx = init(init_options);
+  const JobStreamGuard job_stream(ctx->device());  // a capturable stream for everything on the device
   const bool main_rank = ctx->isMain();
 
   torch::manual_seed(config.seed);

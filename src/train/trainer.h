@@ -48,6 +48,7 @@ struct TrainConfig {
   int64_t graph_warmup = 3;                // eager steps of a batch size before its capture
   bool data_on_gpu = false;                // keep the data set on the device, build batches there
   bool cudnn_benchmark = true;             // let cuDNN time its algorithms per shape
+  bool deterministic = false;              // deterministic cuDNN algorithms (and no benchmark)
 };
 
 // Runs the job on this rank; returns the process exit code (0 on success).
