@@ -99,7 +99,14 @@ void TrainStep::body(const torch::Tensor& images, const torch::Tensor& labels) {
 
 void TrainStep::eager(const torch::Tensor& images, const torch::Tensor& labels) {
   body(images, labels);
-  if (optimizer_.capturable()) optimizer_.countStep();
+  if (optimizer_.capturable()) {
+    optimizer_.countStep();
+  } else if (device_.is_cuda() && options_.clip_grad_norm == 0 && !scaler_.enabled()) {
+    // From the second step on, a CUDA job updates with the device-side lr
+    // whether it replays graphs or not, so eager and graphed training do
+    // the same arithmetic (and the lr costs no host-to-device copy).
+    optimizer_.setCapturable(true);
+  }
   ++eager_steps_;
 }
 

@@ -17,8 +17,10 @@
 // - Where a graph cannot be used (CPU, a build without CUDA, fp16 loss
 //   scaling or gradient clipping, which decide on the host, a communicator
 //   that cannot be captured, or a capture that fails), graphStatus() says
-//   why and every step runs eagerly. Eager and graphed steps compute the
-//   same arithmetic.
+//   why and every step runs eagerly.
+// - On a CUDA device (without clipping or fp16 scaling) the optimizer is in
+//   capturable mode from the second step on, graphs or not, so eager and
+//   graphed steps compute the same arithmetic.
 // - All GPU work runs on the caller's current stream. A graph cannot be
 //   captured on the default (legacy) stream, and autograd runs each
 //   parameter's gradient accumulation on the stream that was current when
