@@ -73,18 +73,27 @@ if [ "$phase" = compare ]; then
   configs=${2:?configs, e.g. a,b}
   log "dtrain bench train vs PyTorch DDP, seed configurations $configs, GPUs 1,2,$ngpu"
   python3 bench/train_bench_compare.py --dtrain "$dtrain" --gpus "1,2,$ngpu" --configs "$configs" --rounds 2 \
-    --peer-args "--cudnn-benchmark" --out "$OUT/compare_${configs//,/}.json" 2> "$OUT/compare.log" \
+    --peer-args "--cudnn-benchmark" ${DTRAIN_ARGS:+--dtrain-args "$DTRAIN_ARGS"} --out "$OUT/compare_${configs//,/}.json" 2> "$OUT/compare.log" \
     | tee "$OUT/compare_${configs//,/}.md"
   tail -4 "$OUT/compare.log"
   exit 0
 fi
 
+if [ "$phase" = sweep ]; then
+  # Gradient bucket size and NCCL channel count against 4-GPU scaling, config b.
+  cfg="--image-size 32 --batch-size 256 --precision bf16 --channels-last --steps 100 --warmup 20"
+  $dtrain bench train --gpus 1 $cfg 2>&1 | grep -E "^ +[0-9]"
+  for mb in 10 50 100; do echo "bucket-mb $mb"; $dtrain bench train --gpus "$ngpu" $cfg --bucket-mb $mb 2>&1 | grep -E "^ +[0-9]"; done
+  for ch in 4 8 16; do echo "NCCL_MAX_NCHANNELS=$ch"; NCCL_MAX_NCHANNELS=$ch $dtrain bench train --gpus "$ngpu" $cfg 2>&1 | grep -E "^ +[0-9]"; done
+  exit 0
+fi
+
 if [ "$phase" = breakdown ]; then
-  for cfg in "--image-size 32 --batch-size 64 --precision fp32" \
-             "--image-size 32 --batch-size 256 --precision bf16 --channels-last" \
+  for cfg in "--image-size 32 --batch-size 64 --precision fp32 --steps 30 --warmup 10" \
+             "--image-size 32 --batch-size 256 --precision bf16 --channels-last --steps 30 --warmup 10" \
              "--image-size 224 --batch-size 128 --precision bf16 --channels-last --steps 20 --warmup 10"; do
     log "time split (eager): $cfg"
-    $dtrain bench train --gpus "1,$ngpu" --steps 30 --warmup 10 $cfg --no-cuda-graphs --breakdown 2>&1 | grep -v INFO
+    $dtrain bench train --gpus "1,$ngpu" $cfg --no-cuda-graphs --breakdown 2>&1 | grep -v INFO
   done
   exit 0
 fi
