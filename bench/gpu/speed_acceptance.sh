@@ -83,15 +83,17 @@ if [ "$phase" = sweep ]; then
   # Gradient bucket size and NCCL channel count against 4-GPU scaling, config b.
   cfg="--image-size 32 --batch-size 256 --precision bf16 --channels-last --steps 100 --warmup 20"
   $dtrain bench train --gpus 1 $cfg 2>&1 | grep -E "^ +[0-9]"
-  for mb in 10 50 100; do echo "bucket-mb $mb"; $dtrain bench train --gpus "$ngpu" $cfg --bucket-mb $mb 2>&1 | grep -E "^ +[0-9]"; done
-  for ch in 4 8 16; do echo "NCCL_MAX_NCHANNELS=$ch"; NCCL_MAX_NCHANNELS=$ch $dtrain bench train --gpus "$ngpu" $cfg 2>&1 | grep -E "^ +[0-9]"; done
+  for mb in ${SWEEP_BUCKETS:-10 50 100}; do echo "bucket-mb $mb"; $dtrain bench train --gpus "$ngpu" $cfg --bucket-mb $mb 2>&1 | grep -E "^ +[0-9]"; done
+  for ch in ${SWEEP_CHANNELS:-4 8 16}; do echo "NCCL_MAX_NCHANNELS=$ch"; NCCL_MAX_NCHANNELS=$ch $dtrain bench train --gpus "$ngpu" $cfg 2>&1 | grep -E "^ +[0-9]"; done
   exit 0
 fi
 
 if [ "$phase" = breakdown ]; then
-  for cfg in "--image-size 32 --batch-size 64 --precision fp32 --steps 30 --warmup 10" \
-             "--image-size 32 --batch-size 256 --precision bf16 --channels-last --steps 30 --warmup 10" \
-             "--image-size 224 --batch-size 128 --precision bf16 --channels-last --steps 20 --warmup 10"; do
+  all=("--image-size 32 --batch-size 64 --precision fp32 --steps 30 --warmup 10"
+       "--image-size 32 --batch-size 256 --precision bf16 --channels-last --steps 30 --warmup 10"
+       "--image-size 224 --batch-size 128 --precision bf16 --channels-last --steps 20 --warmup 10")
+  for i in ${BREAKDOWN:-0 1 2}; do
+    cfg=${all[$i]}
     log "time split (eager): $cfg"
     $dtrain bench train --gpus "1,$ngpu" $cfg --no-cuda-graphs --breakdown 2>&1 | grep -v INFO
   done
