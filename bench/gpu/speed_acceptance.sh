@@ -12,18 +12,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 phase=${1:?build, compare CONFIGS or breakdown}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-FINAL_OUT="${OUT:-/tmp/dtrain-speed-acceptance}"
-OUT=/tmp/dtrain-speed-acceptance-$phase
-rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL_OUT"
-trap 'tar czf "$FINAL_OUT/$phase.tgz" -C "$OUT" .' EXIT
-ngpu=$(nvidia-smi -L | wc -l)
-log() { echo "=== $*"; }
-nccl_home=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
-torch_prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-export LD_LIBRARY_PATH="$nccl_home/lib:${LD_LIBRARY_PATH:-}"
-dtrain=$PWD/build-gpu/src/cli/dtrain
-data=$PWD/.deps/fashion-mnist
+suite=speed-acceptance
+source bench/gpu/lib.sh
 
 build() {
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WITH_GLOO=OFF -DDTRAIN_WITH_TORCH=ON \

@@ -49,22 +49,6 @@ DeviceEpochData::DeviceEpochData(const ImageDataset& dataset, LoaderOptions opti
   }
 }
 
-std::vector<int64_t> DeviceEpochData::epochIndices(int64_t epoch) const {
-  // Must stay DataLoader::epochIndices.
-  const int64_t n = dataset_size_;
-  if (options_.even_shards) {
-    DistributedSampler sampler(n, options_.world_size, options_.rank, options_.shuffle, options_.seed);
-    sampler.set_epoch(epoch);
-    return sampler.indices();
-  }
-  DistributedSampler whole(n, 1, 0, options_.shuffle, options_.seed);
-  whole.set_epoch(epoch);
-  const std::vector<int64_t> order = whole.indices();
-  std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(samples_per_epoch_));
-  for (int64_t j = options_.rank; j < n; j += options_.world_size) mine.push_back(order[static_cast<size_t>(j)]);
-  return mine;
-}
 
 void DeviceEpochData::startEpoch(int64_t epoch) {
   // Released first, so the old and the new epoch need not fit together
@@ -73,7 +57,7 @@ void DeviceEpochData::startEpoch(int64_t epoch) {
   epoch_labels_ = torch::Tensor();
   started_ = false;
 
-  std::vector<int64_t> order = epochIndices(epoch);
+  std::vector<int64_t> order = epochOrder(dataset_size_, options_, epoch);
   // drop_last's tail is never delivered; it is not built.
   order.resize(static_cast<size_t>(std::min<int64_t>(samples_per_epoch_, batches_per_epoch_ * options_.batch_size)));
   const int64_t n = static_cast<int64_t>(order.size());

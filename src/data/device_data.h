@@ -54,7 +54,6 @@ class DeviceEpochData {
   Batch batch(int64_t k) const;
 
  private:
-  std::vector<int64_t> epochIndices(int64_t epoch) const;
   void cropFlipInto(const torch::Tensor& indices, int64_t epoch, const std::vector<int64_t>& host_indices,
                     torch::Tensor& out) const;
 

@@ -80,20 +80,20 @@ int64_t DataLoader::batchesPerEpoch() const {
   return options_.drop_last ? samples_per_epoch_ / b : (samples_per_epoch_ + b - 1) / b;
 }
 
-std::vector<int64_t> DataLoader::epochIndices(int64_t epoch) const {
-  const int64_t n = dataset_.size();
-  if (options_.even_shards) {
-    DistributedSampler sampler(n, options_.world_size, options_.rank, options_.shuffle, options_.seed);
+std::vector<int64_t> epochOrder(int64_t dataset_size, const LoaderOptions& options, int64_t epoch) {
+  const int64_t n = dataset_size;
+  if (options.even_shards) {
+    DistributedSampler sampler(n, options.world_size, options.rank, options.shuffle, options.seed);
     sampler.set_epoch(epoch);
     return sampler.indices();
   }
   // The same order as one replica of the sampler sees, dealt out unpadded.
-  DistributedSampler whole(n, 1, 0, options_.shuffle, options_.seed);
+  DistributedSampler whole(n, 1, 0, options.shuffle, options.seed);
   whole.set_epoch(epoch);
   const std::vector<int64_t> order = whole.indices();
   std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(samples_per_epoch_));
-  for (int64_t j = options_.rank; j < n; j += options_.world_size) mine.push_back(order[static_cast<size_t>(j)]);
+  mine.reserve(static_cast<size_t>((n + options.world_size - 1) / options.world_size));
+  for (int64_t j = options.rank; j < n; j += options.world_size) mine.push_back(order[static_cast<size_t>(j)]);
   return mine;
 }
 
@@ -105,7 +105,7 @@ void DataLoader::startEpoch(int64_t epoch, int64_t start_batch) {
                       std::to_string(batches) + " batches");
   }
   epoch_ = epoch;
-  indices_ = epochIndices(epoch);
+  indices_ = epochOrder(dataset_.size(), options_, epoch);
   end_batch_ = batches;
   next_to_deliver_ = next_to_claim_ = start_batch;
   for (int i = 0; i < options_.num_workers && start_batch < batches; ++i) {

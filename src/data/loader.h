@@ -64,6 +64,10 @@ struct Batch {
   int64_t samples_before = 0;  // this rank's samples before this batch in the epoch
 };
 
+// This rank's dataset indices for `epoch`, in delivery order, as the
+// contract above describes (DistributedSampler's order; see even_shards).
+std::vector<int64_t> epochOrder(int64_t dataset_size, const LoaderOptions& options, int64_t epoch);
+
 class DataLoader {
  public:
   // ConfigError, naming the option or the data: an empty dataset, images not
@@ -86,7 +90,6 @@ class DataLoader {
   const LoaderOptions& options() const { return options_; }
 
  private:
-  std::vector<int64_t> epochIndices(int64_t epoch) const;
   Batch assemble(int64_t batch) const;
   void stopWorkers();
   void workerLoop();

@@ -58,16 +58,6 @@ void synchronize(const torch::Device& device) {
 #endif
 }
 
-void useChannelsLast(torch::nn::Module& model) {
-  torch::NoGradGuard no_grad;
-  for (torch::Tensor& p : model.parameters()) {
-    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
-  }
-  for (torch::Tensor& b : model.buffers()) {
-    if (b.dim() == 4) b.set_data(b.contiguous(at::MemoryFormat::ChannelsLast));
-  }
-}
-
 // The largest of one value per rank.
 double maxOverRanks(Context& ctx, double value) {
   std::vector<double> slots(static_cast<size_t>(ctx.size()), 0.0);

@@ -15,6 +15,16 @@
 
 namespace dtrain {
 
+void useChannelsLast(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : model.parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  for (torch::Tensor& b : model.buffers()) {
+    if (b.dim() == 4) b.set_data(b.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+}
+
 std::string cudaGraphsUnsupportedReason(torch::Device device, Precision precision, double clip_grad_norm,
                                         bool communicator_capturable) {
 #if !DTRAIN_TORCH_CUDA

@@ -107,6 +107,10 @@ class JobStreamGuard {
   std::shared_ptr<void> guard_;
 };
 
+// Moves the module's 4-D parameters and buffers (conv weights) to the
+// channels-last memory format, in place; call before DataParallel.
+void useChannelsLast(torch::nn::Module& model);
+
 // The reason CUDA graphs cannot be used for this configuration, or "".
 std::string cudaGraphsUnsupportedReason(torch::Device device, Precision precision, double clip_grad_norm,
                                         bool communicator_capturable);

@@ -63,16 +63,6 @@ std::pair<int, int64_t> faultDrill() {
           parseInt64(spec.substr(colon + 1), "DTRAIN_FAULT_KILL_AT step")};
 }
 
-void useChannelsLast(torch::nn::Module& model) {
-  torch::NoGradGuard no_grad;
-  for (torch::Tensor& p : model.parameters()) {
-    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
-  }
-  for (torch::Tensor& b : model.buffers()) {
-    if (b.dim() == 4) b.set_data(b.contiguous(at::MemoryFormat::ChannelsLast));
-  }
-}
-
 struct EvalResult {
   int64_t correct = 0;
   int64_t total = 0;

@@ -1,0 +1,15 @@
+# Shared set-up of the GPU acceptance scripts (sourced, with $phase and
+# $suite set): NCCL settings for the GPU machine, the output folder packed
+# into $OUT/<phase>.tgz on exit, the GPU count, PyTorch's libtorch and NCCL.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+FINAL_OUT="${OUT:-/tmp/dtrain-$suite}"
+OUT=/tmp/dtrain-$suite-$phase
+rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL_OUT"
+trap 'tar czf "$FINAL_OUT/$phase.tgz" -C "$OUT" .' EXIT
+ngpu=$(nvidia-smi -L | wc -l)
+log() { echo "=== $*"; }
+nccl_home=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
+torch_prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+export LD_LIBRARY_PATH="$nccl_home/lib:${LD_LIBRARY_PATH:-}"
+dtrain=$PWD/build-gpu/src/cli/dtrain
+data=$PWD/.deps/fashion-mnist
