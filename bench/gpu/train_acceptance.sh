@@ -57,7 +57,7 @@ done
 
 log "overlap: bucket timeline of resnet50 (bf16, batch 128/GPU, $ngpu GPUs)"
 $dtrain launch --nproc-per-node "$ngpu" --master-port 29530 $dtrain train --model resnet50 --dataset synthetic \
-  --synthetic-samples 20000 --precision bf16 --batch-size 128 --max-steps 40 --eval-every 0 --timeline \
+  --synthetic-samples 20000 --precision bf16 --batch-size 128 --max-steps 40 --eval-every 0 --print-bucket-timeline \
   --progress lines --log-every 20 > "$OUT/overlap_resnet50.log" 2>&1
 echo "exit $?"; grep -A40 "timeline of the last backward" "$OUT/overlap_resnet50.log" | head -40
 

@@ -84,6 +84,10 @@ struct BackwardTimeline {
   };
   std::vector<BucketTimes> buckets;  // in launch order
   double backward_end_ms = 0;        // the last gradient of the backward was ready
+  // The host clock when the first gradient was ready (the zero of the
+  // times above on the CPU; on CUDA the host saw it then, the GPU may be
+  // behind).
+  std::chrono::steady_clock::time_point first_ready;
 };
 
 class DataParallel {
@@ -123,7 +127,10 @@ class DataParallel {
   NoSyncGuard noSync() { return NoSyncGuard(*this); }
 
   // Timings of the last synchronised backward (needs record_timeline).
-  BackwardTimeline lastTimeline() const;
+  // On CUDA, with `cuda_reference_event` (a cudaEvent_t recorded with
+  // timing on this device), times are milliseconds since that event instead
+  // of since the first gradient.
+  BackwardTimeline lastTimeline(void* cuda_reference_event = nullptr) const;
   int64_t syncedBackwards() const { return synced_backwards_; }
 
  private:

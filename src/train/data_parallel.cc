@@ -335,12 +335,19 @@ void DataParallel::finishBackward() {
   }
 }
 
-BackwardTimeline DataParallel::lastTimeline() const {
+BackwardTimeline DataParallel::lastTimeline(void* cuda_reference_event) const {
   if (!options_.record_timeline) {
     throw ConfigError("DataParallel::lastTimeline needs DataParallelOptions::record_timeline = true");
   }
   BackwardTimeline timeline;
   const Impl& impl = *impl_;
+  timeline.first_ready = impl.first_ready;
+#if DTRAIN_TORCH_CUDA
+  const cudaEvent_t zero = cuda_reference_event != nullptr ? static_cast<cudaEvent_t>(cuda_reference_event)
+                                                           : impl.first_event;
+#else
+  (void)cuda_reference_event;
+#endif
   for (size_t b = 0; b < buckets_.size(); ++b) {
     BackwardTimeline::BucketTimes times;
     times.bytes = buckets_[b].numel * static_cast<int64_t>(slabs_[buckets_[b].slab].grad.element_size());
@@ -351,11 +358,11 @@ BackwardTimeline DataParallel::lastTimeline() const {
     if (impl.cuda) {
       float ms = 0;
       DTRAIN_CUDA_CHECK(cudaEventSynchronize(impl.end_events[b]));
-      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, impl.first_event, impl.ready_events[b]));
+      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, zero, impl.ready_events[b]));
       times.ready_ms = ms;
-      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, impl.first_event, impl.start_events[b]));
+      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, zero, impl.start_events[b]));
       times.start_ms = ms;
-      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, impl.first_event, impl.end_events[b]));
+      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, zero, impl.end_events[b]));
       times.end_ms = ms;
     }
 #endif
@@ -366,7 +373,7 @@ BackwardTimeline DataParallel::lastTimeline() const {
   if (impl.cuda) {
     float ms = 0;
     DTRAIN_CUDA_CHECK(cudaEventSynchronize(impl.backward_end_event));
-    DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, impl.first_event, impl.backward_end_event));
+    DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, zero, impl.backward_end_event));
     timeline.backward_end_ms = ms;
   }
 #endif

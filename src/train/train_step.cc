@@ -90,6 +90,10 @@ std::string TrainStep::graphStatus() const {
 }
 
 void TrainStep::body(const torch::Tensor& images, const torch::Tensor& labels) {
+  auto mark = [this](const char* phase) {
+    if (timeline_ != nullptr && !capturing_) timeline_->mark(phase);
+  };
+  mark("forward");
   optimizer_.zeroGrad();
   torch::Tensor loss;
   {
@@ -97,7 +101,9 @@ void TrainStep::body(const torch::Tensor& images, const torch::Tensor& labels) {
     torch::Tensor logits = forward_(images);
     loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
   }
+  mark("backward");
   scaler_.scale(loss).backward();
+  mark("optimizer");
   if (options_.clip_grad_norm > 0) {
     scaler_.unscale(dp_.slabs());
     clipGradNorm(dp_.slabs(), options_.clip_grad_norm);
@@ -105,6 +111,7 @@ void TrainStep::body(const torch::Tensor& images, const torch::Tensor& labels) {
   scaler_.step(optimizer_);
   torch::NoGradGuard no_grad;
   loss_sum_.add_(loss.detach());
+  mark("end");
 }
 
 void TrainStep::eager(const torch::Tensor& images, const torch::Tensor& labels) {
@@ -121,6 +128,7 @@ void TrainStep::eager(const torch::Tensor& images, const torch::Tensor& labels) 
 }
 
 void TrainStep::run(const torch::Tensor& images, const torch::Tensor& labels) {
+  last_graphed_ = false;
   if (!options_.cuda_graphs || !fallback_.empty()) {
     eager(images, labels);
     return;
@@ -137,9 +145,12 @@ void TrainStep::run(const torch::Tensor& images, const torch::Tensor& labels) {
   }
 #if DTRAIN_TORCH_CUDA
   Graph& g = *it->second;
+  if (timeline_ != nullptr) timeline_->mark("step (CUDA graph replay)");
   g.images.copy_(images, /*non_blocking=*/true);
   g.labels.copy_(labels, /*non_blocking=*/true);
   g.graph.replay();
+  if (timeline_ != nullptr) timeline_->mark("end");
+  last_graphed_ = true;
   optimizer_.countStep();
   ++graphed_steps_;
 #endif
@@ -173,9 +184,12 @@ bool TrainStep::capture(int64_t batch, const torch::Tensor& images, const torch:
   try {
     optimizer_.setCapturable(true);
     compat::beginGraphCapture(g->graph);
+    capturing_ = true;
     try {
       body(g->images, g->labels);
+      capturing_ = false;
     } catch (...) {
+      capturing_ = false;
       try {
         g->graph.capture_end();
       } catch (...) {

@@ -41,6 +41,7 @@
 #include "dtrain/amp.h"
 #include "dtrain/data_parallel.h"
 #include "dtrain/optim.h"
+#include "train/step_timeline.h"
 
 namespace dtrain {
 
@@ -72,6 +73,10 @@ class TrainStep {
   // "warming up", or why steps run eagerly.
   std::string graphStatus() const;
   int64_t graphedSteps() const { return graphed_steps_; }
+  bool lastStepGraphed() const { return last_graphed_; }
+  // Phase marks (forward, backward, optimizer; or the graph replay) go to
+  // `timeline` while it records a step; nullptr: none.
+  void setTimeline(StepTimeline* timeline) { timeline_ = timeline; }
   int64_t eagerSteps() const { return eager_steps_; }
 
  private:
@@ -92,6 +97,9 @@ class TrainStep {
   std::map<int64_t, std::unique_ptr<Graph>> graphs_;
   int64_t graphed_steps_ = 0;
   int64_t eager_steps_ = 0;
+  bool last_graphed_ = false;
+  bool capturing_ = false;
+  StepTimeline* timeline_ = nullptr;
 };
 
 // Makes a side stream of `device` current for the guard's scope (nothing on
