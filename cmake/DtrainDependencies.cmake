@@ -26,6 +26,39 @@ endif()
 find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)
 find_path(NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp REQUIRED)
 
+# cpp-httplib, for `dtrain exporter`'s HTTP server. Debian builds it as a
+# library (libcpp-httplib.so; its pkg-config Cflags carry the OpenSSL, zlib
+# and brotli defines the header must be compiled with); upstream's single
+# header, with the implementation inline, works as well. Without either,
+# the exporter still builds, with --once and --list-metrics only.
+set(_httplib_found FALSE)
+if(NOT DTRAIN_WITH_HTTPLIB STREQUAL "OFF")
+  find_package(PkgConfig QUIET)
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(CPP_HTTPLIB QUIET IMPORTED_TARGET cpp-httplib)
+  endif()
+  if(CPP_HTTPLIB_FOUND)
+    add_library(dtrain_httplib INTERFACE)
+    target_link_libraries(dtrain_httplib INTERFACE PkgConfig::CPP_HTTPLIB)
+    set(_httplib_found TRUE)
+  else()
+    find_path(HTTPLIB_INCLUDE_DIR httplib.h)
+    if(HTTPLIB_INCLUDE_DIR)
+      file(STRINGS ${HTTPLIB_INCLUDE_DIR}/httplib.h _httplib_inline
+           REGEX "^inline bool Server::listen_after_bind" LIMIT_COUNT 1)
+      if(_httplib_inline)
+        add_library(dtrain_httplib INTERFACE)
+        target_include_directories(dtrain_httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR})
+        target_link_libraries(dtrain_httplib INTERFACE Threads::Threads)
+        set(_httplib_found TRUE)
+      else()
+        message(STATUS "dtrain: ${HTTPLIB_INCLUDE_DIR}/httplib.h needs its library (libcpp-httplib, not found by pkg-config)")
+      endif()
+    endif()
+  endif()
+endif()
+dtrain_resolve(HTTPLIB "${DTRAIN_WITH_HTTPLIB}" "${_httplib_found}")
+
 if(NOT DTRAIN_WITH_GLOO STREQUAL "OFF")
   find_package(Gloo QUIET)
 endif()

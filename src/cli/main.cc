@@ -26,6 +26,7 @@ int runMain(int argc, char** argv) {
   dtrain::cli::registerBenchTrain(*bench, exit_code);
 #endif
   dtrain::cli::registerLaunch(app, exit_code);
+  dtrain::cli::registerExporter(app, exit_code);
 #if DTRAIN_WITH_TRAIN
   dtrain::cli::registerTrain(app, exit_code);
 #endif

@@ -1,0 +1,101 @@
+// `dtrain exporter`: GPU metrics for Prometheus under dcgm-exporter's names,
+// and a live page, from one process per node (exporter/).
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "exporter/gpu_monitor.h"
+#if DTRAIN_WITH_EXPORTER_HTTP
+#include "exporter/exporter_server.h"
+#endif
+
+namespace dtrain::cli {
+namespace {
+
+struct ExporterFlags {
+  std::string listen = ":9400";
+  double interval_s = 1;
+  int history_s = 600;
+  bool list_metrics = false;
+  bool once = false;
+};
+
+#if DTRAIN_WITH_EXPORTER_HTTP
+// Serves until SIGINT, SIGTERM or SIGHUP. The signals are blocked before any
+// thread starts and taken by sigwait here, so no handler runs inside httplib
+// or NVML.
+int serve(const ExporterFlags& flags, const exporter::MonitorOptions& monitor_options) {
+  exporter::ExporterServerOptions server_options;
+  server_options.listen = exporter::parseListenAddress(flags.listen);
+  // A client that hangs up mid-response must not kill the exporter.
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, sig);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  exporter::GpuMonitor monitor(monitor_options);
+  monitor.start();
+  exporter::ExporterServer server(monitor, server_options);
+  int port = server.start();
+  DTRAIN_LOG_INFO("dtrain exporter: serving http://" << server_options.listen.host << ":" << port
+                                                     << "/ (/metrics, /api/gpus, /api/history), "
+                                                     << monitor.latest()->gpus.size() << " GPU(s), every "
+                                                     << flags.interval_s << " s");
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  DTRAIN_LOG_INFO("dtrain exporter: stopping on signal " << sig);
+  server.stop();
+  monitor.stop();
+  return 0;
+}
+#endif
+
+int runExporter(const ExporterFlags& flags) {
+  if (flags.list_metrics) {
+    for (const std::string& name : exporter::GpuMonitor::metricNames()) std::printf("%s\n", name.c_str());
+    return 0;
+  }
+  exporter::MonitorOptions options;
+  options.interval = std::chrono::milliseconds(static_cast<int64_t>(flags.interval_s * 1000));
+  options.history = std::chrono::seconds(flags.history_s);
+  if (flags.once) {
+    exporter::GpuMonitor monitor(options);
+    monitor.collectOnce();
+    std::fputs(monitor.latest()->metrics_text.c_str(), stdout);
+    return 0;
+  }
+#if DTRAIN_WITH_EXPORTER_HTTP
+  return serve(flags, options);
+#else
+  throw ConfigError("this dtrain was built without cpp-httplib, so `dtrain exporter` has no HTTP server; "
+                    "use --once or --list-metrics, or rebuild with libcpp-httplib-dev installed");
+#endif
+}
+
+}  // namespace
+
+void registerExporter(CLI::App& app, ExitCode& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "exporter", "Serve this node's GPU metrics to Prometheus (dcgm-exporter's names) and a live page");
+  auto flags = std::make_shared<ExporterFlags>();
+  cmd->add_option("--listen", flags->listen, "Address to serve on: :PORT (all interfaces), HOST:PORT or [IPV6]:PORT")
+      ->capture_default_str();
+  cmd->add_option("--interval", flags->interval_s, "Seconds between two readings of the GPUs")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--history", flags->history_s, "Seconds of readings kept for the live page (/api/history)")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  cmd->add_flag("--list-metrics", flags->list_metrics, "Print every metric name the exporter can export, and exit");
+  cmd->add_flag("--once", flags->once, "Read the GPUs once, print the /metrics body, and exit");
+  cmd->callback([flags, &exit_code] { exit_code.value = runExporter(*flags); });
+}
+
+}  // namespace dtrain::cli

@@ -1,0 +1,91 @@
+#include "exporter/gpu_collector.h"
+
+#include <chrono>
+
+#include "common/log.h"
+
+namespace dtrain::exporter {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+int64_t unixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+template <typename T>
+std::optional<double> asDouble(const std::optional<T>& value) {
+  if (!value) return std::nullopt;
+  return static_cast<double>(*value);
+}
+
+}  // namespace
+
+GpuCollector::GpuCollector(Nvml& nvml) : nvml_(nvml) {
+  for (unsigned gpu : nvml_.gpus()) {
+    GpuIdentity id;
+    id.gpu = gpu;
+    id.uuid = nvml_.uuid(gpu).value_or("");
+    id.model = nvml_.name(gpu).value_or("");
+    id.pci_bus_id = nvml_.pciBusId(gpu).value_or("");
+    id.device = "nvidia" + std::to_string(nvml_.minorNumber(gpu).value_or(gpu));
+    gpus_.push_back(id);
+    xid_[gpu].watched = nvml_.watchXidEvents(gpu);
+  }
+}
+
+std::vector<GpuSample> GpuCollector::collect() {
+  for (const NvmlXidEvent& event : nvml_.pollXidEvents()) {
+    XidState& state = xid_[event.gpu];
+    state.last = event.xid;
+    ++state.counts[event.xid];
+    DTRAIN_LOG_WARN("GPU " << event.gpu << ": Xid " << event.xid);
+  }
+  std::vector<GpuSample> samples;
+  samples.reserve(gpus_.size());
+  for (const GpuIdentity& id : gpus_) {
+    const unsigned gpu = id.gpu;
+    GpuSample s;
+    s.id = id;
+    s.time_ms = unixMillis();
+    if (auto util = nvml_.utilization(gpu)) {
+      s.gpu_util = util->gpu;
+      s.mem_copy_util = util->memory;
+    }
+    if (auto mem = nvml_.memory(gpu)) {
+      // dcgm-exporter reports whole MiB.
+      s.fb_used_mib = static_cast<double>(mem->used_bytes / static_cast<uint64_t>(kMiB));
+      s.fb_free_mib = static_cast<double>(mem->free_bytes / static_cast<uint64_t>(kMiB));
+      s.fb_total_mib = static_cast<double>(mem->total_bytes / static_cast<uint64_t>(kMiB));
+    }
+    s.gpu_temp_c = asDouble(nvml_.temperatureC(gpu));
+    if (auto mw = nvml_.powerUsageMilliwatts(gpu)) s.power_w = *mw / 1000.0;
+    s.energy_mj = asDouble(nvml_.totalEnergyMillijoules(gpu));
+    s.sm_clock_mhz = asDouble(nvml_.clockMhz(gpu, nvml_abi::NVML_CLOCK_SM));
+    s.mem_clock_mhz = asDouble(nvml_.clockMhz(gpu, nvml_abi::NVML_CLOCK_MEM));
+    s.clock_event_reasons = asDouble(nvml_.clockEventReasons(gpu));
+    s.pcie_replays = asDouble(nvml_.pcieReplayCounter(gpu));
+    s.ecc_dbe_volatile = asDouble(nvml_.eccUncorrectedVolatile(gpu));
+    if (auto rows = nvml_.remappedRows(gpu)) {
+      s.row_remap_pending = rows->pending ? 1 : 0;
+      s.row_remap_failure = rows->failure ? 1 : 0;
+    }
+    auto fields = nvml_.fieldValues(gpu, {{nvml_abi::NVML_FI_DEV_MEMORY_TEMP, 0},
+                                          {nvml_abi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml_abi::kNvmlScopeAllLinks},
+                                          {nvml_abi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, nvml_abi::kNvmlScopeAllLinks}});
+    s.memory_temp_c = fields[0];
+    // NVML counts NVLink data in KiB.
+    if (fields[1]) s.nvlink_tx_bytes = *fields[1] * 1024.0;
+    if (fields[2]) s.nvlink_rx_bytes = *fields[2] * 1024.0;
+    const XidState& xid = xid_[gpu];
+    if (xid.watched) {
+      s.last_xid = static_cast<double>(xid.last);
+      s.xid_counts = xid.counts;
+    }
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
+}  // namespace dtrain::exporter
