@@ -65,8 +65,16 @@ void registerTrain(CLI::App& app, ExitCode& exit_code) {
       ->capture_default_str();
   cmd->add_option("--timeout", c->timeout_s, "Seconds a collective may take before the job fails")
       ->capture_default_str();
-  cmd->add_flag("--timeline", c->timeline,
+  cmd->add_flag("--print-bucket-timeline", c->print_bucket_timeline,
                 "At the end, print when each gradient bucket's all-reduce ran against the end of backward");
+  cmd->add_option("--timeline", c->timeline,
+                  "Write a Chrome trace (chrome://tracing, Perfetto) of --timeline-steps steps here: forward, "
+                  "backward, each bucket's all-reduce, optimizer and data wait, one row per rank");
+  cmd->add_option("--timeline-steps", c->timeline_steps, "Steps the --timeline trace covers, after warm-up")
+      ->capture_default_str();
+  cmd->add_option("--metrics-port", c->metrics_port,
+                  "Serve Prometheus metrics at http://HOST:(PORT + LOCAL_RANK)/metrics while training (0: off)")
+      ->capture_default_str();
   cmd->add_flag("--cuda-graphs", c->cuda_graphs,
                 "Capture forward, backward, all-reduce and optimizer step into one CUDA graph after warm-up and "
                 "replay it (fp32/bf16, NCCL; otherwise says why and runs eagerly)");

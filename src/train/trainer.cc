@@ -24,6 +24,7 @@
 #include "train/progress.h"
 #include "train/train_data.h"
 #include "train/train_settings.h"
+#include "train/train_metrics.h"
 #include "train/train_state.h"
 #include "train/train_step.h"
 
@@ -38,6 +39,7 @@ void validate(const TrainConfig& c) {
   positive(c.batch_size, "--batch-size");
   positive(c.log_every, "--log-every");
   positive(c.graph_warmup, "--graph-warmup");
+  positive(c.timeline_steps, "--timeline-steps");
   if (c.lr < 0) throw ConfigError("--lr must be >= 0, got " + std::to_string(c.lr));
   if (c.bucket_mb <= 0) throw ConfigError("--bucket-mb must be > 0, got " + std::to_string(c.bucket_mb));
   if (c.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0");
@@ -144,7 +146,10 @@ int runTraining(const TrainConfig& config) {
   DataParallelOptions dp_options;
   dp_options.bucket_mb = config.bucket_mb;
   dp_options.timeout = std::chrono::seconds(config.timeout_s);
-  dp_options.record_timeline = config.timeline;
+  // Bucket timings need timing events; a captured graph gets none (its
+  // all-reduces then show as part of the replayed step).
+  dp_options.record_timeline = config.print_bucket_timeline ||
+                               ((!config.timeline.empty() || config.metrics_port > 0) && !config.cuda_graphs);
   DataParallel dp(model, ctx->communicator(), dp_options);
 
   std::unique_ptr<Optimizer> optimizer;
@@ -203,6 +208,17 @@ int runTraining(const TrainConfig& config) {
                        ctx->device(), step_options);
 
   TrainState state{dp, *optimizer, scaler, *ctx};
+  std::unique_ptr<StepTimeline> timeline;
+  TrainMetrics metrics(ctx->rank(), ctx->size(), TrainMetrics::jobIdFromEnvironment(), ctx->device());
+  if (config.metrics_port > 0) {
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    const int port = config.metrics_port + (local_rank != nullptr ? std::atoi(local_rank) : 0);
+    metrics.serve(port);
+    DTRAIN_LOG_INFO("metrics of rank " << ctx->rank() << " at http://0.0.0.0:" << port << "/metrics");
+  }
+  int64_t allreduce_bytes_per_step = 0;
+  for (const FlatSlab& slab : dp.slabs()) allreduce_bytes_per_step += slab.grad.numel() * slab.grad.element_size();
+  int64_t steps_since_log = 0;
   TrainPosition position;  // epoch 0, batch 0, step 0
   std::unique_ptr<Checkpointer> checkpointer;
   if (!config.checkpoint_dir.empty()) {
@@ -230,6 +246,12 @@ int runTraining(const TrainConfig& config) {
     }
   }
   const auto [fault_rank, fault_step] = faultDrill();
+  if (!config.timeline.empty()) {
+    // After warm-up and graph capture, so the window shows the steady state.
+    timeline = std::make_unique<StepTimeline>(ctx->device(), ctx->rank(), position.step + config.graph_warmup + 2,
+                                              config.timeline_steps);
+    train_step.setTimeline(timeline.get());
+  }
 
   auto save = [&](const TrainPosition& at) {
     if (config.checkpoint_dir.empty()) return;
@@ -263,10 +285,21 @@ int runTraining(const TrainConfig& config) {
       return train_on_device->batch(next_on_device++);
     };
     model->train();
-    while (auto batch = next_batch()) {
+    while (true) {
+      const auto wait_begin = std::chrono::steady_clock::now();
+      std::optional<data::Batch> batch = next_batch();
+      if (!batch) break;
+      const auto wait_end = std::chrono::steady_clock::now();
+      metrics.dataWait(std::chrono::duration<double>(wait_end - wait_begin).count());
+      metrics.stepStarted(batch->labels.size(0));
+      if (timeline) {
+        timeline->dataWait(step, wait_begin, wait_end);
+        timeline->beginStep(step);
+      }
       const double lr = learningRateAt(schedule, step);
       optimizer->setLr(lr);
       train_step.run(batch->images, batch->labels);
+      if (timeline) timeline->endStep(dp, !train_step.lastStepGraphed());
       ++step;
       ++loss_count;
       report_samples += batch->labels.size(0) * ctx->size();
@@ -279,7 +312,9 @@ int runTraining(const TrainConfig& config) {
       }
       const TrainPosition next = nextPosition(epoch, batch->index + 1, step, steps_per_epoch);
       if (config.checkpoint_every > 0 && step % config.checkpoint_every == 0) save(next);
-      if (progress && (step % config.log_every == 0 || step == total_steps)) {
+      ++steps_since_log;
+      if (step % config.log_every == 0 || step == total_steps) {
+        // Every rank: its metrics; rank 0 also the progress line.
         const auto now = std::chrono::steady_clock::now();
         const double seconds = std::chrono::duration<double>(now - report_start).count();
         StepReport r;
@@ -291,7 +326,12 @@ int runTraining(const TrainConfig& config) {
         r.lr = lr;
         r.samples_per_s = seconds > 0 ? static_cast<double>(report_samples) / seconds : 0;
         r.elapsed_s = std::chrono::duration<double>(now - wall_start).count();
-        progress->step(r);
+        if (progress) progress->step(r);
+        const bool sampled = dp_options.record_timeline && !train_step.lastStepGraphed();
+        const BackwardTimeline backward = sampled ? dp.lastTimeline() : BackwardTimeline{};
+        metrics.logInterval(r.samples_per_s, r.loss, sampled ? &backward : nullptr, allreduce_bytes_per_step,
+                            steps_since_log);
+        steps_since_log = 0;
         train_step.zeroLossSum();
         loss_count = 0;
         report_samples = 0;
@@ -315,7 +355,15 @@ int runTraining(const TrainConfig& config) {
       }
     }
   }
-  if (config.timeline && progress && dp.syncedBackwards() > 0) progress->timeline(dp.lastTimeline());
+  if (config.print_bucket_timeline && progress && dp.syncedBackwards() > 0) progress->timeline(dp.lastTimeline());
+  if (timeline) {
+    timeline->writePart(config.timeline);
+    ctx->barrier();
+    if (main_rank) {
+      const std::string note = StepTimeline::merge(config.timeline, ctx->size());
+      if (progress) progress->message(note.empty() ? "timeline: " + config.timeline : note);
+    }
+  }
   if (config.cuda_graphs && progress) {
     progress->message("CUDA graphs: " + train_step.graphStatus() + "; " + std::to_string(train_step.graphedSteps()) +
                       " steps replayed, " + std::to_string(train_step.eagerSteps()) + " eager");

@@ -43,7 +43,10 @@ struct TrainConfig {
   std::string backend = "auto";
   int64_t timeout_s = 600;                 // collective timeout
   std::string progress = "auto";           // auto | bar | lines | none
-  bool timeline = false;                   // print the bucket timeline of the last backward
+  bool print_bucket_timeline = false;      // print the bucket timeline of the last backward
+  std::string timeline;                    // write a Chrome trace of some steps here
+  int64_t timeline_steps = 20;             // how many (after warm-up and graph capture)
+  int metrics_port = 0;                    // serve Prometheus metrics on this port + LOCAL_RANK (0: off)
   bool cuda_graphs = false;                // capture the whole step into a CUDA graph after warm-up
   int64_t graph_warmup = 3;                // eager steps of a batch size before its capture
   bool data_on_gpu = false;                // keep the data set on the device, build batches there

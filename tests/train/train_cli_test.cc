@@ -10,10 +10,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "../cli/process_runner.h"
+#if DTRAIN_TRAIN_HTTP
+#include <httplib.h>
+#endif
 #include "dtrain/checkpoint.h"
 
 namespace dtrain {
@@ -190,6 +195,110 @@ TEST(TrainCliTest, CudaGraphsWithoutCudaSayWhyAndTrainEagerly) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("--graph-warmup must be > 0"), std::string::npos) << bad.output;
 }
+
+// --timeline: one Chrome trace for both ranks, with each step's phases in
+// order, the buckets' all-reduces inside the step and the data waits.
+TEST(TrainCliTest, TimelineIsOneChromeTraceWithEveryRank) {
+  const std::string dir = freshDir("timeline");
+  const std::string trace_path = dir + "/trace.json";
+  auto r = runCommand(launch(2) + "--model mlp --epochs 1 --max-steps 30 --progress lines "
+                                  "--timeline-steps 6 --timeline " + trace_path,
+                      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("timeline: " + trace_path), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(trace_path + ".rank0"));
+  EXPECT_FALSE(fs::exists(trace_path + ".rank1"));
+  std::ifstream in(trace_path);
+  ASSERT_TRUE(in) << trace_path;
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  std::map<std::pair<int, int64_t>, std::map<std::string, std::pair<double, double>>> phases;  // (rank, step)
+  std::map<int, int> buckets, waits, names;
+  for (const auto& e : trace["traceEvents"]) {
+    const int pid = e["pid"].get<int>();
+    if (e["ph"] == "M") {
+      if (e["name"] == "process_name") ++names[pid];
+      continue;
+    }
+    ASSERT_EQ(e["ph"], "X") << e;
+    ASSERT_GE(e["dur"].get<double>(), 0) << e;
+    const int64_t step = e["args"]["step"].get<int64_t>();
+    EXPECT_GE(step, 5) << e;
+    EXPECT_LT(step, 11) << e;
+    const std::string name = e["name"].get<std::string>();
+    const double begin = e["ts"].get<double>(), end = begin + e["dur"].get<double>();
+    if (name.rfind("all-reduce bucket", 0) == 0) {
+      ++buckets[pid];
+      EXPECT_EQ(e["tid"], 1) << e;
+    } else if (name == "data wait") {
+      ++waits[pid];
+    } else {
+      phases[{pid, step}][name] = {begin, end};
+    }
+  }
+  EXPECT_EQ(names[0], 1);
+  EXPECT_EQ(names[1], 1);
+  ASSERT_EQ(phases.size(), 12u) << "6 steps x 2 ranks";
+  for (const auto& [key, p] : phases) {
+    ASSERT_EQ(p.size(), 3u) << "rank " << key.first << " step " << key.second;
+    EXPECT_LE(p.at("forward").second, p.at("backward").first + 1);
+    EXPECT_LE(p.at("backward").second, p.at("optimizer").first + 1);
+  }
+  for (int rank : {0, 1}) {
+    EXPECT_GE(buckets[rank], 6) << "a bucket all-reduce per step on rank " << rank;
+    EXPECT_EQ(waits[rank], 6) << rank;
+  }
+  auto bad = runCommand(dtrainBin() + " train --model mlp --timeline " + trace_path + " --timeline-steps 0", 60);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--timeline-steps must be > 0"), std::string::npos) << bad.output;
+}
+
+#if DTRAIN_TRAIN_HTTP
+// --metrics-port: each rank serves its metrics at PORT + LOCAL_RANK while it
+// trains, and rank 0 keeps the job's status file until the end.
+TEST(TrainCliTest, MetricsPortServesEachRankWhileTraining) {
+  const std::string jobs = freshDir("jobs");
+  const int port = freePort();
+  std::thread training([&] {
+    auto r = runCommand("DTRAIN_JOB_ID=metrics-test DTRAIN_JOBS_DIR=" + jobs + " " + launch(2) +
+                            "--model mlp --epochs 1 --log-every 5 --progress none --metrics-port " +
+                            std::to_string(port),
+                        300);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  });
+  std::map<int, std::string> seen;  // rank -> a /metrics body with steps
+  bool status_seen = false;
+  for (int attempt = 0; attempt < 600 && (seen.size() < 2 || !status_seen); ++attempt) {
+    for (int rank : {0, 1}) {
+      if (seen.count(rank)) continue;
+      httplib::Client client("127.0.0.1", port + rank);
+      client.set_connection_timeout(0, 200000);
+      auto res = client.Get("/metrics");
+      if (!res || res->status != 200) continue;
+      // After the first log interval: a rate above zero.
+      const std::string key = "dtrain_train_samples_per_second{job=\"metrics-test\",rank=\"" + std::to_string(rank) + "\"} ";
+      const auto at = res->body.find(key);
+      if (at != std::string::npos && std::atof(res->body.c_str() + at + key.size()) > 0) seen[rank] = res->body;
+    }
+    if (!status_seen && fs::exists(jobs + "/metrics-test.json")) {
+      std::ifstream in(jobs + "/metrics-test.json");
+      const auto status = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      status_seen = !status.is_discarded() && status["world_size"] == 2 && status["samples_per_s"].get<double>() > 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  training.join();
+  ASSERT_EQ(seen.size(), 2u) << "both ranks' /metrics while training";
+  for (const auto& [rank, body] : seen) {
+    for (const char* name : {"dtrain_train_samples_per_second", "dtrain_train_step_seconds_bucket",
+                             "dtrain_train_allreduce_bytes_total", "dtrain_train_overlap_ratio",
+                             "dtrain_train_data_wait_seconds_total", "dtrain_train_restarts_total"}) {
+      EXPECT_NE(body.find(name), std::string::npos) << "rank " << rank << " lacks " << name << "\n" << body;
+    }
+  }
+  EXPECT_TRUE(status_seen) << "no job status file in " << jobs;
+  EXPECT_FALSE(fs::exists(jobs + "/metrics-test.json")) << "the status file outlived the job";
+}
+#endif
 
 // `dtrain bench train` starts one group per count and prints a row each.
 TEST(BenchTrainCliTest, RunsEachGpuCountAndReportsScaling) {
