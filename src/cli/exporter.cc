@@ -21,6 +21,7 @@ namespace {
 struct ExporterFlags {
   std::string listen = ":9400";
   double interval_s = 1;
+  double slow_interval_s = 10;
   int history_s = 600;
   bool list_metrics = false;
   bool once = false;
@@ -64,6 +65,7 @@ int runExporter(const ExporterFlags& flags) {
   }
   exporter::MonitorOptions options;
   options.interval = std::chrono::milliseconds(static_cast<int64_t>(flags.interval_s * 1000));
+  options.slow_interval = std::chrono::milliseconds(static_cast<int64_t>(flags.slow_interval_s * 1000));
   options.history = std::chrono::seconds(flags.history_s);
   if (flags.once) {
     exporter::GpuMonitor monitor(options);
@@ -89,6 +91,11 @@ void registerExporter(CLI::App& app, ExitCode& exit_code) {
       ->capture_default_str();
   cmd->add_option("--interval", flags->interval_s, "Seconds between two readings of the GPUs")
       ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--slow-interval", flags->slow_interval_s,
+                  "Seconds between two readings of the costly fields: the energy counter (~4 ms of CPU per GPU), "
+                  "PCIe replays, ECC and remapped rows (0: every reading)")
+      ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   cmd->add_option("--history", flags->history_s, "Seconds of readings kept for the live page (/api/history)")
       ->check(CLI::Range(1, 86400))

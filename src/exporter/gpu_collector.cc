@@ -22,7 +22,8 @@ std::optional<double> asDouble(const std::optional<T>& value) {
 
 }  // namespace
 
-GpuCollector::GpuCollector(Nvml& nvml) : nvml_(nvml) {
+GpuCollector::GpuCollector(Nvml& nvml, std::chrono::milliseconds slow_refresh)
+    : nvml_(nvml), slow_refresh_(slow_refresh) {
   for (unsigned gpu : nvml_.gpus()) {
     GpuIdentity id;
     id.gpu = gpu;
@@ -42,6 +43,9 @@ std::vector<GpuSample> GpuCollector::collect() {
     ++state.counts[event.xid];
     DTRAIN_LOG_WARN("GPU " << event.gpu << ": Xid " << event.xid);
   }
+  const auto now = std::chrono::steady_clock::now();
+  const bool read_health = !health_read_ || now - *health_read_ >= slow_refresh_;
+  if (read_health) health_read_ = now;
   std::vector<GpuSample> samples;
   samples.reserve(gpus_.size());
   for (const GpuIdentity& id : gpus_) {
@@ -61,16 +65,26 @@ std::vector<GpuSample> GpuCollector::collect() {
     }
     s.gpu_temp_c = asDouble(nvml_.temperatureC(gpu));
     if (auto mw = nvml_.powerUsageMilliwatts(gpu)) s.power_w = *mw / 1000.0;
-    s.energy_mj = asDouble(nvml_.totalEnergyMillijoules(gpu));
     s.sm_clock_mhz = asDouble(nvml_.clockMhz(gpu, nvml_abi::NVML_CLOCK_SM));
     s.mem_clock_mhz = asDouble(nvml_.clockMhz(gpu, nvml_abi::NVML_CLOCK_MEM));
     s.clock_event_reasons = asDouble(nvml_.clockEventReasons(gpu));
-    s.pcie_replays = asDouble(nvml_.pcieReplayCounter(gpu));
-    s.ecc_dbe_volatile = asDouble(nvml_.eccUncorrectedVolatile(gpu));
-    if (auto rows = nvml_.remappedRows(gpu)) {
-      s.row_remap_pending = rows->pending ? 1 : 0;
-      s.row_remap_failure = rows->failure ? 1 : 0;
+    Health& health = health_[gpu];
+    if (read_health) {
+      health.energy_mj = asDouble(nvml_.totalEnergyMillijoules(gpu));
+      health.pcie_replays = asDouble(nvml_.pcieReplayCounter(gpu));
+      health.ecc_dbe_volatile = asDouble(nvml_.eccUncorrectedVolatile(gpu));
+      health.row_remap_pending.reset();
+      health.row_remap_failure.reset();
+      if (auto rows = nvml_.remappedRows(gpu)) {
+        health.row_remap_pending = rows->pending ? 1 : 0;
+        health.row_remap_failure = rows->failure ? 1 : 0;
+      }
     }
+    s.energy_mj = health.energy_mj;
+    s.pcie_replays = health.pcie_replays;
+    s.ecc_dbe_volatile = health.ecc_dbe_volatile;
+    s.row_remap_pending = health.row_remap_pending;
+    s.row_remap_failure = health.row_remap_failure;
     auto fields = nvml_.fieldValues(gpu, {{nvml_abi::NVML_FI_DEV_MEMORY_TEMP, 0},
                                           {nvml_abi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml_abi::kNvmlScopeAllLinks},
                                           {nvml_abi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, nvml_abi::kNvmlScopeAllLinks}});

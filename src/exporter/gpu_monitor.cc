@@ -99,7 +99,7 @@ void GpuMonitor::tryOpenNvml() {
   std::string error;
   try {
     nvml_ = Nvml::open();
-    collector_ = std::make_unique<GpuCollector>(*nvml_);
+    collector_ = std::make_unique<GpuCollector>(*nvml_, options_.slow_interval);
     DTRAIN_LOG_INFO("NVML " << nvml_->libraryName() << ": " << collector_->gpus().size() << " GPU(s)");
   } catch (const Error& e) {
     collector_.reset();

@@ -27,6 +27,9 @@ namespace dtrain::exporter {
 
 struct MonitorOptions {
   std::chrono::milliseconds interval{1000};
+  // The slow readings (energy, PCIe replays, ECC, remapped rows): at most
+  // this often (GpuCollector::collect()).
+  std::chrono::milliseconds slow_interval{10000};
   // Kept for /api/history: history / interval samples, at most 7200.
   std::chrono::seconds history{600};
 };

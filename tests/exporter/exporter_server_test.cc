@@ -32,7 +32,7 @@ class ExporterServerTest : public ::testing::Test {
     env["DTRAIN_NVML_LIBRARY"] = nvml_library;
     exporter_ = std::make_unique<BackgroundProcess>(
         std::vector<std::string>{dtrainBin(), "exporter", "--listen", "127.0.0.1:" + std::to_string(port_),
-                                 "--interval", interval},
+                                 "--interval", interval, "--slow-interval", "0"},
         env, dir_ + "/exporter.log");
     ASSERT_TRUE(waitForHealthy(port_, 20)) << exporter_->log();
   }

@@ -89,7 +89,7 @@ TEST_F(NvmlTest, NotSupportedAndMissingFunctionsGiveNoReading) {
 
 TEST_F(NvmlTest, CollectorConvertsToDcgmUnitsAndLeavesUnsupportedFieldsEmpty) {
   auto nvml = Nvml::open();
-  GpuCollector collector(*nvml);
+  GpuCollector collector(*nvml, std::chrono::milliseconds(0));
   ASSERT_EQ(collector.gpus().size(), 2u);
   EXPECT_EQ(collector.gpus()[1].device, "nvidia" + std::to_string(fake::kMinor[1]));
   auto first = collector.collect();

@@ -45,7 +45,7 @@ TEST(PrometheusServerTest, ScrapesTheExporterAndStoresGpuSeriesWithDcgmLabels) {
 
   int exporter_port = freePort();
   BackgroundProcess exporter({dtrainBin(), "exporter", "--listen", "127.0.0.1:" + std::to_string(exporter_port),
-                              "--interval", "0.2"},
+                              "--interval", "0.2", "--slow-interval", "0"},
                              {{"DTRAIN_NVML_LIBRARY", DTRAIN_FAKE_NVML}}, dir + "/exporter.log");
   ASSERT_TRUE(waitForHealthy(exporter_port, 20)) << exporter.log();
 
