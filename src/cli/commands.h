@@ -15,6 +15,8 @@ void registerBenchStore(CLI::App& bench, ExitCode& exit_code);
 void registerSettings(CLI::App& app, ExitCode& exit_code);
 void registerLaunch(CLI::App& app, ExitCode& exit_code);
 void registerExporter(CLI::App& app, ExitCode& exit_code);
+void registerDoctor(CLI::App& app, ExitCode& exit_code);
+void registerSlurm(CLI::App& app, ExitCode& exit_code);
 // Only in builds with libtorch (DTRAIN_WITH_TRAIN).
 void registerTrain(CLI::App& app, ExitCode& exit_code);
 void registerBenchTrain(CLI::App& bench, ExitCode& exit_code);

@@ -27,6 +27,8 @@ int runMain(int argc, char** argv) {
 #endif
   dtrain::cli::registerLaunch(app, exit_code);
   dtrain::cli::registerExporter(app, exit_code);
+  dtrain::cli::registerDoctor(app, exit_code);
+  dtrain::cli::registerSlurm(app, exit_code);
 #if DTRAIN_WITH_TRAIN
   dtrain::cli::registerTrain(app, exit_code);
 #endif

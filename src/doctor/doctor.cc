@@ -1,0 +1,2 @@
+// Filled in by the doctor runner.
+#include "doctor/check.h"

@@ -1,0 +1,1 @@
+target_sources(dtrain_doctor PRIVATE gpu_checks.cc)

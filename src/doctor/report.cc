@@ -1,0 +1,2 @@
+// Filled in: the table and JSON report.
+#include "doctor/check.h"
