@@ -66,6 +66,25 @@ struct Nvml::Functions {
   DeviceRegisterEventsFn nvmlDeviceRegisterEvents = nullptr;
   EventSetWaitFn nvmlEventSetWait_v2 = nullptr;
   EventSetFreeFn nvmlEventSetFree = nullptr;
+  // Optional, read by `dtrain doctor`.
+  SystemGetStringFn nvmlSystemGetDriverVersion = nullptr;
+  SystemGetStringFn nvmlSystemGetNVMLVersion = nullptr;
+  SystemGetCudaDriverVersionFn nvmlSystemGetCudaDriverVersion_v2 = nullptr;
+  DeviceGetEnableStateFn nvmlDeviceGetPersistenceMode = nullptr;
+  DeviceGetUintFn nvmlDeviceGetCurrPcieLinkGeneration = nullptr;
+  DeviceGetUintFn nvmlDeviceGetGpuMaxPcieLinkGeneration = nullptr;
+  DeviceGetUintFn nvmlDeviceGetMaxPcieLinkGeneration = nullptr;
+  DeviceGetUintFn nvmlDeviceGetCurrPcieLinkWidth = nullptr;
+  DeviceGetUintFn nvmlDeviceGetMaxPcieLinkWidth = nullptr;
+  DeviceGetLinkIntFn nvmlDeviceGetNvLinkState = nullptr;
+  DeviceGetLinkIntFn nvmlDeviceGetNvLinkRemoteDeviceType = nullptr;
+  DeviceGetNvLinkRemotePciInfoFn nvmlDeviceGetNvLinkRemotePciInfo_v2 = nullptr;
+  DeviceGetTopologyCommonAncestorFn nvmlDeviceGetTopologyCommonAncestor = nullptr;
+  DeviceGetP2PStatusFn nvmlDeviceGetP2PStatus = nullptr;
+  DeviceGetGpuFabricInfoVFn nvmlDeviceGetGpuFabricInfoV = nullptr;
+  DeviceGetGpuFabricInfoFn nvmlDeviceGetGpuFabricInfo = nullptr;
+  DeviceGetProcessesFn nvmlDeviceGetComputeRunningProcesses_v3 = nullptr;
+  DeviceGetProcessesFn nvmlDeviceGetComputeRunningProcesses_v2 = nullptr;
 };
 
 std::unique_ptr<Nvml> Nvml::open() {
@@ -118,6 +137,24 @@ void Nvml::init() {
   DTRAIN_NVML_RESOLVE(nvmlDeviceRegisterEvents);
   DTRAIN_NVML_RESOLVE(nvmlEventSetWait_v2);
   DTRAIN_NVML_RESOLVE(nvmlEventSetFree);
+  DTRAIN_NVML_RESOLVE(nvmlSystemGetDriverVersion);
+  DTRAIN_NVML_RESOLVE(nvmlSystemGetNVMLVersion);
+  DTRAIN_NVML_RESOLVE(nvmlSystemGetCudaDriverVersion_v2);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetPersistenceMode);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetCurrPcieLinkGeneration);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetGpuMaxPcieLinkGeneration);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetMaxPcieLinkGeneration);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetCurrPcieLinkWidth);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetMaxPcieLinkWidth);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetNvLinkState);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetNvLinkRemoteDeviceType);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetNvLinkRemotePciInfo_v2);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetTopologyCommonAncestor);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetP2PStatus);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetGpuFabricInfoV);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetGpuFabricInfo);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetComputeRunningProcesses_v3);
+  DTRAIN_NVML_RESOLVE(nvmlDeviceGetComputeRunningProcesses_v2);
 #undef DTRAIN_NVML_RESOLVE
   for (auto [present, symbol] : {std::pair{fn_->nvmlInit_v2 != nullptr, "nvmlInit_v2"},
                                  std::pair{fn_->nvmlShutdown != nullptr, "nvmlShutdown"},
@@ -329,6 +366,181 @@ std::vector<std::optional<double>> Nvml::fieldValues(unsigned gpu, const std::ve
     }
   }
   return out;
+}
+
+std::optional<std::string> Nvml::readSystemString(SystemGetStringFn fn, const char* call, unsigned size) {
+  if (fn == nullptr) return std::nullopt;
+  std::string text(size, '\0');
+  if (!readable(fn(text.data(), size), call, UINT_MAX)) return std::nullopt;
+  text.resize(text.find('\0') == std::string::npos ? size : text.find('\0'));
+  return text;
+}
+
+std::optional<std::string> Nvml::driverVersion() {
+  return readSystemString(fn_->nvmlSystemGetDriverVersion, "nvmlSystemGetDriverVersion",
+                          NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE);
+}
+
+std::optional<std::string> Nvml::nvmlVersion() {
+  return readSystemString(fn_->nvmlSystemGetNVMLVersion, "nvmlSystemGetNVMLVersion",
+                          NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE);
+}
+
+std::optional<int> Nvml::cudaDriverVersion() {
+  if (fn_->nvmlSystemGetCudaDriverVersion_v2 == nullptr) return std::nullopt;
+  int version = 0;
+  if (!readable(fn_->nvmlSystemGetCudaDriverVersion_v2(&version), "nvmlSystemGetCudaDriverVersion_v2", UINT_MAX)) {
+    return std::nullopt;
+  }
+  return version;
+}
+
+std::optional<bool> Nvml::persistenceMode(unsigned gpu) {
+  if (fn_->nvmlDeviceGetPersistenceMode == nullptr) return std::nullopt;
+  int state = NVML_FEATURE_DISABLED;
+  if (!readable(fn_->nvmlDeviceGetPersistenceMode(device(gpu), &state), "nvmlDeviceGetPersistenceMode", gpu)) {
+    return std::nullopt;
+  }
+  return state == NVML_FEATURE_ENABLED;
+}
+
+std::optional<unsigned> Nvml::pcieLinkGeneration(unsigned gpu) {
+  return readUint(fn_->nvmlDeviceGetCurrPcieLinkGeneration, "nvmlDeviceGetCurrPcieLinkGeneration", gpu);
+}
+
+std::optional<unsigned> Nvml::pcieMaxLinkGeneration(unsigned gpu) {
+  if (auto gen = readUint(fn_->nvmlDeviceGetGpuMaxPcieLinkGeneration, "nvmlDeviceGetGpuMaxPcieLinkGeneration", gpu)) {
+    return gen;
+  }
+  return readUint(fn_->nvmlDeviceGetMaxPcieLinkGeneration, "nvmlDeviceGetMaxPcieLinkGeneration", gpu);
+}
+
+std::optional<unsigned> Nvml::pcieLinkWidth(unsigned gpu) {
+  return readUint(fn_->nvmlDeviceGetCurrPcieLinkWidth, "nvmlDeviceGetCurrPcieLinkWidth", gpu);
+}
+
+std::optional<unsigned> Nvml::pcieMaxLinkWidth(unsigned gpu) {
+  return readUint(fn_->nvmlDeviceGetMaxPcieLinkWidth, "nvmlDeviceGetMaxPcieLinkWidth", gpu);
+}
+
+std::optional<int> Nvml::readLinkInt(DeviceGetLinkIntFn fn, const char* call, unsigned gpu, unsigned link) {
+  if (fn == nullptr) return std::nullopt;
+  int value = 0;
+  nvmlReturn_t rc = fn(device(gpu), link, &value);
+  // A link the GPU does not have answers INVALID_ARGUMENT: not worth a warning.
+  if (rc == NVML_ERROR_INVALID_ARGUMENT || !readable(rc, call, gpu)) return std::nullopt;
+  return value;
+}
+
+std::optional<bool> Nvml::nvLinkActive(unsigned gpu, unsigned link) {
+  auto state = readLinkInt(fn_->nvmlDeviceGetNvLinkState, "nvmlDeviceGetNvLinkState", gpu, link);
+  if (!state) return std::nullopt;
+  return *state == NVML_FEATURE_ENABLED;
+}
+
+std::optional<int> Nvml::nvLinkRemoteDeviceType(unsigned gpu, unsigned link) {
+  return readLinkInt(fn_->nvmlDeviceGetNvLinkRemoteDeviceType, "nvmlDeviceGetNvLinkRemoteDeviceType", gpu, link);
+}
+
+std::optional<std::string> Nvml::nvLinkRemotePciBusId(unsigned gpu, unsigned link) {
+  if (fn_->nvmlDeviceGetNvLinkRemotePciInfo_v2 == nullptr) return std::nullopt;
+  nvmlPciInfo_t pci{};
+  nvmlReturn_t rc = fn_->nvmlDeviceGetNvLinkRemotePciInfo_v2(device(gpu), link, &pci);
+  if (rc == NVML_ERROR_INVALID_ARGUMENT || !readable(rc, "nvmlDeviceGetNvLinkRemotePciInfo_v2", gpu)) {
+    return std::nullopt;
+  }
+  pci.busId[sizeof(pci.busId) - 1] = '\0';
+  return std::string(pci.busId);
+}
+
+std::optional<int> Nvml::topologyCommonAncestor(unsigned gpu_a, unsigned gpu_b) {
+  if (fn_->nvmlDeviceGetTopologyCommonAncestor == nullptr) return std::nullopt;
+  int level = 0;
+  if (!readable(fn_->nvmlDeviceGetTopologyCommonAncestor(device(gpu_a), device(gpu_b), &level),
+                "nvmlDeviceGetTopologyCommonAncestor", gpu_a)) {
+    return std::nullopt;
+  }
+  return level;
+}
+
+std::optional<int> Nvml::p2pStatus(unsigned gpu_a, unsigned gpu_b, int caps_index) {
+  if (fn_->nvmlDeviceGetP2PStatus == nullptr) return std::nullopt;
+  int status = NVML_P2P_STATUS_UNKNOWN;
+  if (!readable(fn_->nvmlDeviceGetP2PStatus(device(gpu_a), device(gpu_b), caps_index, &status),
+                "nvmlDeviceGetP2PStatus", gpu_a)) {
+    return std::nullopt;
+  }
+  return status;
+}
+
+namespace {
+
+// A 16-byte UUID as nvidia-smi prints it: 8-4-4-4-12 hex digits.
+std::string uuidText(const unsigned char* bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += digits[bytes[i] >> 4];
+    out += digits[bytes[i] & 0xf];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<NvmlFabricInfo> Nvml::fabricInfo(unsigned gpu) {
+  if (fn_->nvmlDeviceGetGpuFabricInfoV != nullptr) {
+    nvmlGpuFabricInfo_v2_t info{};
+    info.version = kNvmlGpuFabricInfoV2Version;
+    nvmlReturn_t rc = fn_->nvmlDeviceGetGpuFabricInfoV(device(gpu), &info);
+    if (rc == NVML_SUCCESS) {
+      return NvmlFabricInfo{info.state, info.status, info.cliqueId,
+                            uuidText(info.clusterUuid), info.healthMask};
+    }
+    // A driver that knows the symbol but not this struct version: use v1.
+    if (rc != NVML_ERROR_ARGUMENT_VERSION_MISMATCH && !readable(rc, "nvmlDeviceGetGpuFabricInfoV", gpu)) {
+      return std::nullopt;
+    }
+  }
+  if (fn_->nvmlDeviceGetGpuFabricInfo == nullptr) return std::nullopt;
+  nvmlGpuFabricInfo_t info{};
+  if (!readable(fn_->nvmlDeviceGetGpuFabricInfo(device(gpu), &info), "nvmlDeviceGetGpuFabricInfo", gpu)) {
+    return std::nullopt;
+  }
+  return NvmlFabricInfo{info.state, info.status, info.cliqueId, uuidText(info.clusterUuid),
+                        std::nullopt};
+}
+
+std::optional<std::vector<NvmlProcess>> Nvml::computeProcesses(unsigned gpu) {
+  DeviceGetProcessesFn fn = fn_->nvmlDeviceGetComputeRunningProcesses_v3;
+  const char* call = "nvmlDeviceGetComputeRunningProcesses_v3";
+  if (fn == nullptr) {
+    fn = fn_->nvmlDeviceGetComputeRunningProcesses_v2;
+    call = "nvmlDeviceGetComputeRunningProcesses_v2";
+  }
+  if (fn == nullptr) return std::nullopt;
+  // The list can grow between the sizing call and the read: retry a few times.
+  std::vector<nvmlProcessInfo_t> infos(8);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    unsigned count = static_cast<unsigned>(infos.size());
+    nvmlReturn_t rc = fn(device(gpu), &count, infos.data());
+    if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
+      infos.resize(count + 8);
+      continue;
+    }
+    if (!readable(rc, call, gpu)) return std::nullopt;
+    std::vector<NvmlProcess> processes;
+    for (unsigned i = 0; i < count && i < infos.size(); ++i) {
+      NvmlProcess process;
+      process.pid = infos[i].pid;
+      if (infos[i].usedGpuMemory != NVML_VALUE_NOT_AVAILABLE) process.used_bytes = infos[i].usedGpuMemory;
+      processes.push_back(process);
+    }
+    return processes;
+  }
+  readable(NVML_ERROR_INSUFFICIENT_SIZE, call, gpu);
+  return std::nullopt;
 }
 
 bool Nvml::watchXidEvents(unsigned gpu) {

@@ -53,6 +53,21 @@ struct NvmlFieldRequest {
   unsigned scope_id = 0;
 };
 
+// NVSwitch fabric registration of one GPU (nvmlDeviceGetGpuFabricInfoV,
+// else nvmlDeviceGetGpuFabricInfo).
+struct NvmlFabricInfo {
+  unsigned char state = 0;  // NVML_GPU_FABRIC_STATE_*
+  int status = 0;           // an nvmlReturn_t; meaningful once state is COMPLETED
+  unsigned clique_id = 0;
+  std::string cluster_uuid;  // "a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf"
+  std::optional<unsigned> health_mask;  // v2 only
+};
+
+struct NvmlProcess {
+  unsigned pid = 0;
+  std::optional<uint64_t> used_bytes;  // nullopt: NVML_VALUE_NOT_AVAILABLE
+};
+
 class Nvml {
  public:
   // dlopen + nvmlInit_v2 + device enumeration. Throws IoError
@@ -86,6 +101,38 @@ class Nvml {
   // One value per request, in order; nullopt where that field failed.
   std::vector<std::optional<double>> fieldValues(unsigned gpu, const std::vector<NvmlFieldRequest>& requests);
 
+  // The system: driver version ("580.95.05"), NVML version ("12.580.95.05"),
+  // and the CUDA version the driver supports (13000 for 13.0).
+  std::optional<std::string> driverVersion();
+  std::optional<std::string> nvmlVersion();
+  std::optional<int> cudaDriverVersion();
+
+  std::optional<bool> persistenceMode(unsigned gpu);
+  // PCIe link: current and maximum generation and width. The maximum
+  // generation is the GPU's own (nvmlDeviceGetGpuMaxPcieLinkGeneration), else
+  // that of the GPU and the slot together (nvmlDeviceGetMaxPcieLinkGeneration).
+  std::optional<unsigned> pcieLinkGeneration(unsigned gpu);
+  std::optional<unsigned> pcieMaxLinkGeneration(unsigned gpu);
+  std::optional<unsigned> pcieLinkWidth(unsigned gpu);
+  std::optional<unsigned> pcieMaxLinkWidth(unsigned gpu);
+
+  // NVLink `link` (0..NVML_NVLINK_MAX_LINKS-1): active or not; nullopt when
+  // the GPU has no NVLink or no such link.
+  std::optional<bool> nvLinkActive(unsigned gpu, unsigned link);
+  std::optional<int> nvLinkRemoteDeviceType(unsigned gpu, unsigned link);  // NVML_NVLINK_DEVICE_TYPE_*
+  std::optional<std::string> nvLinkRemotePciBusId(unsigned gpu, unsigned link);
+  // Two GPUs: their closest common ancestor (NVML_TOPOLOGY_*) and their P2P
+  // status (NVML_P2P_STATUS_*) for a capability (NVML_P2P_CAPS_INDEX_*).
+  std::optional<int> topologyCommonAncestor(unsigned gpu_a, unsigned gpu_b);
+  std::optional<int> p2pStatus(unsigned gpu_a, unsigned gpu_b, int caps_index);
+
+  std::optional<NvmlFabricInfo> fabricInfo(unsigned gpu);
+  // Compute processes on the GPU (_v3, else _v2).
+  std::optional<std::vector<NvmlProcess>> computeProcesses(unsigned gpu);
+
+  // NVML's own text for a return code ("Not Supported").
+  std::string errorString(nvml_abi::nvmlReturn_t rc) const;
+
   // Registers the GPU for Xid critical-error events; false when the GPU or
   // the library does not support them.
   bool watchXidEvents(unsigned gpu);
@@ -97,7 +144,6 @@ class Nvml {
   Nvml(void* handle, std::string library_name);
   void init();
   nvml_abi::nvmlDevice_t device(unsigned gpu) const;
-  std::string errorString(nvml_abi::nvmlReturn_t rc) const;
   // True on success; on failure false, logging once per (call, gpu) unless
   // the failure means "not supported".
   bool readable(nvml_abi::nvmlReturn_t rc, const char* call, unsigned gpu);
@@ -105,6 +151,8 @@ class Nvml {
                                         unsigned size);
   std::optional<unsigned> readUint(nvml_abi::DeviceGetUintFn fn, const char* call, unsigned gpu);
   std::optional<uint64_t> readUll(nvml_abi::DeviceGetUllFn fn, const char* call, unsigned gpu);
+  std::optional<std::string> readSystemString(nvml_abi::SystemGetStringFn fn, const char* call, unsigned size);
+  std::optional<int> readLinkInt(nvml_abi::DeviceGetLinkIntFn fn, const char* call, unsigned gpu, unsigned link);
 
   void* handle_;
   bool initialized_ = false;  // nvmlInit_v2 succeeded: shut down on destruction

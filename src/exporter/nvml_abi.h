@@ -126,6 +126,80 @@ constexpr unsigned long long kClocksEventHwThermalSlowdown = 0x40;
 constexpr unsigned long long kClocksEventHwPowerBrakeSlowdown = 0x80;
 constexpr unsigned long long kClocksEventDisplayClockSetting = 0x100;
 
+// System strings (nvmlSystemGetDriverVersion, nvmlSystemGetNVMLVersion).
+constexpr unsigned NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80;
+constexpr unsigned NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE = 80;
+constexpr nvmlReturn_t NVML_ERROR_INSUFFICIENT_SIZE = 7;
+
+// nvmlEnableState_t
+constexpr int NVML_FEATURE_DISABLED = 0;
+constexpr int NVML_FEATURE_ENABLED = 1;
+
+// NVLink: links per GPU, and nvmlIntNvLinkDeviceType_t (the remote end).
+constexpr unsigned NVML_NVLINK_MAX_LINKS = 18;
+constexpr int NVML_NVLINK_DEVICE_TYPE_GPU = 0;
+constexpr int NVML_NVLINK_DEVICE_TYPE_IBMNPU = 1;
+constexpr int NVML_NVLINK_DEVICE_TYPE_SWITCH = 2;
+constexpr int NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 255;
+
+// nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs.
+constexpr int NVML_TOPOLOGY_INTERNAL = 0;
+constexpr int NVML_TOPOLOGY_SINGLE = 10;      // one PCIe switch (PIX)
+constexpr int NVML_TOPOLOGY_MULTIPLE = 20;    // several PCIe switches (PXB)
+constexpr int NVML_TOPOLOGY_HOSTBRIDGE = 30;  // a host bridge (PHB)
+constexpr int NVML_TOPOLOGY_NODE = 40;        // one NUMA node (NODE)
+constexpr int NVML_TOPOLOGY_SYSTEM = 50;      // across NUMA nodes (SYS)
+
+// nvmlGpuP2PCapsIndex_t and nvmlGpuP2PStatus_t.
+constexpr int NVML_P2P_CAPS_INDEX_READ = 0;
+constexpr int NVML_P2P_CAPS_INDEX_WRITE = 1;
+constexpr int NVML_P2P_CAPS_INDEX_NVLINK = 2;
+constexpr int NVML_P2P_STATUS_OK = 0;
+constexpr int NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED = 1;
+constexpr int NVML_P2P_STATUS_GPU_NOT_SUPPORTED = 2;
+constexpr int NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED = 3;
+constexpr int NVML_P2P_STATUS_DISABLED_BY_REGKEY = 4;
+constexpr int NVML_P2P_STATUS_NOT_SUPPORTED = 5;
+constexpr int NVML_P2P_STATUS_UNKNOWN = 6;
+
+// NVSwitch fabric registration (nvmlGpuFabricState_t, an unsigned char).
+constexpr unsigned NVML_GPU_FABRIC_UUID_LEN = 16;
+constexpr unsigned char NVML_GPU_FABRIC_STATE_NOT_SUPPORTED = 0;
+constexpr unsigned char NVML_GPU_FABRIC_STATE_NOT_STARTED = 1;
+constexpr unsigned char NVML_GPU_FABRIC_STATE_IN_PROGRESS = 2;
+constexpr unsigned char NVML_GPU_FABRIC_STATE_COMPLETED = 3;
+
+struct nvmlGpuFabricInfo_t {  // nvmlDeviceGetGpuFabricInfo (v1, no version field)
+  unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+  nvmlReturn_t status;  // meaningful once state is COMPLETED
+  unsigned int cliqueId;
+  unsigned char state;
+};
+
+struct nvmlGpuFabricInfo_v2_t {  // nvmlDeviceGetGpuFabricInfoV with version kNvmlGpuFabricInfoV2Version
+  unsigned int version;
+  unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+  nvmlReturn_t status;
+  unsigned int cliqueId;
+  unsigned char state;
+  unsigned int healthMask;
+};
+// NVML_STRUCT_VERSION(GpuFabricInfo, 2) = 0x02000024
+constexpr unsigned int kNvmlGpuFabricInfoV2Version =
+    static_cast<unsigned int>(sizeof(nvmlGpuFabricInfo_v2_t)) | (2u << 24);
+static_assert(sizeof(nvmlGpuFabricInfo_v2_t) == 36, "nvmlGpuFabricInfo_v2_t layout");
+
+// nvmlProcessInfo_t of nvmlDeviceGetComputeRunningProcesses_v3 (and the
+// identical nvmlProcessInfo_v2_t of _v2).
+struct nvmlProcessInfo_t {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;  // bytes; NVML_VALUE_NOT_AVAILABLE when unknown
+  unsigned int gpuInstanceId;        // 0xFFFFFFFF without MIG
+  unsigned int computeInstanceId;
+};
+static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t layout");
+constexpr unsigned long long NVML_VALUE_NOT_AVAILABLE = ~0ULL;
+
 // Function pointer types, one per symbol looked up.
 using InitFn = nvmlReturn_t (*)();                                   // nvmlInit_v2
 using ShutdownFn = nvmlReturn_t (*)();                               // nvmlShutdown
@@ -133,7 +207,8 @@ using ErrorStringFn = const char* (*)(nvmlReturn_t);                 // nvmlErro
 using DeviceGetCountFn = nvmlReturn_t (*)(unsigned int*);            // nvmlDeviceGetCount_v2
 using DeviceGetHandleByIndexFn = nvmlReturn_t (*)(unsigned int, nvmlDevice_t*);  // _v2
 using DeviceGetStringFn = nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int);  // GetUUID, GetName
-using DeviceGetUintFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*);  // MinorNumber, PowerUsage, PcieReplayCounter
+// MinorNumber, PowerUsage, PcieReplayCounter, Curr/Max/GpuMax PcieLinkGeneration, Curr/Max PcieLinkWidth
+using DeviceGetUintFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*);
 using DeviceGetUllFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long*);  // TotalEnergyConsumption, Clocks*Reasons
 using DeviceGetPciInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlPciInfo_t*);     // nvmlDeviceGetPciInfo_v3
 using DeviceGetMemoryInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
@@ -149,5 +224,18 @@ using EventSetCreateFn = nvmlReturn_t (*)(nvmlEventSet_t*);
 using DeviceRegisterEventsFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned long long, nvmlEventSet_t);
 using EventSetWaitFn = nvmlReturn_t (*)(nvmlEventSet_t, nvmlEventData_t*, unsigned int);  // _v2
 using EventSetFreeFn = nvmlReturn_t (*)(nvmlEventSet_t);
+using SystemGetStringFn = nvmlReturn_t (*)(char*, unsigned int);  // SystemGetDriverVersion, SystemGetNVMLVersion
+using SystemGetCudaDriverVersionFn = nvmlReturn_t (*)(int*);      // nvmlSystemGetCudaDriverVersion_v2
+using DeviceGetEnableStateFn = nvmlReturn_t (*)(nvmlDevice_t, int*);  // nvmlDeviceGetPersistenceMode
+// nvmlDeviceGetNvLinkState (nvmlEnableState_t*), nvmlDeviceGetNvLinkRemoteDeviceType
+// (nvmlIntNvLinkDeviceType_t*): C enums, an int each.
+using DeviceGetLinkIntFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, int*);
+using DeviceGetNvLinkRemotePciInfoFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlPciInfo_t*);  // _v2
+using DeviceGetTopologyCommonAncestorFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlDevice_t, int*);
+using DeviceGetP2PStatusFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlDevice_t, int, int*);
+using DeviceGetGpuFabricInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpuFabricInfo_t*);
+using DeviceGetGpuFabricInfoVFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpuFabricInfo_v2_t*);
+// nvmlDeviceGetComputeRunningProcesses_v3 and _v2.
+using DeviceGetProcessesFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*);
 
 }  // namespace dtrain::exporter::nvml_abi

@@ -1,4 +1,4 @@
-// A fake libnvidia-ml for the exporter's tests, loaded through
+// A fake libnvidia-ml for the exporter's and the doctor's tests, loaded through
 // DTRAIN_NVML_LIBRARY: the C ABI subset of src/exporter/nvml_abi.h, two GPUs
 // with fixed readings (fake_nvml_values.h), and a few holes real drivers have:
 //   - GPU 1 answers NOT_SUPPORTED for power and for the memory-temperature field;
@@ -8,10 +8,14 @@
 //   - one Xid 79 on GPU 0 is queued once, at the first event wait.
 // Counters (energy, NVLink) advance by a fixed step per read.
 // FAKE_NVML_INIT_ERROR=<code> makes nvmlInit_v2 fail with that code.
+// The functions `dtrain doctor` adds answer as a healthy node would, unless
+// FAKE_NVML_SCENARIO (read at every call; fake_nvml_values.h lists them)
+// picks another node.
 #include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "exporter/nvml_abi.h"
 #include "fake_nvml_values.h"
@@ -37,6 +41,18 @@ std::atomic<unsigned> g_energy_reads[fake::kGpus];
 std::atomic<unsigned> g_nvlink_reads[fake::kGpus];
 
 bool valid(nvmlDevice_t device) { return device == &g_devices[0] || device == &g_devices[1]; }
+
+// True when FAKE_NVML_SCENARIO lists `name`.
+bool scenario(const char* name) {
+  const char* value = std::getenv("FAKE_NVML_SCENARIO");
+  if (value == nullptr) return false;
+  std::string list = std::string(",") + value + ",";
+  return list.find(std::string(",") + name + ",") != std::string::npos;
+}
+
+bool healthy() { return scenario("healthy") || scenario("degraded"); }
+
+unsigned linkCount() { return scenario("nvswitch") ? fake::kSwitchLinks : fake::kNvlinks; }
 
 nvmlReturn_t copyString(const char* text, char* out, unsigned size) {
   if (out == nullptr || std::strlen(text) + 1 > size) return 7;  // NVML_ERROR_INSUFFICIENT_SIZE
@@ -66,7 +82,7 @@ const char* nvmlErrorString(nvmlReturn_t rc) {
 }
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
-  *count = fake::kGpus;
+  *count = scenario("no_gpus") ? 0 : fake::kGpus;
   return NVML_SUCCESS;
 }
 
@@ -103,6 +119,8 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
   if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
   util->gpu = fake::kGpuUtil[device->index];
   util->memory = fake::kMemUtil[device->index];
+  if (healthy()) util->gpu = util->memory = 0;
+  if (scenario("busy")) util->gpu = fake::kBusyUtil;
   return NVML_SUCCESS;
 }
 
@@ -156,6 +174,10 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int*
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long* reasons) {
   if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
   *reasons = fake::kClockReasons[device->index];
+  if (healthy()) *reasons = 0x1;  // gpu_idle
+  if (scenario("degraded")) *reasons = fake::kDegradedClockReasons[device->index];
+  if (scenario("power_cap")) *reasons = 0x5;  // gpu_idle + sw_power_cap
+  if (scenario("busy")) *reasons = 0;
   return NVML_SUCCESS;
 }
 
@@ -165,7 +187,7 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, in
   if (error_type != NVML_MEMORY_ERROR_TYPE_UNCORRECTED || counter_type != NVML_VOLATILE_ECC) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
-  *count = fake::kEccDbeVolatile[device->index];
+  *count = healthy() ? 0 : fake::kEccDbeVolatile[device->index];
   return NVML_SUCCESS;
 }
 
@@ -176,6 +198,9 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int* correc
   *uncorrected = fake::kRowRemapPending[device->index];
   *pending = fake::kRowRemapPending[device->index];
   *failure = 0;
+  if (healthy()) *uncorrected = *pending = 0;
+  if (scenario("degraded") && device->index == 1) *uncorrected = *pending = 1;
+  if (scenario("remap_failure") && device->index == 0) *failure = 1;
   return NVML_SUCCESS;
 }
 
@@ -237,5 +262,128 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsi
 }
 
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { return NVML_SUCCESS; }
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int size) {
+  return copyString(fake::kDriverVersion, version, size);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int size) {
+  return copyString(fake::kNvmlVersion, version, size);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) {
+  if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *version = fake::kCudaDriverVersion;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int* mode) {
+  if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  *mode = scenario("degraded") && device->index == 1 ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int* gen) {
+  if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  *gen = fake::kPcieGen;
+  if (scenario("degraded") && device->index == 0) *gen = fake::kDegradedGen0;
+  if (scenario("busy")) *gen = fake::kBusyGen;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int* gen) {
+  if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  *gen = fake::kPcieGen;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int* gen) {
+  return nvmlDeviceGetGpuMaxPcieLinkGeneration(device, gen);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int* width) {
+  if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  *width = scenario("degraded") && device->index == 1 ? fake::kDegradedWidth1 : fake::kPcieWidth;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int* width) {
+  if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  *width = fake::kPcieWidth;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, int* active) {
+  if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  if (scenario("no_nvlink")) return NVML_ERROR_NOT_SUPPORTED;
+  if (link >= linkCount()) return NVML_ERROR_INVALID_ARGUMENT;
+  bool down = scenario("degraded") && device->index == 0 && link == fake::kDegradedDownLink0;
+  *active = down ? NVML_FEATURE_DISABLED : NVML_FEATURE_ENABLED;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link, int* type) {
+  if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  if (scenario("no_nvlink")) return NVML_ERROR_NOT_SUPPORTED;
+  if (link >= linkCount()) return NVML_ERROR_INVALID_ARGUMENT;
+  *type = scenario("nvswitch") ? NVML_NVLINK_DEVICE_TYPE_SWITCH : NVML_NVLINK_DEVICE_TYPE_GPU;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t* pci) {
+  if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  if (scenario("no_nvlink")) return NVML_ERROR_NOT_SUPPORTED;
+  if (link >= linkCount()) return NVML_ERROR_INVALID_ARGUMENT;
+  std::memset(pci, 0, sizeof(*pci));
+  // NVML writes the legacy 4-digit domain here on some drivers: the doctor must compare bus ids by value.
+  std::strcpy(pci->busId, scenario("nvswitch") ? fake::kSwitchPciBusId : fake::kPciBusId[1 - device->index] + 4);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b, int* level) {
+  if (!valid(a) || !valid(b)) return NVML_ERROR_INVALID_ARGUMENT;
+  *level = a == b ? 0 : scenario("no_nvlink") ? 40 : fake::kTopologyLevel;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, int caps, int* status) {
+  if (!valid(a) || !valid(b)) return NVML_ERROR_INVALID_ARGUMENT;
+  if (caps == NVML_P2P_CAPS_INDEX_NVLINK && scenario("no_nvlink")) {
+    *status = NVML_P2P_STATUS_NOT_SUPPORTED;
+  } else {
+    *status = scenario("degraded") ? NVML_P2P_STATUS_NOT_SUPPORTED : NVML_P2P_STATUS_OK;
+  }
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_v2_t* info) {
+  if (!valid(device)) return NVML_ERROR_INVALID_ARGUMENT;
+  if (info->version != kNvmlGpuFabricInfoV2Version) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  bool registered = scenario("nvswitch") || scenario("fabric_error");
+  if (!registered && !scenario("degraded")) return NVML_ERROR_NOT_SUPPORTED;
+  std::memset(reinterpret_cast<char*>(info) + sizeof(info->version), 0, sizeof(*info) - sizeof(info->version));
+  for (unsigned i = 0; i < NVML_GPU_FABRIC_UUID_LEN; ++i) info->clusterUuid[i] = static_cast<unsigned char>(0xa0 + i);
+  info->state = registered ? NVML_GPU_FABRIC_STATE_COMPLETED : NVML_GPU_FABRIC_STATE_IN_PROGRESS;
+  info->status = scenario("fabric_error") ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
+  info->cliqueId = fake::kFabricClique;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                     nvmlProcessInfo_t* infos) {
+  if (!valid(device) || count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned have = scenario("degraded") && device->index == 1 ? 1 : 0;
+  if (*count < have) {
+    *count = have;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  *count = have;
+  if (have == 1) {
+    infos[0].pid = fake::kForeignPid;
+    infos[0].usedGpuMemory = fake::kForeignMiB << 20;
+    infos[0].gpuInstanceId = infos[0].computeInstanceId = UINT_MAX;
+  }
+  return NVML_SUCCESS;
+}
 
 }  // extern "C"

@@ -30,4 +30,41 @@ constexpr unsigned long long kNvlinkRxStartKiB = 2000000;
 constexpr unsigned long long kNvlinkStepKiB = 4096;
 constexpr unsigned long long kXid = 79;  // GPU 0, once
 
+// Readings `dtrain doctor` adds. Without FAKE_NVML_SCENARIO they are those of
+// a healthy node (the readings above stay as the exporter's tests expect).
+constexpr const char* kDriverVersion = "580.95.05";
+constexpr const char* kNvmlVersion = "12.580.95.05";
+constexpr int kCudaDriverVersion = 13000;  // CUDA 13.0
+constexpr unsigned kPcieGen = 5;
+constexpr unsigned kPcieWidth = 16;
+constexpr unsigned kNvlinks = 4;       // links 0..3 of each GPU lead to the other GPU
+constexpr unsigned kSwitchLinks = 18;  // "nvswitch": every link leads to an NVSwitch
+constexpr const char* kSwitchPciBusId = "00000000:C1:00.0";
+constexpr int kTopologyLevel = 50;     // NVML_TOPOLOGY_SYSTEM ("no_nvlink": 40, NODE)
+constexpr unsigned kFabricClique = 7;  // "nvswitch"
+
+// FAKE_NVML_SCENARIO: a comma-separated list of
+//   healthy        both GPUs idle (0%), clock reasons gpu_idle only, no ECC
+//                  errors, no remapped rows (overrides the readings above);
+//   degraded       healthy, but: GPU 1 at x8 of x16, persistence off on GPU 1,
+//                  a foreign process on GPU 1, rows pending remap on GPU 1,
+//                  HW slowdown on idle GPU 0 and SW power cap on idle GPU 1,
+//                  GPU 0 at Gen1 (idle), NVLink 3 of GPU 0 inactive, no P2P
+//                  between the GPUs, fabric registration in progress;
+//   busy           both GPUs at 95% and at Gen3 of Gen5;
+//   nvswitch       every NVLink leads to an NVSwitch, fabric registered (clique 7);
+//   no_nvlink      no NVLink; the GPUs share a NUMA node (NODE);
+//   power_cap      SW power cap on both GPUs (with healthy: at idle);
+//   remap_failure  row remapping failed on GPU 0;
+//   fabric_error   fabric registration completed with an error;
+//   no_gpus        NVML sees no GPU.
+constexpr unsigned kDegradedWidth1 = 8;
+constexpr unsigned kDegradedGen0 = 1;
+constexpr unsigned kDegradedDownLink0 = 3;
+constexpr unsigned kForeignPid = 4242;
+constexpr unsigned long long kForeignMiB = 1536;
+constexpr unsigned long long kDegradedClockReasons[kGpus] = {0x9, 0x5};  // idle + hw_slowdown; idle + sw_power_cap
+constexpr unsigned kBusyUtil = 95;
+constexpr unsigned kBusyGen = 3;
+
 }  // namespace dtrain::testing::fake_nvml
