@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config python3
           libgloo-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev
-          slurm-client libtorch-dev zlib1g-dev dataset-fashion-mnist
+          slurm-client slurmctld slurmd munge libtorch-dev zlib1g-dev dataset-fashion-mnist
           libcpp-httplib-dev prometheus chromium python3-yaml)
 for arg in "$@"; do
   case "$arg" in

@@ -1,8 +1,81 @@
-// `dtrain slurm conf|hostnames`: scheduler glue.
+// `dtrain slurm conf|hostnames`: scheduler glue (doctor/slurm_node.h,
+// common/hostlist.h).
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+
 #include "cli/commands.h"
+#include "common/error.h"
+#include "common/hostlist.h"
+#include "common/system_root.h"
+#include "doctor/slurm_node.h"
 
 namespace dtrain::cli {
+namespace {
 
-void registerSlurm(CLI::App& app, ExitCode& exit_code) {}
+struct SlurmConfFlags {
+  std::string root = "/";
+  std::string only;  // "", "node" or "gres"
+  bool gres_files = false;
+  bool no_gpus = false;
+};
+
+int runSlurmConf(const SlurmConfFlags& flags) {
+  SystemRoot root(flags.root);
+  doctor::SlurmNode node = doctor::describeSlurmNode(root, !flags.no_gpus);
+  const bool all = flags.only.empty();
+  if (all) std::printf("# slurm.conf\n");
+  if (all || flags.only == "node") std::printf("%s\n", doctor::slurmNodeLine(node).c_str());
+  if (all) std::printf("# gres.conf\n");
+  if (all || flags.only == "gres") {
+    for (const std::string& line : doctor::gresConfLines(node, flags.gres_files)) std::printf("%s\n", line.c_str());
+  }
+  return 0;
+}
+
+// `expression` is nullopt when none was given.
+int runSlurmHostnames(const std::optional<std::string>& expression) {
+  std::string text = expression.value_or("");
+  if (!expression) {
+    const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
+    if (nodelist == nullptr || *nodelist == '\0') {
+      throw ConfigError("dtrain slurm hostnames: expected a hostlist expression such as 'node[01-04]' "
+                        "(or SLURM_JOB_NODELIST set)");
+    }
+    text = nodelist;
+  }
+  for (const std::string& host : expandHostlist(text)) std::printf("%s\n", host.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void registerSlurm(CLI::App& app, ExitCode& exit_code) {
+  CLI::App* slurm = app.add_subcommand("slurm", "Slurm glue: this node's slurm.conf lines, hostlist expansion");
+  slurm->require_subcommand(1);
+
+  CLI::App* conf = slurm->add_subcommand(
+      "conf", "Print this node's slurm.conf NodeName line (the fields of `slurmd -C`, plus Gres) and gres.conf lines");
+  auto conf_flags = std::make_shared<SlurmConfFlags>();
+  conf->add_option("--root", conf_flags->root, "Read /proc and /sys under this directory instead of /")
+      ->capture_default_str();
+  conf->add_option("--only", conf_flags->only, "Print only the slurm.conf node line (node) or the gres.conf lines (gres)")
+      ->check(CLI::IsMember({"node", "gres"}));
+  conf->add_flag("--gres-files", conf_flags->gres_files,
+                 "gres.conf: one 'Name=gpu Type= File=/dev/nvidia[...]' line per GPU type instead of AutoDetect=nvml");
+  conf->add_flag("--no-gpus", conf_flags->no_gpus, "Do not open NVML: no Gres, no gres.conf lines");
+  conf->callback([conf_flags, &exit_code] { exit_code.value = runSlurmConf(*conf_flags); });
+
+  CLI::App* hostnames = slurm->add_subcommand(
+      "hostnames", "Expand a hostlist expression one name per line, as `scontrol show hostnames` does");
+  auto expression = std::make_shared<std::string>();
+  CLI::Option* given = hostnames->add_option("EXPRESSION", *expression,
+                                             "A hostlist such as 'node[01-04],gpu[1-2]' (default: SLURM_JOB_NODELIST)");
+  hostnames->callback([expression, given, &exit_code] {
+    exit_code.value = runSlurmHostnames(given->count() > 0 ? std::optional(*expression) : std::nullopt);
+  });
+}
 
 }  // namespace dtrain::cli
