@@ -81,7 +81,7 @@ CheckResult checkMemoryHealth(const DoctorContext& ctx) {
     detail << label;
     if (rows) {
       detail << " remapped rows: " << rows->corrected << " correctable, " << rows->uncorrected << " uncorrectable"
-             << (rows->pending ? ", remap pending" : "") << (rows->failure ? ", remapping FAILED" : "") << ";";
+             << (rows->pending ? ", remap pending" : "") << (rows->failure ? ", remapping FAILED" : "");
       if (rows->failure) {
         findings.add(Status::kFail, label + " row remapping failed",
                      "the GPU has no spare rows left: drain the node and replace the GPU");
@@ -91,7 +91,7 @@ CheckResult checkMemoryHealth(const DoctorContext& ctx) {
       }
     }
     if (ecc) {
-      detail << " uncorrected ECC errors since driver load: " << *ecc << ";";
+      detail << (rows ? ";" : "") << " uncorrected ECC errors since driver load: " << *ecc;
       if (*ecc > 0) {
         findings.add(Status::kFail, label + " " + std::to_string(*ecc) + " uncorrected ECC errors (volatile)",
                      "drain the node and reset the GPU (`nvidia-smi -r`); if the errors return, replace the GPU");

@@ -217,7 +217,7 @@ TEST_F(GpuChecksTest, MemoryHealthFailsOnUncorrectedEccAndOnFailedRemap) {
   EXPECT_EQ(ecc.status, Status::kFail);
   EXPECT_EQ(ecc.reason, "GPU1 2 uncorrected ECC errors (volatile)");
   EXPECT_THAT(ecc.detail, HasSubstr("GPU1 remapped rows: 0 correctable, 1 uncorrectable, remap pending;"));
-  EXPECT_THAT(ecc.detail, HasSubstr("uncorrected ECC errors since driver load: 2;"));
+  EXPECT_THAT(ecc.detail, HasSubstr("uncorrected ECC errors since driver load: 2\n"));
 
   CheckResult remap = run("gpu.memory_health", "healthy,remap_failure");
   EXPECT_EQ(remap.status, Status::kFail);
