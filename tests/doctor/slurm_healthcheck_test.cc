@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "../cli/process_runner.h"
+#include "fixture_tree.h"
 
 namespace dtrain::testing {
 namespace {
@@ -158,6 +159,33 @@ TEST_F(SlurmHealthcheckTest, AnUnreachableControllerStillGetsTheDrainRequest) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("failed"), std::string::npos) << r.output;
   EXPECT_EQ(updates(), "[update][NodeName=n1][State=DRAIN][Reason=dtrain doctor: gpu.count,rdma.ports]\n");
+}
+
+// The real `dtrain doctor` (not the fake) on fixture trees: its JSON report is
+// what the health check parses.
+TEST_F(SlurmHealthcheckTest, TheRealDoctorsFailuresDrainAndItsPassResumes) {
+  FixtureTree node;
+  node.writeGoodNode();
+  node.remove("/sys/class/infiniband/mlx5_0/ports/1");
+  node.writeRdmaPort("mlx5_0", 1, "1: DOWN", "3: Disabled");
+  node.write("/proc/mounts", "shm /dev/shm tmpfs rw,nosuid,nodev,noexec,size=65536k 0 0\n");
+  const std::string doctor = "DTRAIN=" + dtrainBin() + " DTRAIN_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 "
+                             "\"DTRAIN_DOCTOR_ARGS=--root " + node.root() + " --check rdma,host\" ";
+  auto failing = run(doctor + "FAKE_NODE_STATE=IDLE");
+  EXPECT_EQ(failing.exit_code, 1) << failing.output;
+  EXPECT_EQ(updates(), "[update][NodeName=n1][State=DRAIN][Reason=dtrain doctor: rdma.ports,host.shm]\n")
+      << read("scontrol.log") << failing.output;
+
+  FixtureTree healthy;
+  healthy.writeGoodNode();
+  const std::string good = "DTRAIN=" + dtrainBin() + " DTRAIN_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 "
+                           "\"DTRAIN_DOCTOR_ARGS=--root " + healthy.root() + " --check rdma,host\" ";
+  auto passing = run(good + "FAKE_NODE_STATE=IDLE+DRAIN \"FAKE_NODE_REASON=dtrain doctor: rdma.ports,host.shm\"");
+  EXPECT_EQ(passing.exit_code, 0) << passing.output;
+  EXPECT_EQ(updates(),
+            "[update][NodeName=n1][State=DRAIN][Reason=dtrain doctor: rdma.ports,host.shm]\n"
+            "[update][NodeName=n1][State=RESUME]\n")
+      << read("scontrol.log") << passing.output;
 }
 
 }  // namespace
