@@ -37,6 +37,10 @@
 //   .grad to undefined after construction (zeroGrad() zeros in place): the
 //   views would be lost. Move the module to its device first.
 // - A failed or timed-out all-reduce surfaces from backward() (CommError).
+// - An observer (setObserver) is told when each backward starts and ends
+//   and when each bucket is ready and reduced; timing, timelines and
+//   metrics are built on it (train/bucket_timer.h), DataParallel keeps no
+//   clock of its own.
 #pragma once
 
 #include <chrono>
@@ -59,8 +63,6 @@ struct DataParallelOptions {
   // Broadcast parameters and buffers from rank 0 at construction.
   bool broadcast_at_start = true;
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
-  // Record per-bucket timings of each backward (lastTimeline()).
-  bool record_timeline = false;
 };
 
 // One bucket: a contiguous slice [offset, offset + numel) of slab `slab`'s
@@ -72,22 +74,27 @@ struct Bucket {
   std::vector<int> params;
 };
 
-// Timings of the last synchronised backward, in milliseconds since the first
-// gradient of that backward was ready. On CUDA they come from events on the
-// compute and communication streams; on the CPU from the host clock.
-struct BackwardTimeline {
-  struct BucketTimes {
-    double ready_ms = 0;      // its last gradient was accumulated
-    double start_ms = 0;      // its all-reduce was started
-    double end_ms = 0;        // its all-reduce finished
-    int64_t bytes = 0;
-  };
-  std::vector<BucketTimes> buckets;  // in launch order
-  double backward_end_ms = 0;        // the last gradient of the backward was ready
-  // The host clock when the first gradient was ready (the zero of the
-  // times above on the CPU; on CUDA the host saw it then, the GPU may be
-  // behind).
-  std::chrono::steady_clock::time_point first_ready;
+// What DataParallel tells an observer about each synchronised backward. The
+// calls come on the thread running backward, in this order: started, then
+// per bucket (in launch order) ready, launching and launched, then ended;
+// on the CPU, completed per bucket once its all-reduce has finished (on
+// CUDA the host does not wait: an observer records an event on the
+// communication stream at launched). `stream` is the cudaStream_t the
+// event belongs on (the compute stream for started/ready/ended, the
+// communication stream for launching/launched), nullptr on the CPU.
+// Observers must not throw.
+class GradSyncObserver {
+ public:
+  virtual ~GradSyncObserver() = default;
+  virtual void backwardStarted(void* stream) {}
+  // Every gradient of the bucket was accumulated (not called for a bucket
+  // launched at the end of backward because some of its parameters got no
+  // gradient).
+  virtual void bucketReady(int bucket, void* stream) {}
+  virtual void bucketLaunching(int bucket, void* stream) {}
+  virtual void bucketLaunched(int bucket, void* stream) {}
+  virtual void backwardEnded(void* stream) {}
+  virtual void bucketCompleted(int bucket) {}
 };
 
 class DataParallel {
@@ -126,15 +133,18 @@ class DataParallel {
   };
   NoSyncGuard noSync() { return NoSyncGuard(*this); }
 
-  // Timings of the last synchronised backward (needs record_timeline).
-  // On CUDA, with `cuda_reference_event` (a cudaEvent_t recorded with
-  // timing on this device), times are milliseconds since that event instead
-  // of since the first gradient.
-  BackwardTimeline lastTimeline(void* cuda_reference_event = nullptr) const;
+  // The observer of every later backward (nullptr: none); not owned.
+  void setObserver(GradSyncObserver* observer);
+  GradSyncObserver* observer() const { return observer_; }
   int64_t syncedBackwards() const { return synced_backwards_; }
+  // Bytes of bucket b's gradients.
+  int64_t bucketBytes(int b) const;
 
  private:
   struct Impl;
+  torch::Device collectParameters();
+  void buildSlabs(torch::Device device);
+  void installHooks();
   void onGradReady(int param);
   void launchBucket(int bucket);
   void finishBackward();
@@ -150,6 +160,7 @@ class DataParallel {
   std::shared_ptr<Impl> impl_;  // hooks, per-backward state, streams, events
   bool no_sync_ = false;
   int64_t synced_backwards_ = 0;
+  GradSyncObserver* observer_ = nullptr;
   std::mutex mutex_;
 };
 

@@ -45,6 +45,7 @@ class Context {
   int rank() const;
   int size() const;
   int localRank() const;
+  int localWorldSize() const;  // ranks on this node
   bool isMain() const { return rank() == 0; }
   torch::Device device() const { return device_; }
   const std::shared_ptr<Communicator>& communicator() const { return communicator_; }

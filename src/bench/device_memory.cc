@@ -6,7 +6,7 @@
 #include "common/error.h"
 
 #ifdef DTRAIN_HAVE_NCCL
-#include "common/cuda_check.h"
+#include "gpu/cuda_check.h"
 #endif
 
 namespace dtrain::bench {

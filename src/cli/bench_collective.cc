@@ -9,6 +9,7 @@
 #include "bench/collective_bench.h"
 #include "bench/device_memory.h"
 #include "cli/commands.h"
+#include "cli/option_binding.h"
 #include "comm/communicator.h"
 #include "comm/world.h"
 #include "common/error.h"
@@ -140,33 +141,61 @@ int runCollective(const CollectiveFlags& flags, bench::Collective collective) {
   return 0;
 }
 
+// "" when `parse(text)` accepts the text, else `why`.
+template <typename Parse>
+std::string refusedBy(Parse parse, const std::string& text, const char* why) {
+  try {
+    parse(text);
+  } catch (const ConfigError&) {
+    return why;
+  }
+  return "";
+}
+
+std::string checkSize(const std::string& text) {
+  if (text.empty()) return "";
+  return refusedBy([](const std::string& t) { parseByteSize(t, "size"); }, text, "not a size");
+}
+
+void declareCollectiveOptions(OptionSet& set, CollectiveFlags& f) {
+  const char* sizes = "a size in bytes with an optional K/M/G suffix (64, 512K, 32M)";
+  set.text("-b,--minbytes", f.min_bytes, "Smallest size (bytes, K/M/G suffix)").check(checkSize, sizes).nonEmpty();
+  set.text("-e,--maxbytes", f.max_bytes, "Largest size (bytes, K/M/G suffix)").check(checkSize, sizes).nonEmpty();
+  set.integer("-f,--stepfactor", f.factor, "Multiply the size by this each step").range(1, uint64_t{1} << 20);
+  set.text("-i,--stepbytes", f.step_bytes, "Add this many bytes each step instead of -f").check(checkSize, sizes);
+  set.text("-d,--datatype", f.dtype, "float, double, half, bfloat16, int32, int64, uint8, or all")
+      .check(
+          [](const std::string& text) {
+            return text == "all" ? std::string() : refusedBy(parseDType, text, "not a dtype");
+          },
+          "a dtype (float, double, half, bfloat16, int32, int64, uint8) or all");
+  set.text("-o,--op", f.op, "sum, avg, min, max, prod, or all")
+      .check(
+          [](const std::string& text) {
+            return text == "all" ? std::string() : refusedBy(parseReduceOp, text, "not a reduce op");
+          },
+          "sum, avg, min, max, prod or all");
+  set.integer("-r,--root", f.root, "Root rank (broadcast)").range(0, 1 << 20);
+  set.integer("-n,--iters", f.iters, "Timed iterations per size").range(1, 1 << 24);
+  set.integer("-w,--warmup_iters", f.warmup, "Untimed iterations per size").range(0, 1 << 24);
+  set.integer("-c,--check", f.check, "Check results against a host reference (0/1)").range(0, 1);
+  set.choice("--backend", f.backend, {"auto", "gloo", "nccl"}, "auto (nccl when GPUs are visible), gloo or nccl");
+  set.number("--timeout", f.timeout_s, "Seconds before a collective is declared hung")
+      .above(0)
+      .atMost(7 * 24 * 3600)
+      .unit("seconds");
+  set.toggle("--json", f.json, "Print the results as JSON (rank 0)");
+}
+
 void registerCollective(CLI::App& bench, ExitCode& exit_code, const char* name, bench::Collective collective,
                         const char* help) {
   CLI::App* cmd = bench.add_subcommand(name, help);
-  auto flags = std::make_shared<CollectiveFlags>();
-  cmd->add_option("-b,--minbytes", flags->min_bytes, "Smallest size (bytes, K/M/G suffix)")->capture_default_str();
-  cmd->add_option("-e,--maxbytes", flags->max_bytes, "Largest size (bytes, K/M/G suffix)")->capture_default_str();
-  cmd->add_option("-f,--stepfactor", flags->factor, "Multiply the size by this each step")
-      ->capture_default_str()->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
-  cmd->add_option("-i,--stepbytes", flags->step_bytes, "Add this many bytes each step instead of -f");
-  cmd->add_option("-d,--datatype", flags->dtype,
-                  "float, double, half, bfloat16, int32, int64, uint8, or all")->capture_default_str();
-  cmd->add_option("-o,--op", flags->op, "sum, avg, min, max, prod, or all")->capture_default_str();
-  cmd->add_option("-r,--root", flags->root, "Root rank (broadcast)")->capture_default_str();
-  cmd->add_option("-n,--iters", flags->iters, "Timed iterations per size")
-      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("-w,--warmup_iters", flags->warmup, "Untimed iterations per size")
-      ->capture_default_str()->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("-c,--check", flags->check, "Check results against a host reference (0/1)")
-      ->capture_default_str()->check(CLI::Range(0, 1));
-  cmd->add_option("--backend", flags->backend, "auto (nccl when GPUs are visible), gloo or nccl")
-      ->capture_default_str();
-  cmd->add_option("--timeout", flags->timeout_s, "Seconds before a collective is declared hung")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_flag("--json", flags->json, "Print the results as JSON (rank 0)");
+  // One table in the docs for the four commands: they share their options.
+  auto bound = bindNew<CollectiveFlags>(*cmd, "dtrain bench allreduce|allgather|reduce_scatter|broadcast",
+                                        declareCollectiveOptions);
   cmd->footer("Ranks come from RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/MASTER_PORT (or DTRAIN_STORE_ADDR),\n"
               "as `dtrain launch` and torchrun set them. One process per GPU.");
-  cmd->callback([flags, collective, &exit_code] { exit_code.value = runCollective(*flags, collective); });
+  cmd->callback([bound, collective, &exit_code] { exit_code.value = runCollective(bound->options, collective); });
 }
 
 }  // namespace

@@ -13,11 +13,12 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/option_binding.h"
 #include "common/error.h"
 #include "doctor/doctor.h"
 #include "doctor/peer_link.h"
 #include "doctor/report.h"
-#include "exporter/nvml.h"
+#include "metrics/nvml.h"
 
 extern char** environ;
 
@@ -125,10 +126,10 @@ int runDoctor(const DoctorFlags& flags, const GivenOptions& given) {
 
   std::map<std::string, std::string> env = processEnvironment();
   doctor::DoctorContext ctx{root, env, options, nullptr, {}};
-  std::unique_ptr<exporter::Nvml> nvml;
+  std::unique_ptr<metrics::Nvml> nvml;
   if (needsNvml(selected)) {
     try {
-      nvml = exporter::Nvml::open();
+      nvml = metrics::Nvml::open();
       ctx.nvml = nvml.get();
     } catch (const std::exception& e) {
       const auto* error = dynamic_cast<const Error*>(&e);
@@ -151,36 +152,40 @@ int runDoctor(const DoctorFlags& flags, const GivenOptions& given) {
   return report.exit_code;
 }
 
+void declareDoctorOptions(OptionSet& set, DoctorFlags& f) {
+  set.path("--root", f.root, "Read /proc, /sys and /etc under this directory instead of / (fixture trees for tests)")
+      .existingDirectory();
+  set.integer("--expect-gpus", f.expect_gpus, "GPUs this node must have")
+      .range(0, 1 << 20)
+      .defaultMeans("Slurm's GRES count when set");
+  set.text("--check", f.check,
+           "Run only these checks: a comma list of names or groups (gpu, rdma, nccl, host, peers)");
+  set.text("--skip", f.skip, "Leave out these checks: a comma list of names or groups");
+  set.toggle("--list", f.list, "Print every check with its description, and exit");
+  set.toggle("--json", f.json, "Print the results as JSON instead of a table");
+  set.toggle("--strict", f.strict, "Exit 1 when any check warns (a failure still exits 2)");
+  set.text("--peers", f.peers,
+           "Check TCP reachability and bandwidth to these peers running `dtrain doctor --serve-peer`: "
+           "HOST:PORT[,HOST:PORT...]");
+  set.toggle("--allreduce", f.allreduce, "Run a quick all-reduce across this node's GPUs");
+  set.number("--timeout", f.timeout_s, "Seconds each active check (--peers, --allreduce) may take")
+      .range(0.001, 3600)
+      .unit("seconds");
+  set.text("--serve-peer", f.serve_peer,
+           "Serve the far end of --peers on ADDR:PORT (PORT 0: any free port, printed) until SIGINT/SIGTERM");
+}
+
 }  // namespace
 
 void registerDoctor(CLI::App& app, ExitCode& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "doctor", "Check that this node is ready for distributed training (GPUs, RDMA, NCCL environment, host)");
-  auto flags = std::make_shared<DoctorFlags>();
-  cmd->add_option("--root", flags->root,
-                  "Read /proc, /sys and /etc under this directory instead of / (fixture trees for tests)")
-      ->capture_default_str();
-  CLI::Option* expect = cmd->add_option("--expect-gpus", flags->expect_gpus,
-                                        "GPUs this node must have (default: Slurm's GRES count when set)")
-                            ->check(CLI::Range(0, 1 << 20));
-  CLI::Option* check = cmd->add_option("--check", flags->check,
-                  "Run only these checks: a comma list of names or groups (gpu, rdma, nccl, host, peers)");
-  CLI::Option* skip = cmd->add_option("--skip", flags->skip, "Leave out these checks: a comma list of names or groups");
-  cmd->add_flag("--list", flags->list, "Print every check with its description, and exit");
-  cmd->add_flag("--json", flags->json, "Print the results as JSON instead of a table");
-  cmd->add_flag("--strict", flags->strict, "Exit 1 when any check warns (a failure still exits 2)");
-  CLI::Option* peers = cmd->add_option("--peers", flags->peers,
-                  "Check TCP reachability and bandwidth to these peers running `dtrain doctor --serve-peer`: "
-                  "HOST:PORT[,HOST:PORT...]");
-  cmd->add_flag("--allreduce", flags->allreduce, "Run a quick all-reduce across this node's GPUs");
-  cmd->add_option("--timeout", flags->timeout_s, "Seconds each active check (--peers, --allreduce) may take")
-      ->check(CLI::Range(0.001, 3600.0))
-      ->capture_default_str();
-  cmd->add_option("--serve-peer", flags->serve_peer,
-                  "Serve the far end of --peers on ADDR:PORT (PORT 0: any free port, printed) until SIGINT/SIGTERM");
-  cmd->callback([flags, expect, peers, check, skip, &exit_code] {
-    GivenOptions given{expect->count() > 0, peers->count() > 0, check->count() > 0, skip->count() > 0};
-    exit_code.value = runDoctor(*flags, given);
+  auto bound = bindNew<DoctorFlags>(*cmd, "dtrain doctor", declareDoctorOptions);
+  cmd->callback([bound, cmd, &exit_code] {
+    // An option given with an empty value counts as given (and is checked).
+    GivenOptions given{cmd->count("--expect-gpus") > 0, cmd->count("--peers") > 0, cmd->count("--check") > 0,
+                       cmd->count("--skip") > 0};
+    exit_code.value = runDoctor(bound->options, given);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/option_binding.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "exporter/gpu_monitor.h"
@@ -26,6 +27,32 @@ struct ExporterFlags {
   bool list_metrics = false;
   bool once = false;
 };
+
+void declareExporterOptions(OptionSet& set, ExporterFlags& f) {
+  TextOption& listen =
+      set.text("--listen", f.listen, "Address to serve on: :PORT (all interfaces), HOST:PORT or [IPV6]:PORT");
+#if DTRAIN_WITH_EXPORTER_HTTP
+  listen.check(
+      [](const std::string& text) {
+        exporter::parseListenAddress(text);
+        return std::string();
+      },
+      ":PORT, HOST:PORT or [IPV6]:PORT");
+#else
+  (void)listen;
+#endif
+  set.number("--interval", f.interval_s, "Seconds between two readings of the GPUs").range(0.05, 3600).unit("seconds");
+  set.number("--slow-interval", f.slow_interval_s,
+             "Seconds between two readings of the costly fields: the energy counter (~4 ms of CPU per GPU), PCIe "
+             "replays, ECC and remapped rows (0: every reading)")
+      .range(0, 3600)
+      .unit("seconds");
+  set.integer("--history", f.history_s, "Seconds of readings kept for the live page (/api/history)")
+      .range(1, 86400)
+      .unit("seconds");
+  set.toggle("--list-metrics", f.list_metrics, "Print every metric name the exporter can export, and exit");
+  set.toggle("--once", f.once, "Read the GPUs once, print the /metrics body, and exit");
+}
 
 #if DTRAIN_WITH_EXPORTER_HTTP
 // Serves until SIGINT, SIGTERM or SIGHUP. The signals are blocked before any
@@ -86,23 +113,8 @@ int runExporter(const ExporterFlags& flags) {
 void registerExporter(CLI::App& app, ExitCode& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "exporter", "Serve this node's GPU metrics to Prometheus (dcgm-exporter's names) and a live page");
-  auto flags = std::make_shared<ExporterFlags>();
-  cmd->add_option("--listen", flags->listen, "Address to serve on: :PORT (all interfaces), HOST:PORT or [IPV6]:PORT")
-      ->capture_default_str();
-  cmd->add_option("--interval", flags->interval_s, "Seconds between two readings of the GPUs")
-      ->check(CLI::Range(0.05, 3600.0))
-      ->capture_default_str();
-  cmd->add_option("--slow-interval", flags->slow_interval_s,
-                  "Seconds between two readings of the costly fields: the energy counter (~4 ms of CPU per GPU), "
-                  "PCIe replays, ECC and remapped rows (0: every reading)")
-      ->check(CLI::Range(0.0, 3600.0))
-      ->capture_default_str();
-  cmd->add_option("--history", flags->history_s, "Seconds of readings kept for the live page (/api/history)")
-      ->check(CLI::Range(1, 86400))
-      ->capture_default_str();
-  cmd->add_flag("--list-metrics", flags->list_metrics, "Print every metric name the exporter can export, and exit");
-  cmd->add_flag("--once", flags->once, "Read the GPUs once, print the /metrics body, and exit");
-  cmd->callback([flags, &exit_code] { exit_code.value = runExporter(*flags); });
+  auto bound = bindNew<ExporterFlags>(*cmd, "dtrain exporter", declareExporterOptions);
+  cmd->callback([bound, &exit_code] { exit_code.value = runExporter(bound->options); });
 }
 
 }  // namespace dtrain::cli

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "common/settings.h"
 
 namespace {
 
@@ -49,6 +50,8 @@ int runMain(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     if (auto rank = dtrain::envInt("RANK", 0, 1 << 24)) dtrain::setProcessRank(static_cast<int>(*rank));
+    // A bad DTRAIN_* variable is an error before any work, not a surprise later.
+    dtrain::checkAllSettings();
   } catch (const dtrain::ConfigError& e) {
     std::fprintf(stderr, "dtrain: %s\n", e.message().c_str());
     return 2;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/option_binding.h"
 #include "common/error.h"
 #include "common/hostlist.h"
 #include "common/system_root.h"
@@ -50,6 +51,16 @@ int runSlurmHostnames(const std::optional<std::string>& expression) {
   return 0;
 }
 
+void declareSlurmConfOptions(OptionSet& set, SlurmConfFlags& f) {
+  set.path("--root", f.root, "Read /proc and /sys under this directory instead of /").existingDirectory();
+  set.choice("--only", f.only, {"node", "gres"},
+             "Print only the slurm.conf node line (node) or the gres.conf lines (gres)")
+      .optional("both");
+  set.toggle("--gres-files", f.gres_files,
+             "gres.conf: one 'Name=gpu Type= File=/dev/nvidia[...]' line per GPU type instead of AutoDetect=nvml");
+  set.toggle("--no-gpus", f.no_gpus, "Do not open NVML: no Gres, no gres.conf lines");
+}
+
 }  // namespace
 
 void registerSlurm(CLI::App& app, ExitCode& exit_code) {
@@ -58,15 +69,8 @@ void registerSlurm(CLI::App& app, ExitCode& exit_code) {
 
   CLI::App* conf = slurm->add_subcommand(
       "conf", "Print this node's slurm.conf NodeName line (the fields of `slurmd -C`, plus Gres) and gres.conf lines");
-  auto conf_flags = std::make_shared<SlurmConfFlags>();
-  conf->add_option("--root", conf_flags->root, "Read /proc and /sys under this directory instead of /")
-      ->capture_default_str();
-  conf->add_option("--only", conf_flags->only, "Print only the slurm.conf node line (node) or the gres.conf lines (gres)")
-      ->check(CLI::IsMember({"node", "gres"}));
-  conf->add_flag("--gres-files", conf_flags->gres_files,
-                 "gres.conf: one 'Name=gpu Type= File=/dev/nvidia[...]' line per GPU type instead of AutoDetect=nvml");
-  conf->add_flag("--no-gpus", conf_flags->no_gpus, "Do not open NVML: no Gres, no gres.conf lines");
-  conf->callback([conf_flags, &exit_code] { exit_code.value = runSlurmConf(*conf_flags); });
+  auto bound = bindNew<SlurmConfFlags>(*conf, "dtrain slurm conf", declareSlurmConfOptions);
+  conf->callback([bound, &exit_code] { exit_code.value = runSlurmConf(bound->options); });
 
   CLI::App* hostnames = slurm->add_subcommand(
       "hostnames", "Expand a hostlist expression one name per line, as `scontrol show hostnames` does");

@@ -15,8 +15,13 @@ DTRAIN_SETTING(std::string, kStoreAddr, "store-addr", "DTRAIN_STORE_ADDR", "",
 DTRAIN_SETTING(std::string, kStorePrefix, "store-prefix", "DTRAIN_STORE_PREFIX", "",
                "Key prefix of this attempt in the rendezvous store (set by dtrain launch).");
 
-DTRAIN_SETTING(double, kStoreConnectTimeout, "store-connect-timeout", "DTRAIN_STORE_CONNECT_TIMEOUT", 60.0,
-               "Seconds a worker keeps retrying to reach the rendezvous store before giving up.");
+std::string checkConnectTimeout(const double& seconds) {
+  return seconds > 0 && seconds <= 7 * 24 * 3600 ? "" : "a number of seconds > 0 and <= 604800";
+}
+
+DTRAIN_SETTING_CHECKED(double, kStoreConnectTimeout, "store-connect-timeout", "DTRAIN_STORE_CONNECT_TIMEOUT", 60.0,
+                       "Seconds a worker keeps retrying to reach the rendezvous store before giving up.",
+                       checkConnectTimeout);
 
 uint16_t parsePort(const std::string& text, const std::string& what) {
   int64_t port = parseInt64(text, what);
@@ -39,6 +44,7 @@ World worldFromEnvironment() {
                       std::to_string(world.size) + "; expected 0.." + std::to_string(world.size - 1));
   }
   world.local_rank = static_cast<int>(envInt("LOCAL_RANK", 0, 1 << 16).value_or(0));
+  world.local_world_size = static_cast<int>(envInt("LOCAL_WORLD_SIZE", 1, 1 << 16).value_or(1));
 
   TcpStoreClientOptions client;
   client.token = storeTokenFromEnvironment();

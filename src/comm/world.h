@@ -20,6 +20,7 @@ struct World {
   int rank = 0;
   int size = 1;
   int local_rank = 0;
+  int local_world_size = 1;  // ranks on this node (LOCAL_WORLD_SIZE)
   std::string store_address;  // host:port, for messages
   std::shared_ptr<Store> store;  // already prefixed for this attempt
   std::shared_ptr<TcpStoreServer> server;  // set on the rank that hosts the store

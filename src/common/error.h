@@ -11,8 +11,9 @@
 //   CommError     a collective or a peer failed (NCCL, Gloo, CUDA, a dead rank).
 //
 // Foreign return codes are converted at the boundary by one macro per library
-// (DTRAIN_CHECK_ERRNO here, DTRAIN_CUDA_CHECK / DTRAIN_NCCL_CHECK in
-// cuda_check.h); nothing else inspects errno or ncclResult_t.
+// (DTRAIN_CHECK_ERRNO here, DTRAIN_CUDA_CHECK in gpu/cuda_check.h,
+// DTRAIN_NCCL_CHECK in comm/nccl/nccl_check.h); nothing else inspects errno
+// or ncclResult_t.
 #pragma once
 
 #include <source_location>

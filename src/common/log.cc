@@ -14,8 +14,10 @@
 namespace dtrain {
 namespace {
 
-DTRAIN_SETTING(std::string, kLogLevelSetting, "log-level", "DTRAIN_LOG_LEVEL", "info",
-               "Log level of dtrain's own messages: debug, info, warn, error or off.");
+std::string checkLogLevel(const std::string& text);
+
+DTRAIN_SETTING_CHECKED(std::string, kLogLevelSetting, "log-level", "DTRAIN_LOG_LEVEL", "info",
+                       "Log level of dtrain's own messages: debug, info, warn, error or off.", checkLogLevel);
 
 std::atomic<int> g_level{-1};
 std::mutex g_write_mutex;
@@ -38,6 +40,15 @@ const std::string& hostName() {
     return std::string(buf);
   }();
   return name;
+}
+
+std::string checkLogLevel(const std::string& text) {
+  try {
+    parseLogLevel(text);
+  } catch (const ConfigError&) {
+    return "one of debug, info, warn, error or off";
+  }
+  return "";
 }
 
 }  // namespace

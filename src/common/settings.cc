@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -49,6 +50,10 @@ std::vector<const SettingBase*> allSettings() {
   return out;
 }
 
+void checkAllSettings() {
+  for (const SettingBase* s : allSettings()) s->check();
+}
+
 std::string settingsMarkdown() {
   std::ostringstream os;
   os << "| setting | environment variable | type | default | meaning |\n";
@@ -75,9 +80,10 @@ double parseDouble(const std::string& text, const std::string& what) {
   errno = 0;
   char* end = nullptr;
   double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end == text.c_str() || *end != '\0' || errno == ERANGE) {
+  if (text.empty() || end == text.c_str() || *end != '\0') {
     throw ConfigError(what + "='" + text + "' is not a number");
   }
+  if (!std::isfinite(value) || errno == ERANGE) throw ConfigError(what + "='" + text + "' is not a finite number");
   return value;
 }
 

@@ -8,9 +8,12 @@
 //   ... kStoreTimeout.get() ...
 //
 // get() parses the environment once and caches the value (NCCL_PARAM does the
-// same); a value that does not parse raises ConfigError naming the variable,
-// the value and the expected type. Settings must be declared at namespace
-// scope (static storage), which registers them before main().
+// same); a value that does not parse, or that the setting's check refuses
+// (DTRAIN_SETTING_CHECKED), raises ConfigError naming the variable, the value
+// and what is expected. `dtrain` checks every setting set in its environment
+// at start (checkAllSettings), so a bad one is an error before any work.
+// Settings must be declared at namespace scope (static storage), which
+// registers them before main().
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/error.h"
 
 namespace dtrain {
 
@@ -38,6 +43,8 @@ class SettingBase {
   std::optional<std::string> envValue() const;
   // Forget the cached value (tests that change the environment).
   virtual void reset() const = 0;
+  // ConfigError when the environment's value does not parse or is refused.
+  virtual void check() const = 0;
 
  private:
   std::string name_, env_, default_text_, help_, type_name_;
@@ -45,12 +52,15 @@ class SettingBase {
 
 // All declared settings, sorted by name.
 std::vector<const SettingBase*> allSettings();
+// check() of every setting (the first failure is thrown).
+void checkAllSettings();
 // The registry as a Markdown table (docs/settings.md).
 std::string settingsMarkdown();
 
 // Parsers shared by settings and the CLI; each throws ConfigError naming
 // `what` (an env var or a flag) and the expected form.
 int64_t parseInt64(const std::string& text, const std::string& what);
+// A finite number (nan and inf are refused).
 double parseDouble(const std::string& text, const std::string& what);
 bool parseBool(const std::string& text, const std::string& what);
 
@@ -84,20 +94,32 @@ struct SettingTraits<std::string> {
 template <typename T>
 class Setting : public SettingBase {
  public:
-  Setting(std::string name, std::string env, T default_value, std::string help)
+  // "" when the value is acceptable, else what is expected ("one of a, b").
+  using Check = std::string (*)(const T&);
+
+  Setting(std::string name, std::string env, T default_value, std::string help, Check check = nullptr)
       : SettingBase(std::move(name), std::move(env), SettingTraits<T>::text(default_value),
                     std::move(help), SettingTraits<T>::kName),
-        default_(std::move(default_value)) {}
+        default_(std::move(default_value)),
+        check_(check) {}
 
   // The value from the environment, else the default. Cached after first use.
   T get() const {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!cached_) {
       auto raw = envValue();
-      cached_ = (raw && !raw->empty()) ? SettingTraits<T>::parse(*raw, env()) : default_;
+      if (!raw || raw->empty()) {
+        cached_ = default_;
+      } else {
+        T value = SettingTraits<T>::parse(*raw, env());
+        const std::string expected = check_ != nullptr ? check_(value) : std::string();
+        if (!expected.empty()) throw ConfigError(env() + "='" + *raw + "' is refused; expected " + expected);
+        cached_ = std::move(value);
+      }
     }
     return *cached_;
   }
+  void check() const override { (void)get(); }
   const T& defaultValue() const { return default_; }
   void reset() const override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -106,6 +128,7 @@ class Setting : public SettingBase {
 
  private:
   T default_;
+  Check check_;
   mutable std::mutex mutex_;
   mutable std::optional<T> cached_;
 };
@@ -114,3 +137,6 @@ class Setting : public SettingBase {
 
 #define DTRAIN_SETTING(type, var, name, env, default_value, help) \
   const ::dtrain::Setting<type> var { name, env, type(default_value), help }
+// The same with a check of the parsed value (Setting<type>::Check).
+#define DTRAIN_SETTING_CHECKED(type, var, name, env, default_value, help, check) \
+  const ::dtrain::Setting<type> var { name, env, type(default_value), help, check }

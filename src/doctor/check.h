@@ -23,7 +23,7 @@
 
 #include "common/system_root.h"
 
-namespace dtrain::exporter {
+namespace dtrain::metrics {
 class Nvml;
 }
 
@@ -53,7 +53,7 @@ struct DoctorContext {
   const SystemRoot& root;
   const std::map<std::string, std::string>& env;
   const DoctorOptions& options;
-  exporter::Nvml* nvml = nullptr;  // nullptr: NVML not available
+  metrics::Nvml* nvml = nullptr;  // nullptr: NVML not available
   std::string nvml_error;          // why nvml is nullptr
 
   std::optional<std::string> getenv(const std::string& name) const {

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "exporter/nvml.h"
+#include "metrics/nvml.h"
 
 namespace dtrain::doctor {
 namespace {

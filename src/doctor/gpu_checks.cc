@@ -11,7 +11,7 @@
 #include "doctor/gpu_health.h"
 #include "doctor/gpu_topology.h"
 #include "doctor/gpu_versions.h"
-#include "exporter/nvml.h"
+#include "metrics/nvml.h"
 
 namespace dtrain::doctor {
 namespace {
@@ -43,7 +43,7 @@ CheckResult checkDriver(const DoctorContext& ctx) {
 }
 
 // "NVIDIA H200 x8" or "NVIDIA A100 x4, NVIDIA H100 x4".
-std::string modelSummary(exporter::Nvml& nvml) {
+std::string modelSummary(metrics::Nvml& nvml) {
   std::vector<std::pair<std::string, int>> models;
   for (unsigned gpu : nvml.gpus()) {
     std::string model = nvml.name(gpu).value_or("unknown model");

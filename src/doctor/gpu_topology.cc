@@ -7,12 +7,12 @@
 #include <tuple>
 
 #include "doctor/gpu_expected.h"
-#include "exporter/nvml.h"
+#include "metrics/nvml.h"
 
 namespace dtrain::doctor {
 namespace {
 
-using namespace exporter::nvml_abi;
+using namespace metrics::nvml_abi;
 
 // "00000000:3B:00.0" and "0000:3b:00.0" name the same device.
 std::optional<std::tuple<unsigned, unsigned, unsigned, unsigned>> parseBusId(const std::string& text) {
@@ -54,7 +54,7 @@ struct NvLinks {
   bool hardware = false;                      // some GPU answered for some link
 };
 
-NvLinks readNvLinks(exporter::Nvml& nvml) {
+NvLinks readNvLinks(metrics::Nvml& nvml) {
   const auto& gpus = nvml.gpus();
   const size_t n = gpus.size();
   NvLinks links;
@@ -92,7 +92,7 @@ NvLinks readNvLinks(exporter::Nvml& nvml) {
 CheckResult checkTopology(const DoctorContext& ctx) {
   const char* name = "gpu.topology";
   if (ctx.nvml == nullptr) return skip(name, "NVML not available");
-  exporter::Nvml& nvml = *ctx.nvml;
+  metrics::Nvml& nvml = *ctx.nvml;
   const auto& gpus = nvml.gpus();
   const size_t n = gpus.size();
   if (n == 0) return skip(name, "no GPUs");

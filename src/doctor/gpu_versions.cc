@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/settings.h"
-#include "exporter/nvml.h"
+#include "metrics/nvml.h"
 
 namespace dtrain::doctor {
 namespace {

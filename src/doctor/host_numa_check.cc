@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "doctor/host_check_functions.h"
-#include "exporter/nvml.h"
+#include "metrics/nvml.h"
 
 namespace dtrain::doctor {
 namespace {

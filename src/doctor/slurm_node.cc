@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "exporter/nvml.h"
+#include "metrics/nvml.h"
 
 namespace dtrain::doctor {
 namespace {
@@ -205,7 +205,7 @@ std::string slurmGresType(const std::string& nvml_device_name) {
   return type;
 }
 
-std::vector<SlurmGpu> readSlurmGpus(exporter::Nvml& nvml) {
+std::vector<SlurmGpu> readSlurmGpus(metrics::Nvml& nvml) {
   std::vector<SlurmGpu> gpus;
   for (unsigned gpu : nvml.gpus()) {
     auto name = nvml.name(gpu);
@@ -228,9 +228,9 @@ SlurmNode describeSlurmNode(const SystemRoot& root, bool use_nvml) {
     node.no_gpu_reason = "GPUs not asked for (--no-gpus)";
     return node;
   }
-  std::unique_ptr<exporter::Nvml> nvml;
+  std::unique_ptr<metrics::Nvml> nvml;
   try {
-    nvml = exporter::Nvml::open();
+    nvml = metrics::Nvml::open();
   } catch (const IoError& e) {
     node.no_gpu_reason = e.message();
     return node;

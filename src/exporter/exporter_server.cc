@@ -9,9 +9,9 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "exporter/job_status.h"
+#include "metrics/job_status.h"
 #include "exporter/live_page/live_page.h"
-#include "exporter/prometheus_text.h"
+#include "metrics/prometheus_text.h"
 
 namespace dtrain::exporter {
 namespace {
@@ -97,7 +97,7 @@ ExporterServer::~ExporterServer() { stop(); }
 
 void ExporterServer::routes() {
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(monitor_.latest()->metrics_text, kPrometheusContentType);
+    res.set_content(monitor_.latest()->metrics_text, metrics::kPrometheusContentType);
   });
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", kText); });
   server_->Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(livePageHtml(), kHtml); });
@@ -121,7 +121,7 @@ void ExporterServer::routes() {
     res.set_content(monitor_.statusJson(), kJson);
   });
   server_->Get("/api/jobs", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(jobsJson(jobsDirectory()), kJson);
+    res.set_content(metrics::jobsJson(metrics::jobsDirectory()), kJson);
   });
 
   // Read-only: every other method is refused on every path.

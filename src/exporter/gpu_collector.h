@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "exporter/nvml.h"
+#include "metrics/nvml.h"
 
 namespace dtrain::exporter {
 
@@ -55,7 +55,7 @@ class GpuCollector {
  public:
   // Reads the GPUs' identities and registers them for Xid events.
   // slow_refresh: see collect().
-  explicit GpuCollector(Nvml& nvml, std::chrono::milliseconds slow_refresh = std::chrono::seconds(10));
+  explicit GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh = std::chrono::seconds(10));
 
   // Reads every GPU once, after draining the Xid events queued since the
   // last call. The slow readings are read at the first call and then at
@@ -79,7 +79,7 @@ class GpuCollector {
     std::optional<double> energy_mj, pcie_replays, ecc_dbe_volatile, row_remap_pending, row_remap_failure;
   };
 
-  Nvml& nvml_;
+  metrics::Nvml& nvml_;
   std::chrono::milliseconds slow_refresh_;
   std::vector<GpuIdentity> gpus_;
   std::map<unsigned, XidState> xid_;  // by NVML index

@@ -9,15 +9,15 @@
 namespace dtrain::exporter {
 namespace {
 
-using nvml_abi::kClocksEventApplicationsClocksSetting;
-using nvml_abi::kClocksEventDisplayClockSetting;
-using nvml_abi::kClocksEventGpuIdle;
-using nvml_abi::kClocksEventHwPowerBrakeSlowdown;
-using nvml_abi::kClocksEventHwSlowdown;
-using nvml_abi::kClocksEventHwThermalSlowdown;
-using nvml_abi::kClocksEventSwPowerCap;
-using nvml_abi::kClocksEventSwThermalSlowdown;
-using nvml_abi::kClocksEventSyncBoost;
+using metrics::nvml_abi::kClocksEventApplicationsClocksSetting;
+using metrics::nvml_abi::kClocksEventDisplayClockSetting;
+using metrics::nvml_abi::kClocksEventGpuIdle;
+using metrics::nvml_abi::kClocksEventHwPowerBrakeSlowdown;
+using metrics::nvml_abi::kClocksEventHwSlowdown;
+using metrics::nvml_abi::kClocksEventHwThermalSlowdown;
+using metrics::nvml_abi::kClocksEventSwPowerCap;
+using metrics::nvml_abi::kClocksEventSwThermalSlowdown;
+using metrics::nvml_abi::kClocksEventSyncBoost;
 
 constexpr const char* kClockEventActive = "dtrain_gpu_clock_event_active";
 constexpr const char* kXidEvents = "dtrain_gpu_xid_events_total";
@@ -26,50 +26,50 @@ constexpr const char* kXidEvents = "dtrain_gpu_xid_events_total";
 // dcgm-exporter's where it has the metric.
 struct FieldMetric {
   const char* name;
-  MetricType type;
+  metrics::MetricType type;
   const char* help;
   std::optional<double> GpuSample::*field;
 };
 
 const std::vector<FieldMetric>& fieldMetrics() {
   static const std::vector<FieldMetric> metrics = {
-      {"DCGM_FI_DEV_GPU_UTIL", MetricType::kGauge, "GPU utilization (in %).", &GpuSample::gpu_util},
-      {"DCGM_FI_DEV_MEM_COPY_UTIL", MetricType::kGauge, "Memory utilization (in %).", &GpuSample::mem_copy_util},
-      {"DCGM_FI_DEV_FB_USED", MetricType::kGauge, "Framebuffer memory used (in MiB).", &GpuSample::fb_used_mib},
-      {"DCGM_FI_DEV_FB_FREE", MetricType::kGauge, "Framebuffer memory free (in MiB).", &GpuSample::fb_free_mib},
-      {"DCGM_FI_DEV_FB_TOTAL", MetricType::kGauge, "Framebuffer memory total (in MiB).", &GpuSample::fb_total_mib},
-      {"DCGM_FI_DEV_GPU_TEMP", MetricType::kGauge, "GPU temperature (in C).", &GpuSample::gpu_temp_c},
-      {"DCGM_FI_DEV_MEMORY_TEMP", MetricType::kGauge, "Memory temperature (in C).", &GpuSample::memory_temp_c},
-      {"DCGM_FI_DEV_POWER_USAGE", MetricType::kGauge, "Power draw (in W).", &GpuSample::power_w},
-      {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", MetricType::kCounter,
+      {"DCGM_FI_DEV_GPU_UTIL", metrics::MetricType::kGauge, "GPU utilization (in %).", &GpuSample::gpu_util},
+      {"DCGM_FI_DEV_MEM_COPY_UTIL", metrics::MetricType::kGauge, "Memory utilization (in %).", &GpuSample::mem_copy_util},
+      {"DCGM_FI_DEV_FB_USED", metrics::MetricType::kGauge, "Framebuffer memory used (in MiB).", &GpuSample::fb_used_mib},
+      {"DCGM_FI_DEV_FB_FREE", metrics::MetricType::kGauge, "Framebuffer memory free (in MiB).", &GpuSample::fb_free_mib},
+      {"DCGM_FI_DEV_FB_TOTAL", metrics::MetricType::kGauge, "Framebuffer memory total (in MiB).", &GpuSample::fb_total_mib},
+      {"DCGM_FI_DEV_GPU_TEMP", metrics::MetricType::kGauge, "GPU temperature (in C).", &GpuSample::gpu_temp_c},
+      {"DCGM_FI_DEV_MEMORY_TEMP", metrics::MetricType::kGauge, "Memory temperature (in C).", &GpuSample::memory_temp_c},
+      {"DCGM_FI_DEV_POWER_USAGE", metrics::MetricType::kGauge, "Power draw (in W).", &GpuSample::power_w},
+      {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", metrics::MetricType::kCounter,
        "Total energy consumption since boot (in mJ).", &GpuSample::energy_mj},
-      {"DCGM_FI_DEV_SM_CLOCK", MetricType::kGauge, "SM clock frequency (in MHz).", &GpuSample::sm_clock_mhz},
-      {"DCGM_FI_DEV_MEM_CLOCK", MetricType::kGauge, "Memory clock frequency (in MHz).", &GpuSample::mem_clock_mhz},
-      {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", MetricType::kGauge,
+      {"DCGM_FI_DEV_SM_CLOCK", metrics::MetricType::kGauge, "SM clock frequency (in MHz).", &GpuSample::sm_clock_mhz},
+      {"DCGM_FI_DEV_MEM_CLOCK", metrics::MetricType::kGauge, "Memory clock frequency (in MHz).", &GpuSample::mem_clock_mhz},
+      {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", metrics::MetricType::kGauge,
        "Current clock throttle reasons (NVML bitmask; decoded in dtrain_gpu_clock_event_active).",
        &GpuSample::clock_event_reasons},
-      {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", MetricType::kCounter, "Total number of PCIe retries.",
+      {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", metrics::MetricType::kCounter, "Total number of PCIe retries.",
        &GpuSample::pcie_replays},
-      {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", MetricType::kCounter,
+      {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", metrics::MetricType::kCounter,
        "Total number of double-bit volatile ECC errors.", &GpuSample::ecc_dbe_volatile},
-      {"DCGM_FI_DEV_ROW_REMAP_PENDING", MetricType::kGauge,
+      {"DCGM_FI_DEV_ROW_REMAP_PENDING", metrics::MetricType::kGauge,
        "Whether remapping of rows is pending (1 = a GPU reset is needed).", &GpuSample::row_remap_pending},
-      {"DCGM_FI_DEV_ROW_REMAP_FAILURE", MetricType::kGauge, "Whether remapping of rows has failed.",
+      {"DCGM_FI_DEV_ROW_REMAP_FAILURE", metrics::MetricType::kGauge, "Whether remapping of rows has failed.",
        &GpuSample::row_remap_failure},
-      {"DCGM_FI_DEV_XID_ERRORS", MetricType::kGauge, "Value of the last XID error encountered.",
+      {"DCGM_FI_DEV_XID_ERRORS", metrics::MetricType::kGauge, "Value of the last XID error encountered.",
        &GpuSample::last_xid},
-      {"dtrain_gpu_nvlink_tx_bytes_total", MetricType::kCounter,
+      {"dtrain_gpu_nvlink_tx_bytes_total", metrics::MetricType::kCounter,
        "NVLink data bytes transmitted over all links since the driver loaded (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX).",
        &GpuSample::nvlink_tx_bytes},
-      {"dtrain_gpu_nvlink_rx_bytes_total", MetricType::kCounter,
+      {"dtrain_gpu_nvlink_rx_bytes_total", metrics::MetricType::kCounter,
        "NVLink data bytes received over all links since the driver loaded (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX).",
        &GpuSample::nvlink_rx_bytes},
   };
   return metrics;
 }
 
-Labels gpuLabels(const GpuIdentity& id, const Labels& host_labels) {
-  Labels labels = {{"gpu", std::to_string(id.gpu)},
+metrics::Labels gpuLabels(const GpuIdentity& id, const metrics::Labels& host_labels) {
+  metrics::Labels labels = {{"gpu", std::to_string(id.gpu)},
                    {"UUID", id.uuid},
                    {"pci_bus_id", id.pci_bus_id},
                    {"device", id.device},
@@ -110,47 +110,47 @@ const std::vector<MetricInfo>& gpuMetricCatalog() {
     out.push_back(MetricInfo{kClockEventActive,
                              "1 while the clock-event (throttle) reason in the reason label holds the GPU's clocks "
                              "down, else 0; decoded from DCGM_FI_DEV_CLOCK_THROTTLE_REASONS.",
-                             MetricType::kGauge});
+                             metrics::MetricType::kGauge});
     out.push_back(MetricInfo{kXidEvents,
                              "Xid critical errors NVML reported for the GPU since the exporter started, by Xid.",
-                             MetricType::kCounter});
+                             metrics::MetricType::kCounter});
     return out;
   }();
   return catalog;
 }
 
-Labels hostLabels() {
+metrics::Labels hostLabels() {
   std::string host = envString("NODE_NAME").value_or("");
   if (host.empty()) {
     char buf[256] = {0};
     host = ::gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "unknown-host";
   }
-  Labels labels = {{"Hostname", host}};
+  metrics::Labels labels = {{"Hostname", host}};
   if (auto job = envString("SLURM_JOB_ID"); job && !job->empty()) labels.emplace_back("slurm_job_id", *job);
   return labels;
 }
 
-std::vector<MetricFamily> gpuMetricFamilies(const std::vector<GpuSample>& samples, const Labels& host_labels) {
-  std::vector<MetricFamily> families;
+std::vector<metrics::MetricFamily> gpuMetricFamilies(const std::vector<GpuSample>& samples, const metrics::Labels& host_labels) {
+  std::vector<metrics::MetricFamily> families;
   for (const MetricInfo& info : gpuMetricCatalog()) families.emplace_back(info.name, info.help, info.type);
   const std::vector<FieldMetric>& fields = fieldMetrics();
-  MetricFamily& clock_events = families[fields.size()];
-  MetricFamily& xid_events = families[fields.size() + 1];
+  metrics::MetricFamily& clock_events = families[fields.size()];
+  metrics::MetricFamily& xid_events = families[fields.size() + 1];
   for (const GpuSample& sample : samples) {
-    Labels labels = gpuLabels(sample.id, host_labels);
+    metrics::Labels labels = gpuLabels(sample.id, host_labels);
     for (size_t i = 0; i < fields.size(); ++i) {
       if (const std::optional<double>& value = sample.*fields[i].field) families[i].add(labels, *value);
     }
     if (sample.clock_event_reasons) {
       auto mask = static_cast<unsigned long long>(*sample.clock_event_reasons);
       for (const ClockEventReason& reason : clockEventReasons()) {
-        Labels with_reason = labels;
+        metrics::Labels with_reason = labels;
         with_reason.emplace_back("reason", reason.label);
         clock_events.add(std::move(with_reason), (mask & reason.bit) != 0 ? 1 : 0);
       }
     }
     for (const auto& [xid, count] : sample.xid_counts) {
-      Labels with_xid = labels;
+      metrics::Labels with_xid = labels;
       with_xid.emplace_back("xid", std::to_string(xid));
       xid_events.add(std::move(with_xid), static_cast<double>(count));
     }

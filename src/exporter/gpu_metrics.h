@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "exporter/gpu_collector.h"
-#include "exporter/prometheus_text.h"
+#include "metrics/prometheus_text.h"
 
 namespace dtrain::exporter {
 
 struct MetricInfo {
   std::string name;
   std::string help;
-  MetricType type;
+  metrics::MetricType type;
 };
 
 // Every GPU metric the exporter can export, in exposition order.
@@ -23,10 +23,10 @@ const std::vector<MetricInfo>& gpuMetricCatalog();
 
 // Labels on every GPU series besides the GPU's own: Hostname (NODE_NAME when
 // set, else the host name) and slurm_job_id when SLURM_JOB_ID is set.
-Labels hostLabels();
+metrics::Labels hostLabels();
 
 // One family per catalog entry, with a sample per GPU that has the field.
-std::vector<MetricFamily> gpuMetricFamilies(const std::vector<GpuSample>& samples, const Labels& host_labels);
+std::vector<metrics::MetricFamily> gpuMetricFamilies(const std::vector<GpuSample>& samples, const metrics::Labels& host_labels);
 
 // The clock-event reasons dtrain_gpu_clock_event_active decodes, by the
 // label value it uses ("sw_power_cap", ...), and the names set in a mask.

@@ -21,13 +21,13 @@ constexpr const char* kNvmlAvailableHelp = "1 when NVML is loaded and initialize
 
 const std::vector<MetricInfo>& exporterCatalog() {
   static const std::vector<MetricInfo> catalog = {
-      {kNvmlAvailable, kNvmlAvailableHelp, MetricType::kGauge},
-      {"dtrain_exporter_gpus", "GPUs the exporter reads through NVML.", MetricType::kGauge},
+      {kNvmlAvailable, kNvmlAvailableHelp, metrics::MetricType::kGauge},
+      {"dtrain_exporter_gpus", "GPUs the exporter reads through NVML.", metrics::MetricType::kGauge},
       {"dtrain_exporter_collections_total", "Collections of every GPU's readings since the exporter started.",
-       MetricType::kCounter},
+       metrics::MetricType::kCounter},
       {"dtrain_exporter_collection_duration_seconds", "Seconds the last collection of every GPU's readings took.",
-       MetricType::kGauge},
-      {"dtrain_exporter_last_collection_timestamp_seconds", "Unix time of the last collection.", MetricType::kGauge},
+       metrics::MetricType::kGauge},
+      {"dtrain_exporter_last_collection_timestamp_seconds", "Unix time of the last collection.", metrics::MetricType::kGauge},
   };
   return catalog;
 }
@@ -98,7 +98,7 @@ void GpuMonitor::tryOpenNvml() {
   last_open_attempt_ = std::chrono::steady_clock::now();
   std::string error;
   try {
-    nvml_ = Nvml::open();
+    nvml_ = metrics::Nvml::open();
     collector_ = std::make_unique<GpuCollector>(*nvml_, options_.slow_interval);
     DTRAIN_LOG_INFO("NVML " << nvml_->libraryName() << ": " << collector_->gpus().size() << " GPU(s)");
   } catch (const Error& e) {
@@ -125,10 +125,10 @@ void GpuMonitor::collectOnce() {
   double duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   ++collections_;
 
-  std::vector<MetricFamily> families = exporterFamilies(snapshot->gpus.size(), duration_s, snapshot->time_ms);
-  std::vector<MetricFamily> gpu_families = gpuMetricFamilies(snapshot->gpus, host_labels_);
+  std::vector<metrics::MetricFamily> families = exporterFamilies(snapshot->gpus.size(), duration_s, snapshot->time_ms);
+  std::vector<metrics::MetricFamily> gpu_families = gpuMetricFamilies(snapshot->gpus, host_labels_);
   families.insert(families.end(), gpu_families.begin(), gpu_families.end());
-  snapshot->metrics_text = render(families);
+  snapshot->metrics_text = metrics::render(families);
 
   Json gpus = Json::array();
   for (const GpuSample& sample : snapshot->gpus) gpus.push_back(gpuJson(sample));
@@ -141,9 +141,9 @@ void GpuMonitor::collectOnce() {
   while (history_.size() > capacity_) history_.pop_front();
 }
 
-std::vector<MetricFamily> GpuMonitor::exporterFamilies(size_t gpu_count, double duration_s, int64_t time_ms) const {
+std::vector<metrics::MetricFamily> GpuMonitor::exporterFamilies(size_t gpu_count, double duration_s, int64_t time_ms) const {
   std::string error = nvmlError();
-  std::vector<MetricFamily> families;
+  std::vector<metrics::MetricFamily> families;
   for (const MetricInfo& info : exporterCatalog()) {
     // The reason NVML is missing goes where a scrape's reader will see it.
     std::string help = info.name == kNvmlAvailable && !error.empty() ? info.help + " " + error : info.help;
@@ -226,7 +226,7 @@ std::string GpuMonitor::statusJson() const {
               {"slurm_job_id", nullptr},
               {"nvml_available", error.empty()},
               {"nvml_error", error.empty() ? Json(nullptr) : Json(error)},
-              {"nvml_library", nvmlLibraryName()},
+              {"nvml_library", metrics::nvmlLibraryName()},
               {"gpu_count", snapshot->gpus.size()},
               {"interval_s", seconds(options_.interval)},
               {"history_s", options_.history.count()},

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "exporter/gpu_collector.h"
-#include "exporter/nvml.h"
-#include "exporter/prometheus_text.h"
+#include "metrics/nvml.h"
+#include "metrics/prometheus_text.h"
 
 namespace dtrain::exporter {
 
@@ -75,14 +75,14 @@ class GpuMonitor {
  private:
   void tryOpenNvml();
   void run();
-  std::vector<MetricFamily> exporterFamilies(size_t gpu_count, double duration_s, int64_t time_ms) const;
+  std::vector<metrics::MetricFamily> exporterFamilies(size_t gpu_count, double duration_s, int64_t time_ms) const;
 
   const MonitorOptions options_;
   const size_t capacity_;
-  const Labels host_labels_;
+  const metrics::Labels host_labels_;
 
   std::mutex collect_mutex_;  // one collection at a time
-  std::unique_ptr<Nvml> nvml_;                  // GUARDED_BY(collect_mutex_)
+  std::unique_ptr<metrics::Nvml> nvml_;                  // GUARDED_BY(collect_mutex_)
   std::unique_ptr<GpuCollector> collector_;     // GUARDED_BY(collect_mutex_)
   std::chrono::steady_clock::time_point last_open_attempt_;  // GUARDED_BY(collect_mutex_)
   uint64_t collections_ = 0;                    // GUARDED_BY(collect_mutex_)

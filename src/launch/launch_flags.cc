@@ -195,6 +195,17 @@ void addPetValues(LaunchArgs& args, const std::map<std::string, std::string>& en
   }
 }
 
+std::string launchFlagsMarkdown() {
+  std::string text = "### `dtrain launch`\n\n| option | value | default | meaning |\n|---|---|---|---|\n";
+  for (const LaunchFlag& f : kLaunchFlags) {
+    std::string names = f.short_name != 0 ? std::string("-") + f.short_name + "/--" + f.name : std::string("--") + f.name;
+    text += "| `" + names + "` | " + (f.metavar != nullptr ? f.metavar : "(switch)") + " | " +
+            (f.default_text[0] != '\0' ? "`" + std::string(f.default_text) + "`" : "") + " | " + f.help +
+            " (also `" + petVariable(f.name) + "`) |\n";
+  }
+  return text;
+}
+
 std::string launchUsage() {
   std::string text =
       "usage: dtrain launch [options] training_script [training_script_args ...]\n"

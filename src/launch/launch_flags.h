@@ -61,6 +61,10 @@ LaunchArgs readLaunchArgs(const std::vector<std::string>& args);
 // "nproc-per-node" -> "PET_NPROC_PER_NODE".
 std::string petVariable(const std::string& flag);
 
+// The flag table as Markdown for docs/settings.md (torchrun's grammar, so
+// not a common/options.h OptionSet; the table is still its one declaration).
+std::string launchFlagsMarkdown();
+
 // Adds PET_<FLAG> values (set and non-empty) for flags `args` lacks.
 void addPetValues(LaunchArgs& args, const std::map<std::string, std::string>& env);
 

@@ -8,10 +8,12 @@ Mlp::Mlp(const ModelOptions& options) {
   int64_t width = options.in_channels * options.image_size * options.image_size;
   for (int64_t hidden : options.mlp_hidden) {
     layers_->push_back(torch::nn::Linear(width, hidden));
+    forward_flops_ += linearFlops(width, hidden);
     layers_->push_back(torch::nn::ReLU());
     width = hidden;
   }
   layers_->push_back(torch::nn::Linear(width, options.num_classes));
+  forward_flops_ += linearFlops(width, options.num_classes);
   register_module("layers", layers_);
 }
 
@@ -39,6 +41,8 @@ Cnn::Cnn(const ModelOptions& options) {
   // Each max-pool floors the size: 28 -> 14 -> 7.
   const int64_t side = options.image_size / 2 / 2;
   classifier_ = torch::nn::Linear(64 * side * side, options.num_classes);
+  forward_flops_ = convFlops(options.in_channels, 32, 3, options.image_size) +
+                   convFlops(32, 64, 3, options.image_size / 2) + linearFlops(64 * side * side, options.num_classes);
   register_module("features", features_);
   register_module("classifier", classifier_);
 }

@@ -4,6 +4,7 @@
 //                                                         .num_classes = 10,
 //                                                         .image_size = 32});
 //   torch::Tensor logits = model->forward(images);  // [N, num_classes]
+//   torch::Tensor loss = model->loss(images, labels);
 //
 // Models take NCHW float images of in_channels x image_size x image_size and
 // return unnormalised logits. Unknown names or impossible options throw
@@ -12,7 +13,8 @@
 
 #include <torch/torch.h>
 
-#include "models/torch_compat.h"
+#include "models/catalog.h"
+#include "libtorch/compat.h"
 
 #include <cstdint>
 #include <memory>
@@ -38,16 +40,41 @@ struct ModelOptions {
   bool zero_init_residual = false;
 };
 
-// A network whose forward maps a batch of images to logits. Subclasses
-// register their parameters with torch::nn::Module as usual, so
-// parameters(), to(), train()/eval() and torch::save work unchanged.
+// A network trained by the runtime, image classifier or language model
+// alike. Subclasses register their parameters with torch::nn::Module as
+// usual, so parameters(), to(), train()/eval() and torch::save work
+// unchanged.
 class Model : public torch::nn::Module {
  public:
-  virtual torch::Tensor forward(torch::Tensor x) = 0;
+  // The network's output for a batch of inputs: logits.
+  virtual torch::Tensor forward(torch::Tensor input) = 0;
+  // The training loss of a batch, a float32 scalar averaged over its
+  // samples. Default: cross-entropy of forward(input) (in float32) against
+  // class indices. Runs under whatever autocast scope the caller opened.
+  virtual torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& target);
+  // Floating-point operations of one training step (forward and backward)
+  // per sample, a multiply-add counting 2: three times the forward's
+  // convolutions and matrix products (backward computes two products per
+  // forward one). Normalisation, activations and pooling are not counted.
+  double trainingFlopsPerSample() const { return 3 * forward_flops_; }
+
+ protected:
+  // Set by the constructor: the forward's FLOPs per sample.
+  double forward_flops_ = 0;
 };
 
-// The names createModel accepts, in a stable order.
-const std::vector<std::string>& modelNames();
+// FLOPs of a convolution (k x k kernel, no groups) producing an out x out
+// map, and of a linear layer, per sample.
+inline double convFlops(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t out_size) {
+  return 2.0 * static_cast<double>(kernel * kernel * in_channels * out_channels * out_size * out_size);
+}
+inline double linearFlops(int64_t in_features, int64_t out_features) {
+  return 2.0 * static_cast<double>(in_features * out_features);
+}
+// The side of a convolution's or pooling's output.
+inline int64_t convOutSize(int64_t in_size, int64_t kernel, int64_t stride, int64_t padding) {
+  return (in_size + 2 * padding - kernel) / stride + 1;
+}
 
 // Builds the named model (mlp|cnn|resnet18|resnet34|resnet50). Throws
 // ConfigError naming the valid models for an unknown name, and for

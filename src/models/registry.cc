@@ -38,6 +38,7 @@ std::shared_ptr<Model> makeResNet(ResNetBlock block,
   config.in_channels = options.in_channels;
   config.num_classes = options.num_classes;
   config.zero_init_residual = options.zero_init_residual;
+  config.image_size = options.image_size;
   return std::make_shared<ResNet>(config);
 }
 
@@ -58,10 +59,8 @@ void validate(const std::string& name, const ModelOptions& options) {
 
 }  // namespace
 
-const std::vector<std::string>& modelNames() {
-  static const std::vector<std::string> names = {"mlp", "cnn", "resnet18",
-                                                 "resnet34", "resnet50"};
-  return names;
+torch::Tensor Model::loss(const torch::Tensor& input, const torch::Tensor& target) {
+  return torch::nn::functional::cross_entropy(forward(input).to(torch::kFloat), target);
 }
 
 std::shared_ptr<Model> createModel(const std::string& name,

@@ -86,6 +86,14 @@ int64_t expansion(ResNetBlock block) {
 }  // namespace
 
 ResNet::ResNet(const ResNetConfig& config) {
+  side_ = config.image_size;
+  if (config.stem == ResNetStem::kImageNet) {
+    side_ = convOutSize(side_, 7, 2, 3);
+    forward_flops_ += convFlops(config.in_channels, inplanes_, 7, side_);
+    side_ = convOutSize(side_, 3, 2, 1);  // the max-pool
+  } else {
+    forward_flops_ += convFlops(config.in_channels, inplanes_, 3, side_);
+  }
   if (config.stem == ResNetStem::kImageNet) {
     conv1_ = nn::Conv2d(nn::Conv2dOptions(config.in_channels, inplanes_, 7)
                             .stride(2)
@@ -101,7 +109,7 @@ ResNet::ResNet(const ResNetConfig& config) {
         "maxpool", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
   }
   const auto& n = config.layers;
-    layer1_ = register_module("layer1", makeStage(config.block, 64, n[0], 1));
+  layer1_ = register_module("layer1", makeStage(config.block, 64, n[0], 1));
   layer2_ = register_module("layer2", makeStage(config.block, 128, n[1], 2));
   layer3_ = register_module("layer3", makeStage(config.block, 256, n[2], 2));
   layer4_ = register_module("layer4", makeStage(config.block, 512, n[3], 2));
@@ -109,6 +117,7 @@ ResNet::ResNet(const ResNetConfig& config) {
       "avgpool", nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions(1)));
   fc_ = register_module("fc", nn::Linear(512 * expansion(config.block),
                                          config.num_classes));
+  forward_flops_ += linearFlops(512 * expansion(config.block), config.num_classes);
 
   // torchvision's init; fc keeps nn.Linear's default. zero_init_residual
   // must come after this loop, which sets every BN gamma to 1.
@@ -147,6 +156,7 @@ nn::Sequential ResNet::makeStage(ResNetBlock block, int64_t planes,
   for (int64_t i = 0; i < blocks; ++i) {
     const int64_t s = i == 0 ? stride : 1;
     nn::Sequential ds = i == 0 ? downsample : nn::Sequential{nullptr};
+    countBlock(block, planes, s, static_cast<bool>(ds));
     if (block == ResNetBlock::kBasic) {
       stage->push_back(std::make_shared<BasicBlockImpl>(inplanes_, planes, s, ds));
     } else {
@@ -155,6 +165,19 @@ nn::Sequential ResNet::makeStage(ResNetBlock block, int64_t planes,
     inplanes_ = out;
   }
   return stage;
+}
+
+void ResNet::countBlock(ResNetBlock block, int64_t planes, int64_t stride, bool downsample) {
+  const int64_t out_side = convOutSize(side_, 3, stride, 1);
+  const int64_t out = planes * expansion(block);
+  if (block == ResNetBlock::kBasic) {
+    forward_flops_ += convFlops(inplanes_, planes, 3, out_side) + convFlops(planes, planes, 3, out_side);
+  } else {
+    forward_flops_ += convFlops(inplanes_, planes, 1, side_) + convFlops(planes, planes, 3, out_side) +
+                      convFlops(planes, out, 1, out_side);
+  }
+  if (downsample) forward_flops_ += convFlops(inplanes_, out, 1, out_side);
+  side_ = out_side;
 }
 
 torch::Tensor ResNet::forward(torch::Tensor x) {

@@ -19,6 +19,7 @@ struct ResNetConfig {
   int64_t in_channels = 3;
   int64_t num_classes = 1000;
   bool zero_init_residual = false;
+  int64_t image_size = 224;  // height = width of the input; sizes the FLOP count only
 };
 
 // Submodules are named as in torchvision (conv1, bn1, layer1.0.conv1,
@@ -31,8 +32,12 @@ class ResNet : public Model {
  private:
   torch::nn::Sequential makeStage(ResNetBlock block, int64_t planes,
                                   int64_t blocks, int64_t stride);
+  // Adds one block's convolutions to forward_flops_; side_ is the input's
+  // side and becomes the output's.
+  void countBlock(ResNetBlock block, int64_t planes, int64_t stride, bool downsample);
 
   int64_t inplanes_ = 64;
+  int64_t side_ = 0;
   torch::nn::Conv2d conv1_{nullptr};
   torch::nn::BatchNorm2d bn1_{nullptr};
   torch::nn::MaxPool2d maxpool_{nullptr};  // null for the CIFAR stem

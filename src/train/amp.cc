@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "models/torch_compat.h"
+#include "libtorch/compat.h"
 
 namespace dtrain {
 namespace {

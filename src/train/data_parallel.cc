@@ -17,17 +17,11 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
-#include "common/cuda_check.h"
+#include "gpu/cuda_check.h"
 #endif
 
 namespace dtrain {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double msBetween(Clock::time_point from, Clock::time_point to) {
-  return std::chrono::duration<double, std::milli>(to - from).count();
-}
 
 // Runs `fn` after the parameter's gradient was accumulated (a post hook on
 // its AccumulateGrad node, as DDP's reducer does). Written against the
@@ -60,37 +54,36 @@ struct DataParallel::Impl {
 
   bool cuda = false;
   int device_index = 0;
-  // Host-clock timeline (CPU).
-  Clock::time_point first_ready;
-  std::vector<double> ready_ms, start_ms, end_ms;
-  double backward_end_ms = 0;
 #if DTRAIN_TORCH_CUDA
   std::optional<c10::cuda::CUDAStream> comm_stream;
-  std::vector<cudaEvent_t> ready_events, start_events, end_events;
-  cudaEvent_t first_event = nullptr, backward_end_event = nullptr, joined_event = nullptr;
+  // The communication stream waits on ready_events[b] before bucket b's
+  // all-reduce, and the compute stream on joined_event after the last.
+  std::vector<cudaEvent_t> ready_events;
+  cudaEvent_t joined_event = nullptr;
 
-  static cudaEvent_t makeEvent(bool timing) {
+  static cudaEvent_t makeEvent() {
     cudaEvent_t event = nullptr;
-    DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+    DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     return event;
   }
+#endif
   // The stream backward runs this backward's gradient kernels on: the
   // current stream of the first gradient hook (autograd runs a node on its
   // forward's stream). Final callbacks may run with another current stream,
   // so the join at the end of backward uses this one (it must be the
   // capturing stream when the step is captured into a CUDA graph).
-  cudaStream_t compute_stream = nullptr;
-  cudaStream_t computeStream() const { return compute_stream; }
+  void* compute_stream = nullptr;
+  void* commStream() const {
+#if DTRAIN_TORCH_CUDA
+    if (cuda) return comm_stream->stream();
 #endif
+    return nullptr;
+  }
 
   ~Impl() {
 #if DTRAIN_TORCH_CUDA
-    for (auto* list : {&ready_events, &start_events, &end_events}) {
-      for (cudaEvent_t e : *list) cudaEventDestroy(e);
-    }
-    for (cudaEvent_t e : {first_event, backward_end_event, joined_event}) {
-      if (e != nullptr) cudaEventDestroy(e);
-    }
+    for (cudaEvent_t e : ready_events) cudaEventDestroy(e);
+    if (joined_event != nullptr) cudaEventDestroy(joined_event);
 #endif
   }
 };
@@ -105,6 +98,23 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
                       std::to_string(options_.bucket_mb) + ", first_bucket_mb=" +
                       std::to_string(options_.first_bucket_mb) + ")");
   }
+  const torch::Device device = collectParameters();
+  impl_ = std::make_shared<Impl>();
+  impl_->owner = this;
+  impl_->cuda = device.is_cuda();
+  impl_->device_index = device.is_cuda() ? device.index() : 0;
+#if !DTRAIN_TORCH_CUDA
+  if (impl_->cuda) throw ConfigError("DataParallel: CUDA parameters, but dtrain was built without CUDA support");
+#endif
+  buildSlabs(device);
+  installHooks();
+  if (options_.broadcast_at_start && comm_->size() > 1) {
+    syncParameters();
+    syncBuffers();
+  }
+}
+
+torch::Device DataParallel::collectParameters() {
   std::unordered_set<const void*> seen;
   for (const torch::Tensor& p : module_->parameters(/*recurse=*/true)) {
     if (!p.requires_grad()) continue;
@@ -124,58 +134,46 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
     }
     dtypeOf(p.scalar_type());  // rejects dtypes the collectives cannot average
   }
+  return device;
+}
 
-  impl_ = std::make_shared<Impl>();
-  impl_->owner = this;
-  impl_->cuda = device.is_cuda();
-  impl_->device_index = device.is_cuda() ? device.index() : 0;
-#if !DTRAIN_TORCH_CUDA
-  if (impl_->cuda) throw ConfigError("DataParallel: CUDA parameters, but dtrain was built without CUDA support");
-#endif
-
+// Moves every parameter into its slab (a view), its .grad into the gradient
+// slab, and plans the buckets.
+void DataParallel::buildSlabs(torch::Device device) {
   const SlabPlan plan = planSlabs(params_, options_.first_bucket_mb, options_.bucket_mb);
   buckets_ = plan.buckets;
   bucket_of_param_ = plan.bucket_of_param;
-  {
-    torch::NoGradGuard no_grad;
-    for (const SlabLayout& layout : plan.slabs) {
-      auto tensor_options = torch::TensorOptions().dtype(layout.dtype).device(device);
-      FlatSlab slab{torch::zeros({layout.numel}, tensor_options), torch::zeros({layout.numel}, tensor_options)};
-      for (size_t k = 0; k < layout.params.size(); ++k) {
-        torch::Tensor& p = params_[layout.params[k]];
-        const int64_t offset = layout.offsets[k];
-        torch::Tensor view = slab.param.as_strided(p.sizes(), p.strides(), offset);
-        view.copy_(p.detach());
-        p.set_data(view);
-        p.mutable_grad() = slab.grad.as_strided(p.sizes(), p.strides(), offset);
-      }
-      slabs_.push_back(std::move(slab));
+  torch::NoGradGuard no_grad;
+  for (const SlabLayout& layout : plan.slabs) {
+    auto tensor_options = torch::TensorOptions().dtype(layout.dtype).device(device);
+    FlatSlab slab{torch::zeros({layout.numel}, tensor_options), torch::zeros({layout.numel}, tensor_options)};
+    for (size_t k = 0; k < layout.params.size(); ++k) {
+      torch::Tensor& p = params_[layout.params[k]];
+      const int64_t offset = layout.offsets[k];
+      torch::Tensor view = slab.param.as_strided(p.sizes(), p.strides(), offset);
+      view.copy_(p.detach());
+      p.set_data(view);
+      p.mutable_grad() = slab.grad.as_strided(p.sizes(), p.strides(), offset);
     }
+    slabs_.push_back(std::move(slab));
   }
+}
 
+// The per-backward bookkeeping, the communication stream, and a hook on
+// every parameter's gradient accumulator.
+void DataParallel::installHooks() {
   impl_->initial_pending.assign(buckets_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) impl_->initial_pending[b] = static_cast<int>(buckets_[b].params.size());
   impl_->pending = impl_->initial_pending;
   impl_->ready.assign(buckets_.size(), 0);
-  impl_->ready_ms.assign(buckets_.size(), 0);
-  impl_->start_ms.assign(buckets_.size(), 0);
-  impl_->end_ms.assign(buckets_.size(), 0);
 #if DTRAIN_TORCH_CUDA
   if (impl_->cuda) {
     impl_->comm_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
                                                       static_cast<c10::DeviceIndex>(impl_->device_index));
-    const bool timing = options_.record_timeline;
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      impl_->ready_events.push_back(Impl::makeEvent(timing));
-      impl_->start_events.push_back(Impl::makeEvent(timing));
-      impl_->end_events.push_back(Impl::makeEvent(timing));
-    }
-    impl_->first_event = Impl::makeEvent(timing);
-    impl_->backward_end_event = Impl::makeEvent(timing);
-    impl_->joined_event = Impl::makeEvent(false);
+    for (size_t b = 0; b < buckets_.size(); ++b) impl_->ready_events.push_back(Impl::makeEvent());
+    impl_->joined_event = Impl::makeEvent();
   }
 #endif
-
   std::weak_ptr<Impl> weak = impl_;
   for (size_t i = 0; i < params_.size(); ++i) {
     std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
@@ -184,11 +182,6 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
       if (auto impl = weak.lock()) impl->owner->onGradReady(index);
     }));
     impl_->accumulators.push_back(std::move(accumulator));
-  }
-
-  if (options_.broadcast_at_start && comm_->size() > 1) {
-    syncParameters();
-    syncBuffers();
   }
 }
 
@@ -248,14 +241,13 @@ void DataParallel::onGradReady(int param) {
     }
     impl.previous_works.clear();
     impl.in_backward = true;
-    impl.first_ready = Clock::now();
 #if DTRAIN_TORCH_CUDA
     if (impl.cuda) {
       impl.compute_stream =
           c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(impl.device_index)).stream();
-      DTRAIN_CUDA_CHECK(cudaEventRecord(impl.first_event, impl.computeStream()));
     }
 #endif
+    if (observer_ != nullptr) observer_->backwardStarted(impl.compute_stream);
     std::weak_ptr<Impl> weak = impl_;
     torch::autograd::Engine::get_default_engine().queue_callback([weak] {
       if (auto alive = weak.lock()) alive->owner->finishBackward();
@@ -264,10 +256,12 @@ void DataParallel::onGradReady(int param) {
   const int b = bucket_of_param_[param];
   if (--impl.pending[b] != 0) return;
   impl.ready[b] = 1;
-  impl.ready_ms[b] = msBetween(impl.first_ready, Clock::now());
 #if DTRAIN_TORCH_CUDA
-  if (impl.cuda) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.ready_events[b], impl.computeStream()));
+  if (impl.cuda) {
+    DTRAIN_CUDA_CHECK(cudaEventRecord(impl.ready_events[b], static_cast<cudaStream_t>(impl.compute_stream)));
+  }
 #endif
+  if (observer_ != nullptr) observer_->bucketReady(b, impl.compute_stream);
   // Buckets start in plan order on every rank, whatever order they got ready in.
   while (impl.next_bucket < static_cast<int>(buckets_.size()) && impl.ready[impl.next_bucket]) {
     launchBucket(impl.next_bucket++);
@@ -281,33 +275,26 @@ void DataParallel::launchBucket(int b) {
   AllreduceOptions options;
   options.op = ReduceOp::kAvg;
   options.timeout = options_.timeout;
-  impl.start_ms[b] = msBetween(impl.first_ready, Clock::now());
-  void* stream = nullptr;
+  void* stream = impl.commStream();
 #if DTRAIN_TORCH_CUDA
   if (impl.cuda) {
     // The communication stream waits for this bucket's gradients only, so
     // the rest of backward keeps running on the compute stream.
-    cudaStream_t comm_stream = impl.comm_stream->stream();
-    if (!impl.ready[b]) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.ready_events[b], impl.computeStream()));
-    DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(comm_stream, impl.ready_events[b], 0));
-    DTRAIN_CUDA_CHECK(cudaEventRecord(impl.start_events[b], comm_stream));
-    stream = comm_stream;
+    const auto compute = static_cast<cudaStream_t>(impl.compute_stream);
+    if (!impl.ready[b]) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.ready_events[b], compute));
+    DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), impl.ready_events[b], 0));
   }
 #endif
+  if (observer_ != nullptr) observer_->bucketLaunching(b, stream);
   impl.works.push_back(comm_->allreduce(bufferOf(grad, stream), bufferOf(grad, stream), options));
-#if DTRAIN_TORCH_CUDA
-  if (impl.cuda) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.end_events[b], impl.comm_stream->stream()));
-#endif
+  if (observer_ != nullptr) observer_->bucketLaunched(b, stream);
 }
 
 void DataParallel::finishBackward() {
   std::lock_guard<std::mutex> lock(mutex_);
   Impl& impl = *impl_;
   if (!impl.in_backward) return;
-  impl.backward_end_ms = msBetween(impl.first_ready, Clock::now());
-#if DTRAIN_TORCH_CUDA
-  if (impl.cuda) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.backward_end_event, impl.computeStream()));
-#endif
+  if (observer_ != nullptr) observer_->backwardEnded(impl.compute_stream);
   // Buckets with gradients that never came (unused parameters) go now, in order.
   while (impl.next_bucket < static_cast<int>(buckets_.size())) launchBucket(impl.next_bucket++);
 
@@ -324,60 +311,25 @@ void DataParallel::finishBackward() {
     // The optimizer (on the compute stream) waits for the last all-reduce;
     // the host does not.
     DTRAIN_CUDA_CHECK(cudaEventRecord(impl.joined_event, impl.comm_stream->stream()));
-    DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(impl.computeStream(), impl.joined_event, 0));
+    DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(impl.compute_stream), impl.joined_event, 0));
     impl.previous_works = std::move(works);
 #endif
     return;
   }
   for (size_t i = 0; i < works.size(); ++i) {
     works[i]->wait(options_.timeout);
-    impl.end_ms[i] = msBetween(impl.first_ready, Clock::now());
+    if (observer_ != nullptr) observer_->bucketCompleted(static_cast<int>(i));
   }
 }
 
-BackwardTimeline DataParallel::lastTimeline(void* cuda_reference_event) const {
-  if (!options_.record_timeline) {
-    throw ConfigError("DataParallel::lastTimeline needs DataParallelOptions::record_timeline = true");
-  }
-  BackwardTimeline timeline;
-  const Impl& impl = *impl_;
-  timeline.first_ready = impl.first_ready;
-#if DTRAIN_TORCH_CUDA
-  const cudaEvent_t zero = cuda_reference_event != nullptr ? static_cast<cudaEvent_t>(cuda_reference_event)
-                                                           : impl.first_event;
-#else
-  (void)cuda_reference_event;
-#endif
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    BackwardTimeline::BucketTimes times;
-    times.bytes = buckets_[b].numel * static_cast<int64_t>(slabs_[buckets_[b].slab].grad.element_size());
-    times.ready_ms = impl.ready_ms[b];
-    times.start_ms = impl.start_ms[b];
-    times.end_ms = impl.end_ms[b];
-#if DTRAIN_TORCH_CUDA
-    if (impl.cuda) {
-      float ms = 0;
-      DTRAIN_CUDA_CHECK(cudaEventSynchronize(impl.end_events[b]));
-      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, zero, impl.ready_events[b]));
-      times.ready_ms = ms;
-      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, zero, impl.start_events[b]));
-      times.start_ms = ms;
-      DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, zero, impl.end_events[b]));
-      times.end_ms = ms;
-    }
-#endif
-    timeline.buckets.push_back(times);
-  }
-  timeline.backward_end_ms = impl.backward_end_ms;
-#if DTRAIN_TORCH_CUDA
-  if (impl.cuda) {
-    float ms = 0;
-    DTRAIN_CUDA_CHECK(cudaEventSynchronize(impl.backward_end_event));
-    DTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, zero, impl.backward_end_event));
-    timeline.backward_end_ms = ms;
-  }
-#endif
-  return timeline;
+void DataParallel::setObserver(GradSyncObserver* observer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  observer_ = observer;
+}
+
+int64_t DataParallel::bucketBytes(int b) const {
+  const Bucket& bucket = buckets_.at(static_cast<size_t>(b));
+  return bucket.numel * static_cast<int64_t>(slabs_[static_cast<size_t>(bucket.slab)].grad.element_size());
 }
 
 }  // namespace dtrain

@@ -64,6 +64,7 @@ Context::~Context() {
 int Context::rank() const { return world_->rank; }
 int Context::size() const { return world_->size; }
 int Context::localRank() const { return world_->local_rank; }
+int Context::localWorldSize() const { return world_->local_world_size; }
 std::string Context::backend() const { return communicator_->backendName(); }
 
 void Context::barrier() {

@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "dtrain/data_parallel.h"
 
 #if DTRAIN_TORCH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -36,8 +35,9 @@ struct StepTimeline::Mark {
 #endif
 };
 
-StepTimeline::StepTimeline(torch::Device device, int rank, int64_t first_step, int64_t steps)
-    : device_(device), rank_(rank), first_step_(first_step), steps_(steps) {
+StepTimeline::StepTimeline(torch::Device device, int rank, int64_t first_step, int64_t steps,
+                           const BucketTimer* buckets)
+    : device_(device), buckets_(buckets), rank_(rank), first_step_(first_step), steps_(steps) {
   if (first_step < 0 || steps < 1) {
     throw ConfigError("--timeline-steps must be >= 1 and the first step >= 0 (got " + std::to_string(steps) +
                       " from step " + std::to_string(first_step) + ")");
@@ -64,13 +64,13 @@ StepTimeline::StepTimeline(torch::Device device, int rank, int64_t first_step, i
 
 StepTimeline::~StepTimeline() = default;
 
-void StepTimeline::beginStep(int64_t step) {
+void StepTimeline::stepStarting(int64_t step, int64_t /*samples*/) {
   in_step_ = wants(step);
   step_ = step;
   marks_.clear();
 }
 
-void StepTimeline::mark(const std::string& phase) {
+void StepTimeline::phase(const char* phase) {
   if (!in_step_) return;
   auto m = std::make_shared<Mark>();
   m->host = Clock::now();
@@ -106,29 +106,29 @@ void StepTimeline::span(const std::string& name, int tid, double begin_us, doubl
                      {"args", std::move(args)}});
 }
 
-void StepTimeline::dataWait(int64_t step, Clock::time_point begin, Clock::time_point end) {
+void StepTimeline::dataWaited(int64_t step, Clock::time_point begin, Clock::time_point end) {
   if (!wants(step)) return;
   span("data wait", kDataThread, steadyUs(begin) + steady_to_unix_us_, steadyUs(end) + steady_to_unix_us_, step);
 }
 
-void StepTimeline::endStep(const DataParallel& dp, bool with_buckets) {
+void StepTimeline::stepFinished(int64_t /*step*/, bool graphed) {
   if (!in_step_) return;
   in_step_ = false;
   for (size_t i = 0; i + 1 < marks_.size(); ++i) {
     if (marks_[i].first == "end") continue;
     span(marks_[i].first, kComputeThread, toUnixUs(*marks_[i].second), toUnixUs(*marks_[i + 1].second), step_);
   }
-  if (!with_buckets || dp.syncedBackwards() == 0) return;
+  if (graphed || buckets_ == nullptr || buckets_->backwards() == 0) return;
   double zero_us = 0;
   BackwardTimeline timeline;
 #if DTRAIN_TORCH_CUDA
   if (device_.is_cuda()) {
-    timeline = dp.lastTimeline(static_cast<at::cuda::CUDAEvent*>(anchor_.get())->event());
+    timeline = buckets_->last(static_cast<at::cuda::CUDAEvent*>(anchor_.get())->event());
     zero_us = anchor_unix_us_;
   }
 #endif
   if (!device_.is_cuda()) {
-    timeline = dp.lastTimeline();
+    timeline = buckets_->last();
     zero_us = steadyUs(timeline.first_ready) + steady_to_unix_us_;
   }
   for (size_t b = 0; b < timeline.buckets.size(); ++b) {
@@ -136,6 +136,14 @@ void StepTimeline::endStep(const DataParallel& dp, bool with_buckets) {
     span("all-reduce bucket " + std::to_string(b), kCommThread, zero_us + 1000.0 * t.start_ms,
          zero_us + 1000.0 * t.end_ms, step_, {{"bytes", t.bytes}, {"ready_us", zero_us + 1000.0 * t.ready_ms}});
   }
+}
+
+std::string StepTimeline::write(const std::string& path, Context& ctx) const {
+  writePart(path);
+  ctx.barrier();
+  if (!ctx.isMain()) return "";
+  const std::string note = merge(path, ctx.size());
+  return note.empty() ? "timeline: " + path : note;
 }
 
 void StepTimeline::writePart(const std::string& path) const {

@@ -18,9 +18,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "dtrain/data_parallel.h"
-#include "exporter/job_status.h"
-#include "exporter/prometheus_text.h"
+#include "metrics/job_status.h"
+#include "metrics/prometheus_text.h"
 
 #if DTRAIN_TORCH_CUDA
 #include <cuda_runtime_api.h>
@@ -29,9 +28,9 @@
 namespace dtrain {
 namespace {
 
-using exporter::Labels;
-using exporter::MetricFamily;
-using exporter::MetricType;
+using metrics::Labels;
+using metrics::MetricFamily;
+using metrics::MetricType;
 
 double unixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -54,7 +53,15 @@ std::string TrainMetrics::jobIdFromEnvironment() {
   return "pid-" + std::to_string(::getpid());
 }
 
-std::string TrainMetrics::jobsDirectory() { return exporter::jobsDirectory(); }
+std::string TrainMetrics::jobsDirectory() { return metrics::jobsDirectory(); }
+
+void TrainMetrics::dataWaited(int64_t /*step*/, Clock::time_point begin, Clock::time_point end) {
+  dataWait(std::chrono::duration<double>(end - begin).count());
+}
+
+void TrainMetrics::intervalEnded(const StepReport& report, const BackwardTimeline* sampled) {
+  logInterval(report.samples_per_s, report.loss, sampled, allreduce_bytes_per_step_, report.steps_in_interval);
+}
 
 TrainMetrics::TrainMetrics(int rank, int world_size, std::string job, torch::Device device)
     : rank_(rank),
@@ -67,15 +74,7 @@ TrainMetrics::TrainMetrics(int rank, int world_size, std::string job, torch::Dev
       }()),
       bucket_bounds_{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
       bucket_counts_(bucket_bounds_.size() + 1, 0) {
-  if (rank_ == 0) {
-    std::error_code ignored;
-    std::filesystem::create_directories(jobsDirectory(), ignored);
-    std::string safe = job_;
-    for (char& c : safe) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
-    }
-    status_path_ = jobsDirectory() + "/" + safe + ".json";
-  }
+  if (rank_ == 0) status_path_ = metrics::jobStatusPath(jobsDirectory(), job_);
 }
 
 TrainMetrics::~TrainMetrics() {
@@ -104,7 +103,7 @@ int TrainMetrics::serve(int port) {
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   server_->http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render(), exporter::kPrometheusContentType);
+    res.set_content(render(), metrics::kPrometheusContentType);
   });
   server_->http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
@@ -165,16 +164,9 @@ void TrainMetrics::writeStatusFile() const {
   nlohmann::json status{{"job", job_},          {"world_size", world_size_}, {"samples_per_s", samples_per_s_},
                         {"step_ms", last_step_ms_}, {"loss", loss_},            {"steps", step_count_},
                         {"t", unixSeconds()},   {"pid", ::getpid()},         {"restarts", restarts_}};
-  const std::string tmp = status_path_ + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << status.dump() << "\n";
-    if (!out) {
-      DTRAIN_LOG_DEBUG("cannot write the job status file " << tmp);
-      return;
-    }
+  if (!metrics::writeJobStatus(status_path_, status.dump())) {
+    DTRAIN_LOG_DEBUG("cannot write the job status file " << status_path_);
   }
-  std::rename(tmp.c_str(), status_path_.c_str());
 }
 
 std::string TrainMetrics::render() const {
@@ -214,23 +206,23 @@ std::string TrainMetrics::render() const {
     }
   }
 #endif
-  std::string text = exporter::render(families);
+  std::string text = metrics::render(families);
   // The step-time histogram, in the exposition format's histogram layout.
   std::ostringstream h;
   const std::string base = "dtrain_train_step_seconds";
-  const std::string label_text = "job=\"" + exporter::escapeLabelValue(job_) + "\",rank=\"" +
+  const std::string label_text = "job=\"" + metrics::escapeLabelValue(job_) + "\",rank=\"" +
                                  std::to_string(rank_) + "\"";
   h << "# HELP " << base << " Host time between the starts of consecutive training steps.\n";
   h << "# TYPE " << base << " histogram\n";
   int64_t cumulative = 0;
   for (size_t b = 0; b < bucket_bounds_.size(); ++b) {
     cumulative += bucket_counts_[b];
-    h << base << "_bucket{" << label_text << ",le=\"" << exporter::formatValue(bucket_bounds_[b]) << "\"} "
+    h << base << "_bucket{" << label_text << ",le=\"" << metrics::formatValue(bucket_bounds_[b]) << "\"} "
       << cumulative << "\n";
   }
   cumulative += bucket_counts_.back();
   h << base << "_bucket{" << label_text << ",le=\"+Inf\"} " << cumulative << "\n";
-  h << base << "_sum{" << label_text << "} " << exporter::formatValue(step_seconds_sum_) << "\n";
+  h << base << "_sum{" << label_text << "} " << metrics::formatValue(step_seconds_sum_) << "\n";
   h << base << "_count{" << label_text << "} " << cumulative << "\n";
   return text + h.str();
 }

@@ -1,4 +1,5 @@
-// TrainMetrics: what a training rank reports while it runs.
+// TrainMetrics: what a training rank reports while it runs (a
+// TrainObserver; private to train/).
 //
 // - `dtrain train --metrics-port P`: rank r serves Prometheus text at
 //   http://<host>:(P + LOCAL_RANK)/metrics (and /healthz), labels rank and
@@ -28,14 +29,15 @@
 
 #include <torch/torch.h>
 
+#include "train/bucket_timer.h"
+#include "train/train_observer.h"
+
 namespace dtrain {
 
-struct BackwardTimeline;
-
-class TrainMetrics {
+class TrainMetrics : public TrainObserver {
  public:
   TrainMetrics(int rank, int world_size, std::string job, torch::Device device);
-  ~TrainMetrics();  // stops serving, removes the status file
+  ~TrainMetrics() override;  // stops serving, removes the status file
   TrainMetrics(const TrainMetrics&) = delete;
   TrainMetrics& operator=(const TrainMetrics&) = delete;
 
@@ -49,6 +51,13 @@ class TrainMetrics {
   // steps) the last backward's bucket timings.
   void logInterval(double samples_per_s, double loss, const BackwardTimeline* sampled_backward,
                    int64_t allreduce_bytes_per_step, int64_t steps_in_interval);
+
+  // As an observer of the training loop; intervals count
+  // `allreduce_bytes_per_step` bytes per step.
+  void setAllreduceBytesPerStep(int64_t bytes) { allreduce_bytes_per_step_ = bytes; }
+  void dataWaited(int64_t step, Clock::time_point begin, Clock::time_point end) override;
+  void stepStarting(int64_t step, int64_t samples) override { stepStarted(samples); }
+  void intervalEnded(const StepReport& report, const BackwardTimeline* sampled) override;
 
   std::string render() const;
   const std::string& job() const { return job_; }
@@ -64,6 +73,7 @@ class TrainMetrics {
   const std::string job_;
   const torch::Device device_;
   const int64_t restarts_;
+  int64_t allreduce_bytes_per_step_ = 0;
   mutable std::mutex mutex_;
   std::vector<double> bucket_bounds_;    // step-time histogram upper bounds, seconds
   std::vector<int64_t> bucket_counts_;   // per bound, not cumulative

@@ -5,9 +5,14 @@
 namespace dtrain {
 namespace {
 
-DTRAIN_SETTING(std::string, kBackend, "backend", "DTRAIN_BACKEND", "auto",
-               "Collective backend of training workers: auto (nccl when a GPU is visible, else gloo), "
-               "nccl or gloo.");
+std::string checkBackend(const std::string& text) {
+  return text == "auto" || text == "nccl" || text == "gloo" ? "" : "one of auto, nccl or gloo";
+}
+
+DTRAIN_SETTING_CHECKED(std::string, kBackend, "backend", "DTRAIN_BACKEND", "auto",
+                       "Collective backend of training workers: auto (nccl when a GPU is visible, else gloo), "
+                       "nccl or gloo.",
+                       checkBackend);
 DTRAIN_SETTING(std::string, kFaultKillAt, "fault-kill-at", "DTRAIN_FAULT_KILL_AT", "",
                "Testing aid for restart drills: RANK:STEP makes that rank of `dtrain train` SIGKILL itself after "
                "STEP steps, in the first attempt only (TORCHELASTIC_RESTART_COUNT=0).");

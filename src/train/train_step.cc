@@ -9,21 +9,11 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
-#include "common/cuda_check.h"
-#include "models/torch_compat.h"
+#include "gpu/cuda_check.h"
+#include "libtorch/compat.h"
 #endif
 
 namespace dtrain {
-
-void useChannelsLast(torch::nn::Module& model) {
-  torch::NoGradGuard no_grad;
-  for (torch::Tensor& p : model.parameters()) {
-    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
-  }
-  for (torch::Tensor& b : model.buffers()) {
-    if (b.dim() == 4) b.set_data(b.contiguous(at::MemoryFormat::ChannelsLast));
-  }
-}
 
 std::string cudaGraphsUnsupportedReason(torch::Device device, Precision precision, double clip_grad_norm,
                                         bool communicator_capturable) {
@@ -45,7 +35,7 @@ struct TrainStep::Graph {
 #if DTRAIN_TORCH_CUDA
   at::cuda::CUDAGraph graph;
 #endif
-  torch::Tensor images, labels;  // static inputs the graph reads
+  torch::Tensor inputs, targets;  // static inputs the graph reads
 };
 
 JobStreamGuard::JobStreamGuard(torch::Device device) {
@@ -61,9 +51,9 @@ JobStreamGuard::JobStreamGuard(torch::Device device) {
 
 JobStreamGuard::~JobStreamGuard() = default;
 
-TrainStep::TrainStep(Forward forward, DataParallel& dp, Optimizer& optimizer, GradScaler& scaler,
+TrainStep::TrainStep(models::Model& model, DataParallel& dp, Optimizer& optimizer, GradScaler& scaler,
                      torch::Device device, TrainStepOptions options)
-    : forward_(std::move(forward)),
+    : model_(model),
       dp_(dp),
       optimizer_(optimizer),
       scaler_(scaler),
@@ -89,17 +79,13 @@ std::string TrainStep::graphStatus() const {
   return "captured " + std::to_string(graphs_.size()) + " graph(s)";
 }
 
-void TrainStep::body(const torch::Tensor& images, const torch::Tensor& labels) {
-  auto mark = [this](const char* phase) {
-    if (timeline_ != nullptr && !capturing_) timeline_->mark(phase);
-  };
+void TrainStep::body(const torch::Tensor& inputs, const torch::Tensor& targets) {
   mark("forward");
   optimizer_.zeroGrad();
   torch::Tensor loss;
   {
     AutocastGuard autocast(device_, options_.precision);
-    torch::Tensor logits = forward_(images);
-    loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat), labels);
+    loss = model_.loss(inputs, targets);
   }
   mark("backward");
   scaler_.scale(loss).backward();
@@ -114,8 +100,8 @@ void TrainStep::body(const torch::Tensor& images, const torch::Tensor& labels) {
   mark("end");
 }
 
-void TrainStep::eager(const torch::Tensor& images, const torch::Tensor& labels) {
-  body(images, labels);
+void TrainStep::eager(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  body(inputs, targets);
   if (optimizer_.capturable()) {
     optimizer_.countStep();
   } else if (device_.is_cuda() && options_.clip_grad_norm == 0 && !scaler_.enabled()) {
@@ -127,40 +113,45 @@ void TrainStep::eager(const torch::Tensor& images, const torch::Tensor& labels) 
   ++eager_steps_;
 }
 
-void TrainStep::run(const torch::Tensor& images, const torch::Tensor& labels) {
+void TrainStep::run(const torch::Tensor& inputs, const torch::Tensor& targets) {
   last_graphed_ = false;
   if (!options_.cuda_graphs || !fallback_.empty()) {
-    eager(images, labels);
+    eager(inputs, targets);
     return;
   }
-  const int64_t batch = images.size(0);
+  const int64_t batch = inputs.size(0);
   auto it = graphs_.find(batch);
   if (it == graphs_.end()) {
-    if (seen_[batch] < options_.warmup_steps || !capture(batch, images, labels)) {
+    if (seen_[batch] < options_.warmup_steps || !capture(batch, inputs, targets)) {
       ++seen_[batch];
-      eager(images, labels);
+      eager(inputs, targets);
       return;
     }
     it = graphs_.find(batch);
   }
+  replay(*it->second, inputs, targets);
+}
+
+void TrainStep::replay(Graph& graph, const torch::Tensor& inputs, const torch::Tensor& targets) {
 #if DTRAIN_TORCH_CUDA
-  Graph& g = *it->second;
-  if (timeline_ != nullptr) timeline_->mark("step (CUDA graph replay)");
-  g.images.copy_(images, /*non_blocking=*/true);
-  g.labels.copy_(labels, /*non_blocking=*/true);
-  g.graph.replay();
-  if (timeline_ != nullptr) timeline_->mark("end");
+  mark("step (CUDA graph replay)");
+  graph.inputs.copy_(inputs, /*non_blocking=*/true);
+  graph.targets.copy_(targets, /*non_blocking=*/true);
+  graph.graph.replay();
+  mark("end");
   last_graphed_ = true;
   optimizer_.countStep();
   ++graphed_steps_;
+#else
+  (void)graph, (void)inputs, (void)targets;
 #endif
 }
 
 // Captures one step of `batch` samples; the step itself is not run (the
 // caller replays the graph). False, with fallback_ set, when capture failed.
-bool TrainStep::capture(int64_t batch, const torch::Tensor& images, const torch::Tensor& labels) {
+bool TrainStep::capture(int64_t batch, const torch::Tensor& inputs, const torch::Tensor& targets) {
 #if !DTRAIN_TORCH_CUDA
-  (void)batch, (void)images, (void)labels;
+  (void)batch, (void)inputs, (void)targets;
   fallback_ = "this build of dtrain has no CUDA support";
   return false;
 #else
@@ -176,27 +167,42 @@ bool TrainStep::capture(int64_t batch, const torch::Tensor& images, const torch:
   // this step runs while the stream is being captured.
   DTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
   auto g = std::make_unique<Graph>();
-  g->images = torch::empty_like(images);
-  g->labels = torch::empty_like(labels);
-  g->images.copy_(images);
-  g->labels.copy_(labels);
+  g->inputs = inputs.clone();
+  g->targets = targets.clone();
+  GradSyncObserver* const observer = dp_.observer();
+  dp_.setObserver(nullptr);
+  const bool captured = captureInto(*g);
+  dp_.setObserver(observer);
+  if (!captured) return false;
+  DTRAIN_LOG_DEBUG("captured the training step for batch " << batch);
+  graphs_[batch] = std::move(g);
+  return true;
+#endif
+}
+
+bool TrainStep::captureInto(Graph& g) {
+#if !DTRAIN_TORCH_CUDA
+  (void)g;
+  return false;
+#else
   const bool was_capturable = optimizer_.capturable();
   try {
     optimizer_.setCapturable(true);
-    compat::beginGraphCapture(g->graph);
+    compat::beginGraphCapture(g.graph);
     capturing_ = true;
     try {
-      body(g->images, g->labels);
+      body(g.inputs, g.targets);
       capturing_ = false;
     } catch (...) {
       capturing_ = false;
       try {
-        g->graph.capture_end();
+        g.graph.capture_end();
       } catch (...) {
       }
       throw;
     }
-    g->graph.capture_end();
+    g.graph.capture_end();
+    return true;
   } catch (const std::exception& e) {
     (void)cudaGetLastError();  // a failed capture leaves a non-sticky error behind
     if (!was_capturable) optimizer_.setCapturable(false);
@@ -206,9 +212,6 @@ bool TrainStep::capture(int64_t batch, const torch::Tensor& images, const torch:
     DTRAIN_LOG_WARN("CUDA graphs off, training goes on eagerly: " << fallback_);
     return false;
   }
-  DTRAIN_LOG_DEBUG("captured the training step for batch " << batch);
-  graphs_[batch] = std::move(g);
-  return true;
 #endif
 }
 

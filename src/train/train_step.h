@@ -1,9 +1,10 @@
-// TrainStep: one data-parallel training step (zero grads, forward under
-// autocast, cross-entropy, backward with DataParallel's bucketed all-reduce,
-// optimizer step), run eagerly or replayed from a CUDA graph.
+// TrainStep: one data-parallel training step (zero grads, the model's loss
+// under autocast, backward with DataParallel's bucketed all-reduce,
+// optimizer step), run eagerly or replayed from a CUDA graph. It knows
+// nothing of where its batches come from.
 //
 // Contract:
-// - run(images, labels) trains on one batch and adds its loss to lossSum(),
+// - run(inputs, targets) trains on one batch and adds its loss to lossSum(),
 //   a float32 scalar on the device; nothing in run() reads the device, so
 //   the host never waits for the GPU (read lossSum() at log intervals).
 // - With cuda_graphs on a CUDA device: each batch size is run eagerly for
@@ -14,6 +15,11 @@
 //   replays it. A batch of another size (the last of an epoch) gets its own
 //   graph the same way. The optimizer switches to capturable mode (device
 //   lr), so learning-rate schedules work unchanged.
+// - An observer (setObserver) hears the phases of each eager step as they
+//   are queued: "forward", "backward", "optimizer", then "end"; a replayed
+//   step is "step (CUDA graph replay)" then "end". Nothing is observed while
+//   a step is captured: DataParallel's observer is detached for the capture
+//   and put back after it.
 // - Where a graph cannot be used (CPU, a build without CUDA, fp16 loss
 //   scaling or gradient clipping, which decide on the host, a communicator
 //   that cannot be captured, or a capture that fails), graphStatus() says
@@ -41,9 +47,16 @@
 #include "dtrain/amp.h"
 #include "dtrain/data_parallel.h"
 #include "dtrain/optim.h"
-#include "train/step_timeline.h"
+#include "models/model.h"
 
 namespace dtrain {
+
+// Hears where a step is (see the contract). Must not throw.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void phase(const char* name) = 0;
+};
 
 struct TrainStepOptions {
   bool cuda_graphs = false;
@@ -55,15 +68,13 @@ struct TrainStepOptions {
 
 class TrainStep {
  public:
-  using Forward = std::function<torch::Tensor(const torch::Tensor&)>;
-
-  TrainStep(Forward forward, DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, torch::Device device,
+  TrainStep(models::Model& model, DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, torch::Device device,
             TrainStepOptions options);
   ~TrainStep();
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
 
-  void run(const torch::Tensor& images, const torch::Tensor& labels);
+  void run(const torch::Tensor& inputs, const torch::Tensor& targets);
 
   // Sum of the losses of the steps since the last zeroLossSum().
   const torch::Tensor& lossSum() const { return loss_sum_; }
@@ -74,18 +85,22 @@ class TrainStep {
   std::string graphStatus() const;
   int64_t graphedSteps() const { return graphed_steps_; }
   bool lastStepGraphed() const { return last_graphed_; }
-  // Phase marks (forward, backward, optimizer; or the graph replay) go to
-  // `timeline` while it records a step; nullptr: none.
-  void setTimeline(StepTimeline* timeline) { timeline_ = timeline; }
   int64_t eagerSteps() const { return eager_steps_; }
+  // Not owned; nullptr: none.
+  void setObserver(StepObserver* observer) { observer_ = observer; }
 
  private:
   struct Graph;
-  void eager(const torch::Tensor& images, const torch::Tensor& labels);
-  void body(const torch::Tensor& images, const torch::Tensor& labels);
-  bool capture(int64_t batch, const torch::Tensor& images, const torch::Tensor& labels);
+  void eager(const torch::Tensor& inputs, const torch::Tensor& targets);
+  void body(const torch::Tensor& inputs, const torch::Tensor& targets);
+  void replay(Graph& graph, const torch::Tensor& inputs, const torch::Tensor& targets);
+  bool capture(int64_t batch, const torch::Tensor& inputs, const torch::Tensor& targets);
+  bool captureInto(Graph& graph);
+  void mark(const char* phase) {
+    if (observer_ != nullptr && !capturing_) observer_->phase(phase);
+  }
 
-  Forward forward_;
+  models::Model& model_;
   DataParallel& dp_;
   Optimizer& optimizer_;
   GradScaler& scaler_;
@@ -99,7 +114,7 @@ class TrainStep {
   int64_t eager_steps_ = 0;
   bool last_graphed_ = false;
   bool capturing_ = false;
-  StepTimeline* timeline_ = nullptr;
+  StepObserver* observer_ = nullptr;
 };
 
 // Makes a side stream of `device` current for the guard's scope (nothing on
@@ -114,10 +129,6 @@ class JobStreamGuard {
  private:
   std::shared_ptr<void> guard_;
 };
-
-// Moves the module's 4-D parameters and buffers (conv weights) to the
-// channels-last memory format, in place; call before DataParallel.
-void useChannelsLast(torch::nn::Module& model);
 
 // The reason CUDA graphs cannot be used for this configuration, or "".
 std::string cudaGraphsUnsupportedReason(torch::Device device, Precision precision, double clip_grad_norm,

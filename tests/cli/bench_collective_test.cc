@@ -58,13 +58,15 @@ struct BadInput {
 
 TEST(BenchCollectiveTest, BadFlagsExitTwoNamingTheInput) {
   const BadInput cases[] = {
-      {"allreduce -b 12Q", "-b/--minbytes '12Q' is not a size"},
+      {"allreduce -b 12Q", "-b/--minbytes '12Q': not a size; expected a size in bytes"},
       {"allreduce -b 1G -e 8", "-b/--minbytes 1G is larger than -e/--maxbytes 8"},
       {"allreduce --frobnicate", "The following argument was not expected: --frobnicate"},
-      {"allreduce -d float7", "'float7' is not a dtype"},
-      {"allreduce -o mean", "'mean' is not a reduce op"},
-      {"allreduce -n 0", "--iters"},
-      {"allreduce --backend mpi", "--backend 'mpi' is not a backend"},
+      {"allreduce -d float7", "-d/--datatype 'float7': not a dtype; expected a dtype"},
+      {"allreduce -o mean", "-o/--op 'mean': not a reduce op; expected sum, avg, min, max, prod or all"},
+      {"allreduce -n 0", "-n/--iters '0': out of range; expected an integer from 1 to 16777216"},
+      {"allreduce --backend mpi", "--backend 'mpi': unknown; expected one of auto, gloo or nccl"},
+      {"allreduce --timeout nan", "--timeout 'nan': not a finite number"},
+      {"allreduce -c 2", "-c/--check '2': out of range; expected an integer from 0 to 1"},
   };
   for (const auto& c : cases) {
     auto r = runCommand("RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(freePort()) + " " +
@@ -115,7 +117,7 @@ TEST(BenchCollectiveTest, WorldSizeMismatchIsNamed) {
 TEST(SettingsCommandTest, MarkdownMatchesDocs) {
   auto r = runCommand(dtrainBin() + " settings --markdown", 30);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto docs = runCommand("sed -n \"/^| setting/,/^$/p\" " + sourceDir() + "/docs/settings.md", 30);
+  auto docs = runCommand("sed -n \"/^## Environment variables/,\\$p\" " + sourceDir() + "/docs/settings.md", 30);
   EXPECT_EQ(docs.output, r.output) << "docs/settings.md is stale: regenerate it with "
                                       "`dtrain settings --markdown`";
 }

@@ -10,6 +10,20 @@ namespace {
 
 DTRAIN_SETTING(int64_t, kTestCount, "test-count", "DTRAIN_TEST_COUNT", 42, "A test setting.");
 DTRAIN_SETTING(bool, kTestFlag, "test-flag", "DTRAIN_TEST_FLAG", false, "A test flag.");
+std::string checkColour(const std::string& text) { return text == "red" || text == "blue" ? "" : "red or blue"; }
+DTRAIN_SETTING_CHECKED(std::string, kTestColour, "test-colour", "DTRAIN_TEST_COLOUR", "red", "A checked setting.",
+                       checkColour);
+DTRAIN_SETTING(double, kTestSeconds, "test-seconds", "DTRAIN_TEST_SECONDS", 1.5, "A number.");
+
+std::string configErrorOf(const SettingBase& setting) {
+  try {
+    setting.reset();
+    setting.check();
+  } catch (const ConfigError& e) {
+    return e.message();
+  }
+  return "";
+}
 
 TEST(SettingsTest, DefaultEnvAndCache) {
   ::unsetenv("DTRAIN_TEST_COUNT");
@@ -54,6 +68,42 @@ TEST(SettingsTest, RegistryListsEverySettingOnce) {
   EXPECT_NE(md.find("| `test-count` | `DTRAIN_TEST_COUNT` | integer | `42` | A test setting. |"),
             std::string::npos) << md;
   EXPECT_NE(md.find("`DTRAIN_LOG_LEVEL`"), std::string::npos) << "the logger declares its level";
+}
+
+TEST(SettingsTest, ACheckedSettingRefusesWhatItsCheckRefuses) {
+  ::setenv("DTRAIN_TEST_COLOUR", "green", 1);
+  EXPECT_EQ(configErrorOf(kTestColour), "DTRAIN_TEST_COLOUR='green' is refused; expected red or blue");
+  ::setenv("DTRAIN_TEST_COLOUR", "blue", 1);
+  EXPECT_EQ(configErrorOf(kTestColour), "");
+  EXPECT_EQ(kTestColour.get(), "blue");
+  ::unsetenv("DTRAIN_TEST_COLOUR");
+  kTestColour.reset();
+}
+
+TEST(SettingsTest, NumbersMustBeFinite) {
+  for (const char* bad : {"nan", "inf", "-inf", "1e999"}) {
+    ::setenv("DTRAIN_TEST_SECONDS", bad, 1);
+    EXPECT_EQ(configErrorOf(kTestSeconds), "DTRAIN_TEST_SECONDS='" + std::string(bad) + "' is not a finite number")
+        << bad;
+  }
+  ::setenv("DTRAIN_TEST_SECONDS", "2.5", 1);
+  EXPECT_EQ(configErrorOf(kTestSeconds), "");
+  ::unsetenv("DTRAIN_TEST_SECONDS");
+  kTestSeconds.reset();
+}
+
+TEST(SettingsTest, CheckAllNamesTheFirstBadVariable) {
+  ::setenv("DTRAIN_LOG_LEVEL", "bogus", 1);
+  for (const SettingBase* s : allSettings()) s->reset();
+  try {
+    checkAllSettings();
+    FAIL() << "DTRAIN_LOG_LEVEL=bogus was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.message(), "DTRAIN_LOG_LEVEL='bogus' is refused; expected one of debug, info, warn, error or off");
+  }
+  ::unsetenv("DTRAIN_LOG_LEVEL");
+  for (const SettingBase* s : allSettings()) s->reset();
+  EXPECT_NO_THROW(checkAllSettings());
 }
 
 TEST(LogTest, ParsesLevels) {

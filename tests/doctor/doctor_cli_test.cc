@@ -203,7 +203,7 @@ TEST(DoctorCli, ActiveCheckWithoutItsOptionExitsTwo) {
 TEST(DoctorCli, MissingRootExitsTwo) {
   CommandResult r = doctor("--root /nonexistent/fixture " + kHostChecks);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "--root /nonexistent/fixture: not a directory")) << r.output;
+  EXPECT_TRUE(contains(r.output, "--root '/nonexistent/fixture': no such directory; expected an existing directory")) << r.output;
 }
 
 TEST(DoctorCli, BadNumbersExitTwo) {

@@ -17,7 +17,8 @@
 
 #include "common/error.h"
 #include "common/settings.h"
-#include "exporter/nvml.h"
+#include "metrics/nvml.h"
+#include "fake_nvml_library.h"
 #include "fake_nvml_values.h"
 
 namespace dtrain::doctor {
@@ -28,13 +29,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// DTRAIN_NVML_LIBRARY is a cached setting: set the variable, forget the cache.
-void useNvmlLibrary(const std::string& path) {
-  ::setenv("DTRAIN_NVML_LIBRARY", path.c_str(), 1);
-  for (const SettingBase* setting : allSettings()) {
-    if (setting->env() == "DTRAIN_NVML_LIBRARY") setting->reset();
-  }
-}
+using dtrain::testing::useNvmlLibrary;
 
 void writeFile(const fs::path& path, const std::string& text, bool executable = false) {
   fs::create_directories(path.parent_path());
@@ -78,10 +73,10 @@ class GpuChecksTest : public ::testing::Test {
   // (nullptr: NVML absent, as when the library cannot be opened).
   CheckResult run(const std::string& name, const char* scenario = "healthy") {
     if (scenario != nullptr) ::setenv("FAKE_NVML_SCENARIO", scenario, 1);
-    std::unique_ptr<exporter::Nvml> nvml;
+    std::unique_ptr<metrics::Nvml> nvml;
     std::string nvml_error;
     try {
-      nvml = exporter::Nvml::open();
+      nvml = metrics::Nvml::open();
     } catch (const IoError& e) {
       nvml_error = e.message();
     }

@@ -7,7 +7,7 @@
 
 #include "common/system_root.h"
 #include "doctor/host_check_functions.h"
-#include "exporter/nvml.h"
+#include "metrics/nvml.h"
 #include "fixture_tree.h"
 
 namespace dtrain::doctor {
@@ -33,7 +33,7 @@ class Node {
   FixtureTree tree;
   std::map<std::string, std::string> env;
   DoctorOptions options;
-  exporter::Nvml* nvml = nullptr;
+  metrics::Nvml* nvml = nullptr;
   std::string nvml_error = "NVML not available: test";
 };
 
@@ -368,12 +368,12 @@ class NumaCheck : public ::testing::Test {
  protected:
   void SetUp() override {
     ::setenv("DTRAIN_NVML_LIBRARY", DTRAIN_FAKE_NVML, 1);
-    nvml_ = exporter::Nvml::open();
+    nvml_ = metrics::Nvml::open();
     node_.nvml = nvml_.get();
   }
   void TearDown() override { ::unsetenv("DTRAIN_NVML_LIBRARY"); }
   Node node_;
-  std::unique_ptr<exporter::Nvml> nvml_;
+  std::unique_ptr<metrics::Nvml> nvml_;
 };
 
 TEST_F(NumaCheck, ListsEachGpusNode) {

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "../cli/process_runner.h"
-#include "../exporter/fake_nvml_values.h"
+#include "../metrics/fake_nvml_values.h"
 #include "doctor/slurm_node.h"
 
 namespace dtrain::testing {
@@ -230,14 +230,14 @@ TEST(SlurmConfTest, BadInputIsNamed) {
   fs::create_directory(unreadable.dir() + "/proc/meminfo");  // a directory cannot be read as a file
 
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--root /nonexistent/root", "--root /nonexistent/root: not a directory"},
+      {"--root /nonexistent/root", "--root '/nonexistent/root': no such directory; expected an existing directory"},
       {"--root " + empty.dir(), empty.dir() + "/proc/sys/kernel/hostname: cannot read the host name"},
       {"--root " + no_cpu.dir(), "cannot read the CPU topology: neither " + no_cpu.dir() + "/sys/devices/system/cpu"},
       {"--root " + bad_online.dir(),
        bad_online.dir() + "/sys/devices/system/cpu/online: expected a cpu list like 0-3,8-11, got '0-x'"},
       {"--root " + no_memtotal.dir(), no_memtotal.dir() + "/proc/meminfo: expected a line 'MemTotal: <n> kB'"},
       {"--root " + unreadable.dir(), unreadable.dir() + "/proc/meminfo: expected a line 'MemTotal: <n> kB'"},
-      {"--only cpus", "--only: cpus not in {node,gres}"},
+      {"--only cpus", "--only 'cpus': unknown; expected one of node or gres"},
   };
   for (const auto& [args, message] : cases) {
     auto r = runCommand(slurmConf(args), 30);

@@ -202,7 +202,8 @@ TEST(ExporterCliTest, ADriverThatFailsInitIsReportedWithNvmlsOwnWords) {
 }
 
 TEST(ExporterCliTest, BadFlagsAreUsageErrors) {
-  for (const char* args : {"--listen 9400", "--listen :99999", "--listen ::1:9400", "--interval 0", "--history 0"}) {
+  for (const char* args : {"--listen 9400", "--listen :99999", "--listen ::1:9400", "--interval 0", "--history 0",
+                           "--interval nan", "--interval inf", "--slow-interval -1", "--history 99999999999"}) {
     auto r = runCommand(exporterCommand(args, "", true));
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
   }

@@ -69,6 +69,33 @@ TEST(ModelsTest, ImageNetParameterCountsMatchTorchvision) {
   }
 }
 
+// Forward multiply-adds as torchvision's model cards and fvcore count them
+// (4.09 G for ResNet-50 at 224, 1.81 G for ResNet-18); a multiply-add is 2
+// FLOPs and training is 3 forwards.
+TEST(ModelsTest, TrainingFlopsPerSampleMatchPublishedCounts) {
+  auto resnet50 = createModel("resnet50", options(3, 1000, 224, "imagenet"));
+  EXPECT_NEAR(resnet50->trainingFlopsPerSample() / 6, 4.09e9, 0.02 * 4.09e9);
+  auto resnet18 = createModel("resnet18", options(3, 1000, 224, "imagenet"));
+  EXPECT_NEAR(resnet18->trainingFlopsPerSample() / 6, 1.81e9, 0.02 * 1.81e9);
+  // The MLP exactly: 784*256 + 256*128 + 128*10 multiply-adds.
+  auto mlp = createModel("mlp", options(1, 10, 28));
+  EXPECT_DOUBLE_EQ(mlp->trainingFlopsPerSample(), 6.0 * (784 * 256 + 256 * 128 + 128 * 10));
+  // The CNN exactly: two 3x3 convolutions (28x28, then 14x14) and the head.
+  auto cnn = createModel("cnn", options(1, 10, 28));
+  EXPECT_DOUBLE_EQ(cnn->trainingFlopsPerSample(),
+                   6.0 * (9 * 1 * 32 * 28 * 28 + 9 * 32 * 64 * 14 * 14 + 64 * 7 * 7 * 10));
+}
+
+TEST(ModelsTest, LossIsTheMeanCrossEntropyOfTheLogits) {
+  torch::manual_seed(0);
+  auto model = createModel("mlp", options(1, 10, 28));
+  const torch::Tensor x = torch::randn({4, 1, 28, 28});
+  const torch::Tensor y = torch::tensor({1, 2, 3, 4}, torch::kLong);
+  const torch::Tensor expected = torch::nn::functional::cross_entropy(model->forward(x), y);
+  EXPECT_TRUE(torch::allclose(model->loss(x, y), expected));
+  EXPECT_EQ(model->loss(x, y).scalar_type(), torch::kFloat);
+}
+
 TEST(ModelsTest, CifarStemHasSmallConvAndNoMaxPool) {
   auto model = createModel("resnet18", options(3, 10, 32, "cifar"));
   EXPECT_EQ(parameterCount(*model), 11'173'962);

@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 #include "dtrain/amp.h"
-#include "models/torch_compat.h"
+#include "libtorch/compat.h"
 #include "train_test_util.h"
 
 namespace dtrain {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -146,15 +147,80 @@ std::string truncatedFashionDir() {
 INSTANTIATE_TEST_SUITE_P(
     Cases, TrainBadInputTest,
     ::testing::Values(
-        BadInput{"unknown_model", "--model resnet9", "resnet9"},
-        BadInput{"unknown_dataset", "--dataset imagenet", "--dataset 'imagenet' is unknown"},
-        BadInput{"missing_data_dir", "--data-dir /nonexistent/fmnist", "/nonexistent/fmnist"},
-        BadInput{"batch_size_zero", "--batch-size 0", "--batch-size must be > 0"},
-        BadInput{"unknown_precision", "--precision fp8", "fp8"},
+        BadInput{"unknown_model", "--model resnet9", "--model 'resnet9': unknown; expected one of mlp, cnn"},
+        BadInput{"unknown_dataset", "--dataset imagenet",
+                 "--dataset 'imagenet': unknown; expected one of fashion-mnist, mnist, cifar10 or synthetic"},
+        BadInput{"missing_data_dir", "--data-dir /nonexistent/fmnist",
+                 "--data-dir '/nonexistent/fmnist': no such directory; expected an existing directory"},
+        BadInput{"batch_size_zero", "--batch-size 0",
+                 "--batch-size '0': out of range; expected an integer from 1 to 1048576"},
+        BadInput{"batch_size_huge", "--batch-size 2147483647",
+                 "--batch-size '2147483647': out of range; expected an integer from 1 to 1048576"},
+        BadInput{"epochs_overflow", "--epochs 99999999999999999999999",
+                 "--epochs '99999999999999999999999': out of range; expected an integer from 1 to 1000000"},
+        BadInput{"seed_negative", "--seed -1", "--seed '-1': out of range; expected an integer >= 0"},
+        BadInput{"timeout_zero", "--timeout 0", "--timeout '0': out of range; expected an integer from 1 to 604800"},
+        BadInput{"timeout_negative", "--timeout -5", "--timeout '-5': out of range"},
+        BadInput{"lr_inf", "--lr inf", "--lr 'inf': not a finite number; expected a finite number >= 0 and <= 100"},
+        BadInput{"warmup_nan", "--warmup nan", "--warmup 'nan': not a finite number"},
+        BadInput{"momentum_five", "--momentum 5",
+                 "--momentum '5': out of range; expected a finite number >= 0 and < 1"},
+        BadInput{"step_epochs_zero", "--schedule step --step-epochs 0",
+                 "--step-epochs '0': out of range; expected a finite number > 0 and <= 1000000 epochs"},
+        BadInput{"clip_negative", "--clip-grad-norm -1", "--clip-grad-norm '-1': out of range"},
+        BadInput{"clip_nan", "--clip-grad-norm nan", "--clip-grad-norm 'nan': not a finite number"},
+        BadInput{"bucket_huge", "--bucket-mb 1e12",
+                 "--bucket-mb '1e12': out of range; expected a finite number > 0 and <= 16384 MiB"},
+        BadInput{"bucket_nan", "--bucket-mb nan", "--bucket-mb 'nan': not a finite number"},
+        BadInput{"metrics_port_high", "--metrics-port 70000",
+                 "--metrics-port '70000': out of range; expected a port from 1 to 65535, or 0 (off)"},
+        BadInput{"metrics_port_negative", "--metrics-port -1", "--metrics-port '-1': out of range"},
+        BadInput{"unknown_precision", "--precision fp8", "--precision 'fp8': unknown; expected one of fp32, bf16"},
+        BadInput{"unknown_progress", "--progress fancy", "--progress 'fancy': unknown"},
+        BadInput{"timeline_dir_missing", "--timeline /nonexistent/dir/t.json",
+                 "--timeline '/nonexistent/dir/t.json': its directory '/nonexistent/dir' does not exist"},
+        BadInput{"data_on_gpu_without_gpu", "--data-on-gpu --model mlp --max-steps 1",
+                 "--data-on-gpu needs a CUDA device, but this rank trains on cpu"},
         BadInput{"truncated_data_file", "--data-dir " + truncatedFashionDir(), "t10k-images-idx3-ubyte"},
         BadInput{"corrupt_checkpoint", "--resume /etc/hostname", "/etc/hostname"},
-        BadInput{"missing_checkpoint", "--resume /nonexistent/ckpt.dtck", "/nonexistent/ckpt.dtck"}),
+        BadInput{"missing_checkpoint", "--resume /nonexistent/ckpt.dtck",
+                 "--resume '/nonexistent/ckpt.dtck': no such file; expected auto, none or an existing checkpoint file"},
+        BadInput{"checkpoint_is_a_directory", "--resume /tmp", "--resume '/tmp': a directory"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// A bad DTRAIN_* variable is refused before any work, naming it.
+TEST(TrainCliTest, BadSettingInTheEnvironmentExitsTwo) {
+  auto r = runCommand("DTRAIN_LOG_LEVEL=bogus " + dtrainBin() + " train --progress none --max-steps 1", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("DTRAIN_LOG_LEVEL='bogus' is refused; expected one of debug, info, warn, error or off"),
+            std::string::npos)
+      << r.output;
+  auto backend = runCommand("DTRAIN_BACKEND=mpi " + dtrainBin() + " train --progress none --max-steps 1", 60);
+  EXPECT_EQ(backend.exit_code, 2) << backend.output;
+  EXPECT_NE(backend.output.find("DTRAIN_BACKEND='mpi' is refused"), std::string::npos) << backend.output;
+}
+
+// --print-bucket-timeline: one row per gradient bucket of the last backward.
+TEST(TrainCliTest, BucketTimelineHasARowPerBucket) {
+  auto r = runCommand(launch(2) + "--model resnet18 --dataset synthetic --synthetic-samples 64 "
+                                  "--synthetic-image-size 8 --batch-size 8 --epochs 1 --max-steps 3 --bucket-mb 10 "
+                                  "--progress lines --print-bucket-timeline",
+                      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto at = r.output.find("timeline of the last backward");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  int rows = 0;
+  std::istringstream lines(r.output.substr(at));
+  std::string line;
+  std::getline(lines, line);  // the title
+  std::getline(lines, line);  // the header
+  while (std::getline(lines, line) &&
+         (line.find(" yes") != std::string::npos || line.find(" no") != std::string::npos)) {
+    ++rows;
+  }
+  // ResNet-18's 44.7 MB of gradients: the 1 MiB first bucket, then 10 MiB ones.
+  EXPECT_EQ(rows, 6) << r.output;
+}
 
 TEST(TrainCliTest, MoreRanksThanSamplesIsAClearError) {
   auto r = runCommand(launch(3) + "--dataset synthetic --synthetic-samples 2 --progress none", 120);
@@ -162,15 +228,16 @@ TEST(TrainCliTest, MoreRanksThanSamplesIsAClearError) {
   EXPECT_NE(r.output.find("3 ranks"), std::string::npos) << r.output;
 }
 
-// --data-on-gpu builds the same batches as the loader (on the CPU device
-// here), so two ranks end with the same bits either way.
+// The data kept on the device builds the same batches as the loader (on the
+// CPU device here, through --data-on-gpu's testing twin --data-on-device), so
+// two ranks end with the same bits either way.
 TEST(TrainCliTest, DataOnDeviceTrainsExactlyLikeTheLoader) {
   const std::string common = "--model mlp --epochs 2 --max-steps 120 --log-every 40 --progress lines --seed 3 "
                              "--checkpoint-every 1000 ";
   const std::string loader_dir = freshDir("loader"), device_dir = freshDir("on_device");
   auto a = runCommand(launch(2) + common + "--checkpoint-dir " + loader_dir, 300);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand(launch(2) + common + "--data-on-gpu --checkpoint-dir " + device_dir, 300);
+  auto b = runCommand(launch(2) + common + "--data-on-device --checkpoint-dir " + device_dir, 300);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("data on the device"), std::string::npos) << b.output;
   auto from_loader = loadCheckpoint(loader_dir + "/ckpt-000000120.dtck");
@@ -193,7 +260,9 @@ TEST(TrainCliTest, CudaGraphsWithoutCudaSayWhyAndTrainEagerly) {
   EXPECT_NE(r.output.find("0 steps replayed, 20 eager"), std::string::npos) << r.output;
   auto bad = runCommand(dtrainBin() + " train --model mlp --graph-warmup 0", 60);
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("--graph-warmup must be > 0"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("--graph-warmup '0': out of range; expected an integer from 1 to 1000"),
+            std::string::npos)
+      << bad.output;
 }
 
 // --timeline: one Chrome trace for both ranks, with each step's phases in
@@ -249,7 +318,9 @@ TEST(TrainCliTest, TimelineIsOneChromeTraceWithEveryRank) {
   }
   auto bad = runCommand(dtrainBin() + " train --model mlp --timeline " + trace_path + " --timeline-steps 0", 60);
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("--timeline-steps must be > 0"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("--timeline-steps '0': out of range; expected an integer from 1 to 100000"),
+            std::string::npos)
+      << bad.output;
 }
 
 #if DTRAIN_TRAIN_HTTP

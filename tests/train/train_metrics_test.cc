@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "dtrain/data_parallel.h"
+#include "train/bucket_timer.h"
 
 #if DTRAIN_TRAIN_HTTP
 #include <httplib.h>

@@ -10,7 +10,7 @@
 #include "comm/gloo/op_queue.h"
 #include "comm/gloo/ops.h"
 #include "comm/gloo/store_adapter.h"
-#include "comm/progress.h"
+#include "comm/progress_tracker.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "store/prefix_store.h"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "common/cuda_check.h"
+#include "comm/nccl/nccl_check.h"
 #include "common/error.h"
 #include "common/log.h"
 

@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "common/cuda_check.h"
+#include "gpu/cuda_check.h"
 
 namespace dtrain {
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "common/cuda_check.h"
+#include "comm/nccl/nccl_check.h"
 #include "common/error.h"
 #include "store/store.h"
 

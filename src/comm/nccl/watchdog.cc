@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "comm/progress.h"
+#include "comm/progress_tracker.h"
 #include "common/error.h"
 #include "common/log.h"
 

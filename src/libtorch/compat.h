@@ -1,0 +1,103 @@
+// The one place where libtorch version differences live (floor 1, header
+// only): data/, models/ and train/ compile against Debian's libtorch 1.13
+// and the 2.x shipped with PyTorch, and share this header.
+//
+// The model zoo uses only the torch::nn C++ API that is identical across
+// 1.13 and 2.x; the differences so far are train/'s autocast state
+// functions and CUDA graph capture (below). A future difference goes here
+// as a macro or inline shim guarded by DTRAIN_TORCH_AT_LEAST, never as an
+// #if in a model or training file.
+#pragma once
+
+#include <torch/version.h>
+
+#define DTRAIN_TORCH_AT_LEAST(major, minor)                   \
+  (TORCH_VERSION_MAJOR > (major) ||                           \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+static_assert(DTRAIN_TORCH_AT_LEAST(1, 13),
+              "dtrain needs libtorch 1.13 or newer");
+
+// Autocast state per device type. libtorch 2.4 replaced the per-device
+// functions (set_cpu_enabled, set_autocast_gpu_dtype, ...) with ones that take
+// the device type (and deprecated the old ones); these shims call whichever
+// this libtorch has. Only CPU and CUDA are supported here.
+#include <ATen/autocast_mode.h>
+#include <c10/util/Exception.h>
+
+namespace dtrain::compat {
+
+inline bool isAutocastEnabled(c10::DeviceType device_type) {
+#if DTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(device_type);
+#else
+  TORCH_CHECK(device_type == c10::DeviceType::CPU || device_type == c10::DeviceType::CUDA,
+              "dtrain autocast supports cpu and cuda, not ", device_type);
+  return device_type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+
+inline void setAutocastEnabled(c10::DeviceType device_type, bool enabled) {
+#if DTRAIN_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(device_type, enabled);
+#else
+  TORCH_CHECK(device_type == c10::DeviceType::CPU || device_type == c10::DeviceType::CUDA,
+              "dtrain autocast supports cpu and cuda, not ", device_type);
+  if (device_type == c10::DeviceType::CPU) {
+    at::autocast::set_cpu_enabled(enabled);
+  } else {
+    at::autocast::set_enabled(enabled);
+  }
+#endif
+}
+
+inline at::ScalarType autocastDtype(c10::DeviceType device_type) {
+#if DTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(device_type);
+#else
+  TORCH_CHECK(device_type == c10::DeviceType::CPU || device_type == c10::DeviceType::CUDA,
+              "dtrain autocast supports cpu and cuda, not ", device_type);
+  return device_type == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                             : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+inline void setAutocastDtype(c10::DeviceType device_type, at::ScalarType dtype) {
+#if DTRAIN_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_dtype(device_type, dtype);
+#else
+  TORCH_CHECK(device_type == c10::DeviceType::CPU || device_type == c10::DeviceType::CUDA,
+              "dtrain autocast supports cpu and cuda, not ", device_type);
+  if (device_type == c10::DeviceType::CPU) {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
+#endif
+}
+
+// CPU autocast to float16 exists from libtorch 2.x on; 1.13's CPU autocast
+// knows bfloat16 only (and its CPU kernels lack most float16 ops).
+inline constexpr bool kCpuAutocastSupportsFp16 = DTRAIN_TORCH_AT_LEAST(2, 4);
+
+}  // namespace dtrain::compat
+
+// CUDA graph capture (train/ only, in CUDA builds). libtorch 2.x lets the
+// caller pick the capture mode; thread-local mode keeps other threads (the
+// NCCL watchdog querying events) from invalidating a capture. 1.13 always
+// captures in global mode.
+#if defined(DTRAIN_TORCH_CUDA)
+#include <ATen/cuda/CUDAGraph.h>
+
+namespace dtrain::compat {
+
+inline void beginGraphCapture(at::cuda::CUDAGraph& graph) {
+#if DTRAIN_TORCH_AT_LEAST(2, 0)
+  graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+#else
+  graph.capture_begin();
+#endif
+}
+
+}  // namespace dtrain::compat
+#endif

@@ -1,0 +1,153 @@
+#include "train/progress_display.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace dtrain {
+
+std::string formatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  char text[32];
+  if (s >= 3600) {
+    std::snprintf(text, sizeof(text), "%lldh%02lldm", static_cast<long long>(s / 3600),
+                  static_cast<long long>((s % 3600) / 60));
+  } else if (s >= 60) {
+    std::snprintf(text, sizeof(text), "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(text, sizeof(text), "%llds", static_cast<long long>(s));
+  }
+  return text;
+}
+
+ProgressDisplay::ProgressDisplay(const std::string& mode, const std::string& metrics_path)
+    : metrics_path_(metrics_path) {
+  if (mode == "auto") {
+    bar_ = isatty(STDERR_FILENO) != 0;
+    lines_ = !bar_;
+  } else if (mode == "bar") {
+    bar_ = true;
+  } else if (mode == "lines") {
+    lines_ = true;
+  } else if (mode != "none") {
+    throw ConfigError("--progress '" + mode + "': unknown; expected one of auto, bar, lines or none");
+  }
+  if (!metrics_path.empty()) {
+    metrics_.open(metrics_path, std::ios::app);
+    if (!metrics_) throw IoError("--metrics-jsonl: cannot open '" + metrics_path + "' for appending");
+  }
+}
+
+ProgressDisplay::~ProgressDisplay() { endBar(); }
+
+void ProgressDisplay::endBar() {
+  if (bar_open_) {
+    std::fputc('\n', stderr);
+    bar_open_ = false;
+  }
+}
+
+void ProgressDisplay::writeMetrics(const std::string& json_line) {
+  if (!metrics_.is_open()) return;
+  metrics_ << json_line << '\n';
+  metrics_.flush();
+  if (!metrics_) throw IoError("--metrics-jsonl: writing '" + metrics_path_ + "' failed");
+}
+
+void ProgressDisplay::intervalEnded(const StepReport& r, const BackwardTimeline* /*sampled*/) {
+  writeMetrics(nlohmann::json{{"event", "step"},
+                              {"step", r.step},
+                              {"epoch", r.epoch},
+                              {"loss", r.loss},
+                              {"lr", r.lr},
+                              {"samples_per_s", r.samples_per_s},
+                              {"elapsed_s", r.elapsed_s}}
+                   .dump());
+  const double fraction = r.total_steps > 0 ? static_cast<double>(r.step) / static_cast<double>(r.total_steps) : 0;
+  const double eta = fraction > 0 ? r.elapsed_s * (1 - fraction) / fraction : NAN;
+  char head[256];
+  std::snprintf(head, sizeof(head), "epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g %.0f samples/s eta %s",
+                static_cast<long long>(r.epoch + 1), static_cast<long long>(r.epochs),
+                static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss, r.lr,
+                r.samples_per_s, formatDuration(eta).c_str());
+  if (bar_) {
+    const int width = 24;
+    const int filled = static_cast<int>(fraction * width);
+    std::string bar(static_cast<size_t>(filled), '#');
+    bar.append(static_cast<size_t>(width - filled), '.');
+    std::fprintf(stderr, "\r[%s] %3.0f%% %s\x1b[K", bar.c_str(), fraction * 100, head);
+    std::fflush(stderr);
+    bar_open_ = true;
+  } else if (lines_) {
+    std::fprintf(stderr, "%s\n", head);
+  }
+}
+
+void ProgressDisplay::evaluated(const EvalReport& r) {
+  const Evaluation& e = r.result;
+  writeMetrics(nlohmann::json{{"event", "eval"},
+                              {"epoch", r.epoch},
+                              {"step", r.step},
+                              {"accuracy", e.accuracy()},
+                              {"correct", e.correct},
+                              {"total", e.samples},
+                              {"loss", e.loss}}
+                   .dump());
+  if (!bar_ && !lines_) return;
+  endBar();
+  std::fprintf(stderr, "eval epoch %lld: test accuracy %.2f%% (%lld/%lld) loss %.4f\n",
+               static_cast<long long>(r.epoch + 1), e.accuracy() * 100, static_cast<long long>(e.correct),
+               static_cast<long long>(e.samples), e.loss);
+}
+
+void ProgressDisplay::finished(const RunSummary& s) {
+  const Evaluation& e = s.final_eval;
+  const double rate = s.wall_s > 0 ? static_cast<double>(s.samples) / s.wall_s : 0;
+  writeMetrics(nlohmann::json{{"event", "summary"},
+                              {"accuracy", e.accuracy()},
+                              {"correct", e.correct},
+                              {"total", e.samples},
+                              {"steps", s.steps},
+                              {"samples", s.samples},
+                              {"wall_s", s.wall_s},
+                              {"samples_per_s", rate},
+                              {"world_size", s.world_size}}
+                   .dump());
+  endBar();
+  std::fprintf(stdout, "dtrain train: test accuracy %.2f%% (%lld/%lld), %lld steps, %lld samples on %d rank(s), "
+               "wall %.1f s, %.0f samples/s\n",
+               e.accuracy() * 100, static_cast<long long>(e.correct), static_cast<long long>(e.samples),
+               static_cast<long long>(s.steps), static_cast<long long>(s.samples), s.world_size, s.wall_s, rate);
+  std::fflush(stdout);
+}
+
+void ProgressDisplay::bucketTable(const BackwardTimeline& t) {
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const auto& b : t.buckets) {
+    buckets.push_back({{"bytes", b.bytes}, {"ready_ms", b.ready_ms}, {"start_ms", b.start_ms}, {"end_ms", b.end_ms}});
+  }
+  writeMetrics(nlohmann::json{{"event", "timeline"}, {"backward_end_ms", t.backward_end_ms}, {"buckets", buckets}}
+                   .dump());
+  if (!bar_ && !lines_) return;
+  endBar();
+  std::fprintf(stderr, "timeline of the last backward (ms after its first gradient); backward ends at %.3f ms\n",
+               t.backward_end_ms);
+  std::fprintf(stderr, "%7s %10s %10s %12s %12s %s\n", "bucket", "MiB", "ready", "reduce-start", "reduce-end",
+               "overlaps-backward");
+  for (size_t i = 0; i < t.buckets.size(); ++i) {
+    const auto& b = t.buckets[i];
+    std::fprintf(stderr, "%7zu %10.3f %10.3f %12.3f %12.3f %s\n", i, b.bytes / 1048576.0, b.ready_ms, b.start_ms,
+                 b.end_ms, b.start_ms < t.backward_end_ms ? "yes" : "no");
+  }
+}
+
+void ProgressDisplay::message(const std::string& text) {
+  endBar();
+  std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+}  // namespace dtrain

@@ -1,0 +1,48 @@
+// ProgressDisplay: what rank 0 of `dtrain train` shows while it trains (a
+// TrainObserver): a progress bar on a terminal, plain periodic lines
+// otherwise (logs, CI), and one JSON object per line in --metrics-jsonl for
+// machines; the evaluations, the final summary line and, on request, the
+// bucket table of the last backward. (private to train/)
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "train/train_observer.h"
+
+namespace dtrain {
+
+class ProgressDisplay : public TrainObserver {
+ public:
+  // mode: auto (bar when stderr is a terminal, else lines) | bar | lines | none.
+  // ConfigError for another mode. metrics_path: "" or a file appended to
+  // (IoError when it cannot be opened).
+  ProgressDisplay(const std::string& mode, const std::string& metrics_path);
+  ~ProgressDisplay() override;
+
+  void intervalEnded(const StepReport& report, const BackwardTimeline* sampled) override;
+  void evaluated(const EvalReport& report) override;
+  void message(const std::string& text) override;
+  // The final line (always printed unless mode is none) and metrics record.
+  void finished(const RunSummary& summary) override;
+  // When each bucket's all-reduce ran against the end of backward
+  // (--print-bucket-timeline), printed and recorded.
+  void bucketTable(const BackwardTimeline& timeline);
+
+ private:
+  void endBar();
+  void writeMetrics(const std::string& json_line);
+
+  bool bar_ = false;
+  bool lines_ = false;
+  bool bar_open_ = false;
+  std::ofstream metrics_;
+  std::string metrics_path_;
+};
+
+// "1h02m", "3m05s", "42s".
+std::string formatDuration(double seconds);
+
+}  // namespace dtrain

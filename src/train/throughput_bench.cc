@@ -1,0 +1,221 @@
+#include "train/throughput_bench.h"
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "train/bucket_timer.h"
+#include "train/training_job.h"
+
+#if DTRAIN_TORCH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include "gpu/cuda_check.h"
+#if DTRAIN_HAVE_NCCL
+#include <nccl.h>
+#endif
+#endif
+
+namespace dtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void synchronize(const torch::Device& device) {
+#if DTRAIN_TORCH_CUDA
+  if (device.is_cuda()) DTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
+#else
+  (void)device;
+#endif
+}
+
+// The largest of one value per rank.
+double maxOverRanks(Context& ctx, double value) {
+  std::vector<double> slots(static_cast<size_t>(ctx.size()), 0.0);
+  slots[static_cast<size_t>(ctx.rank())] = value;
+  ctx.allreduceSum(slots);
+  return *std::max_element(slots.begin(), slots.end());
+}
+
+nlohmann::json versions(const torch::Device& device) {
+  nlohmann::json v;
+  v["torch"] = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+               std::to_string(TORCH_VERSION_PATCH);
+#if DTRAIN_TORCH_CUDA
+  if (device.is_cuda()) {
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, device.index());
+    v["device"] = prop.name;
+    v["cuda_runtime"] = std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
+    v["cuda_driver_api"] = std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+#if DTRAIN_HAVE_NCCL
+    int nccl = 0;
+    ncclGetVersion(&nccl);
+    v["nccl"] = std::to_string(nccl / 10000) + "." + std::to_string(nccl / 100 % 100) + "." +
+                std::to_string(nccl % 100);
+#endif
+  }
+#else
+  (void)device;
+#endif
+  return v;
+}
+
+#if DTRAIN_TORCH_CUDA
+// Device time of each phase of the observed eager steps, from CUDA events
+// recorded at the step's phase marks.
+class PhaseTimer : public StepObserver {
+ public:
+  explicit PhaseTimer(torch::Device device) : device_(device) {}
+  void phase(const char* name) override {
+    auto event = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
+    event->record(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_.index())));
+    marks_.emplace_back(name, std::move(event));
+  }
+  // Adds the last step's phases to the totals and forgets its marks.
+  void collect() {
+    if (!marks_.empty()) marks_.back().second->synchronize();
+    for (size_t i = 0; i + 1 < marks_.size(); ++i) {
+      totals_ms_[marks_[i].first] += marks_[i].second->elapsed_time(*marks_[i + 1].second);
+    }
+    marks_.clear();
+  }
+  double total(const std::string& phase) const {
+    auto it = totals_ms_.find(phase);
+    return it == totals_ms_.end() ? 0 : it->second;
+  }
+
+ private:
+  torch::Device device_;
+  std::vector<std::pair<std::string, std::shared_ptr<at::cuda::CUDAEvent>>> marks_;
+  std::map<std::string, double> totals_ms_;
+};
+
+// Where an eager step's GPU time goes: forward, backward (which ends when
+// the last bucket's all-reduce joined the compute stream) and optimizer,
+// plus the buckets' own all-reduce times and the part of them not hidden
+// behind backward.
+nlohmann::json timeSplit(TrainingJob& job, const torch::Tensor& inputs, const torch::Tensor& targets,
+                         double step_ms) {
+  constexpr int kSteps = 10;
+  PhaseTimer phases(job.device());
+  BucketTimer buckets(job.dataParallel());
+  job.step().setObserver(&phases);
+  job.dataParallel().setObserver(&buckets);
+  double allreduce_ms = 0, exposed_ms = 0;
+  for (int i = 0; i < kSteps; ++i) {
+    job.step().run(inputs, targets);
+    phases.collect();
+    const BackwardTimeline timeline = buckets.last();
+    double last_end = 0;
+    for (const auto& b : timeline.buckets) {
+      allreduce_ms += b.end_ms - b.start_ms;
+      last_end = std::max(last_end, b.end_ms);
+    }
+    exposed_ms += std::max(0.0, last_end - timeline.backward_end_ms);
+  }
+  job.step().setObserver(nullptr);
+  job.dataParallel().setObserver(nullptr);
+  nlohmann::json split;
+  split["forward_ms"] = phases.total("forward") / kSteps;
+  split["backward_ms"] = phases.total("backward") / kSteps;
+  split["allreduce_ms"] = allreduce_ms / kSteps;
+  split["allreduce_exposed_ms"] = exposed_ms / kSteps;
+  split["optimizer_ms"] = phases.total("optimizer") / kSteps;
+  const double busy = (phases.total("forward") + phases.total("backward") + phases.total("optimizer")) / kSteps;
+  split["gpu_busy_ms"] = busy;
+  split["idle_ms"] = std::max(0.0, step_ms - busy);
+  return split;
+}
+#endif
+
+void writeResult(const nlohmann::json& result, const std::string& path) {
+  if (path.empty()) {
+    std::cout << result.dump() << std::endl;
+    return;
+  }
+  std::ofstream out(path);
+  out << result.dump() << "\n";
+  if (!out) throw IoError("cannot write the bench result to " + path);
+}
+
+}  // namespace
+
+int runThroughputBench(const BenchTrainOptions& o) {
+  checkBenchTrainOptions(o);
+  OptimizerOptions sgd;
+  sgd.kind = "sgd";
+  sgd.lr = 0.1;
+  sgd.momentum = 0.9;
+  sgd.weight_decay = 5e-4;
+  const SyntheticBatchOptions& in = o.input;
+  TrainingJob job(JobParts{o.parallel, o.execution, sgd, o.model.channels_last, /*seed=*/1234}, [&] {
+    models::ModelOptions m;
+    m.in_channels = in.channels;
+    m.num_classes = in.classes;
+    m.image_size = in.image_size;
+    m.stem = o.model.stem;
+    return models::createModel(o.model.name, m);
+  });
+  Context& ctx = job.context();
+  const torch::Device device = job.device();
+  job.model().train();
+
+  // One fixed synthetic batch per rank, resident on the device.
+  torch::Tensor inputs = torch::randn({in.batch_size, in.channels, in.image_size, in.image_size},
+                                      torch::TensorOptions().device(device));
+  if (o.model.channels_last) inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
+  torch::Tensor targets =
+      torch::randint(in.classes, {in.batch_size}, torch::TensorOptions().dtype(torch::kLong).device(device));
+
+  TrainStep& step = job.step();
+  for (int64_t i = 0; i < o.warmup; ++i) step.run(inputs, targets);
+  synchronize(device);
+  ctx.barrier();
+  step.zeroLossSum();
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < o.steps; ++i) step.run(inputs, targets);
+  synchronize(device);
+  const double elapsed = maxOverRanks(ctx, std::chrono::duration<double>(Clock::now() - start).count());
+  const double loss = step.lossSum().item<double>() / static_cast<double>(o.steps);
+  if (!std::isfinite(loss)) throw IoError("bench train: the loss is " + std::to_string(loss) + " (diverged)");
+
+  nlohmann::json result;
+  result["gpus"] = ctx.size();
+  result["device_type"] = device.is_cuda() ? "cuda" : "cpu";
+  result["backend"] = ctx.backend();
+  result["step_ms"] = elapsed * 1e3 / static_cast<double>(o.steps);
+  result["samples_per_s"] = static_cast<double>(in.batch_size * ctx.size() * o.steps) / std::max(elapsed, 1e-12);
+  result["flops_per_sample"] = job.model().trainingFlopsPerSample();
+  result["loss"] = loss;
+  result["graphs"] = step.graphStatus();
+  result["graphed_steps"] = step.graphedSteps();
+  result["versions"] = versions(device);
+#if DTRAIN_TORCH_CUDA
+  if (o.breakdown && device.is_cuda() && !o.execution.cuda_graphs) {
+    result["breakdown"] = timeSplit(job, inputs, targets, result["step_ms"].get<double>());
+  }
+#endif
+  if (ctx.isMain()) writeResult(result, o.result_file);
+  ctx.barrier();
+  return 0;
+}
+
+}  // namespace dtrain
+
+extern "C" int dtrain_run_bench_train(const dtrain::BenchTrainOptions* options) {
+  return dtrain::runThroughputBench(*options);
+}

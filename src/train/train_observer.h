@@ -1,0 +1,101 @@
+// TrainObserver: what the training loop tells everything that watches it —
+// the progress display, the Prometheus metrics, the Chrome trace, the
+// restart drill. The loop calls observers; it never reaches into them, and
+// they never reach into DataParallel (bucket timings come from a
+// BucketTimer the loop samples). (private to train/)
+//
+// Calls come on the training thread, in this order per step: dataWaited,
+// stepStarting, stepFinished, each with the step's index (0-based: the
+// steps done before it); intervalEnded every --log-every steps and at the
+// last step; evaluated after each evaluation; finished once at the end.
+// Observers should not throw: an exception ends the job like any other.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "train/bucket_timer.h"
+#include "train/task.h"
+
+namespace dtrain {
+
+struct StepReport {
+  int64_t step = 0;          // steps done so far (global)
+  int64_t total_steps = 0;
+  int64_t epoch = 0;         // 0-based
+  int64_t epochs = 0;
+  double loss = 0;           // mean over the steps since the last report
+  double lr = 0;
+  double samples_per_s = 0;  // all ranks, since the last report
+  double elapsed_s = 0;
+  int64_t steps_in_interval = 0;
+};
+
+struct EvalReport {
+  int64_t epoch = 0;
+  int64_t step = 0;
+  Evaluation result;
+};
+
+struct RunSummary {
+  Evaluation final_eval;
+  int64_t steps = 0;
+  int64_t samples = 0;  // approximate: the last batch of an epoch may be smaller on some ranks
+  double wall_s = 0;
+  int world_size = 1;
+};
+
+class TrainObserver {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~TrainObserver() = default;
+
+  // The host waited from begin to end for the batch of step `step`.
+  virtual void dataWaited(int64_t step, Clock::time_point begin, Clock::time_point end) {}
+  virtual void stepStarting(int64_t step, int64_t samples_on_this_rank) {}
+  // The step's work is queued; it was replayed from a CUDA graph or not.
+  virtual void stepFinished(int64_t step, bool graphed) {}
+  // `sampled`: the last backward's bucket timings when it ran eagerly and
+  // was timed, else nullptr.
+  virtual void intervalEnded(const StepReport& report, const BackwardTimeline* sampled) {}
+  virtual void evaluated(const EvalReport& report) {}
+  // A line for the user (rank 0 shows it).
+  virtual void message(const std::string& text) {}
+  virtual void finished(const RunSummary& summary) {}
+};
+
+// Calls each of its observers in the order they were added.
+class ObserverList : public TrainObserver {
+ public:
+  void add(std::unique_ptr<TrainObserver> observer) { owned_.push_back(std::move(observer)); }
+
+  void dataWaited(int64_t step, Clock::time_point begin, Clock::time_point end) override {
+    for (auto& o : owned_) o->dataWaited(step, begin, end);
+  }
+  void stepStarting(int64_t step, int64_t samples) override {
+    for (auto& o : owned_) o->stepStarting(step, samples);
+  }
+  void stepFinished(int64_t step, bool graphed) override {
+    for (auto& o : owned_) o->stepFinished(step, graphed);
+  }
+  void intervalEnded(const StepReport& report, const BackwardTimeline* sampled) override {
+    for (auto& o : owned_) o->intervalEnded(report, sampled);
+  }
+  void evaluated(const EvalReport& report) override {
+    for (auto& o : owned_) o->evaluated(report);
+  }
+  void message(const std::string& text) override {
+    for (auto& o : owned_) o->message(text);
+  }
+  void finished(const RunSummary& summary) override {
+    for (auto& o : owned_) o->finished(summary);
+  }
+
+ private:
+  std::vector<std::unique_ptr<TrainObserver>> owned_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,74 @@
+// TrainingJob: the parts every training run assembles, in this order: the
+// process group (dtrain::init), a job stream current on the device, the
+// model on that device, DataParallel over it, the optimizer over its slabs,
+// the loss scaler and the step. `dtrain train` and `dtrain bench train`
+// build their runs on it; what they train on and how they report is theirs.
+// (private to train/)
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "dtrain/amp.h"
+#include "dtrain/data_parallel.h"
+#include "dtrain/init.h"
+#include "dtrain/optim.h"
+#include "models/model.h"
+#include "train/train_options.h"
+#include "train/train_step.h"
+
+namespace dtrain {
+
+// Makes the model (on the CPU; the job moves it to its device). Called
+// after the seed is set, so every rank builds the same initial weights.
+using ModelFactory = std::function<std::shared_ptr<models::Model>()>;
+
+struct JobParts {
+  const ParallelOptions& parallel;
+  const ExecutionOptions& execution;
+  const OptimizerOptions& optimizer;
+  bool channels_last = false;
+  uint64_t seed = 0;
+};
+
+class TrainingJob {
+ public:
+  // ConfigError for options that cannot run here (an unknown backend, fp16
+  // where autocast lacks it, ...); errors of the group's start-up propagate.
+  TrainingJob(const JobParts& parts, const ModelFactory& make_model);
+  ~TrainingJob();
+  TrainingJob(const TrainingJob&) = delete;
+  TrainingJob& operator=(const TrainingJob&) = delete;
+
+  Context& context() { return *ctx_; }
+  torch::Device device() const { return ctx_->device(); }
+  Precision precision() const { return precision_; }
+  models::Model& model() { return *model_; }
+  DataParallel& dataParallel() { return *dp_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  GradScaler& scaler() { return *scaler_; }
+  TrainStep& step() { return *step_; }
+  // Bytes of gradients one step all-reduces.
+  int64_t allreduceBytesPerStep() const;
+
+ private:
+  std::shared_ptr<Context> ctx_;
+  std::unique_ptr<JobStreamGuard> stream_;
+  Precision precision_;
+  std::shared_ptr<models::Model> model_;
+  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<GradScaler> scaler_;
+  std::unique_ptr<TrainStep> step_;
+};
+
+// Moves the module's 4-D parameters and buffers (conv weights) to the
+// channels-last memory format, in place; call before DataParallel.
+void useChannelsLast(torch::nn::Module& model);
+
+// The optimizer the options name, over `slabs`.
+std::unique_ptr<Optimizer> makeOptimizer(const OptimizerOptions& options, const std::vector<FlatSlab>& slabs);
+
+}  // namespace dtrain

@@ -1,0 +1,132 @@
+#include "train/training_loop.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dtrain {
+
+LrScheduleOptions scheduleFor(const ScheduleOptions& options, double base_lr, int64_t steps_per_epoch) {
+  LrScheduleOptions s;
+  s.kind = options.kind;
+  s.base_lr = base_lr;
+  s.warmup_steps = static_cast<int64_t>(std::llround(options.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  s.total_steps = steps_per_epoch * options.epochs;
+  const double step_epochs =
+      options.step_epochs > 0 ? options.step_epochs : std::max(1.0, static_cast<double>(options.epochs) / 3.0);
+  s.step_size =
+      std::max<int64_t>(1, static_cast<int64_t>(std::llround(step_epochs * static_cast<double>(steps_per_epoch))));
+  s.gamma = options.gamma;
+  validate(s);
+  return s;
+}
+
+TrainingLoop::TrainingLoop(TrainingJob& job, Task& task, BatchSource& batches, JobCheckpoint& checkpoint,
+                           TrainObserver& observers, const BucketTimer* timer, const LoopSettings& settings,
+                           const LrScheduleOptions& schedule)
+    : job_(job),
+      task_(task),
+      batches_(batches),
+      checkpoint_(checkpoint),
+      observers_(observers),
+      timer_(timer),
+      settings_(settings),
+      schedule_(schedule),
+      steps_per_epoch_(batches.batchesPerEpoch()),
+      total_steps_(steps_per_epoch_ * settings.epochs) {
+  if (settings_.max_steps > 0) total_steps_ = std::min(total_steps_, settings_.max_steps);
+}
+
+void TrainingLoop::run(const TrainPosition& start, Clock::time_point wall_start) {
+  wall_start_ = wall_start;
+  interval_start_ = Clock::now();
+  step_ = start.step;
+  bool more = step_ < total_steps_;
+  for (int64_t epoch = start.epoch; epoch < settings_.epochs && more; ++epoch) {
+    more = trainEpoch(epoch, epoch == start.epoch ? start.batch : 0);
+    const bool last_epoch = !more || epoch + 1 == settings_.epochs;
+    if (more && settings_.checkpoint_every == 0) {
+      checkpoint_.save(nextPosition(epoch + 1, 0, step_, steps_per_epoch_));
+    }
+    if ((settings_.eval_every > 0 && (epoch + 1) % settings_.eval_every == 0) || last_epoch) evaluate(epoch);
+  }
+}
+
+bool TrainingLoop::trainEpoch(int64_t epoch, int64_t first_batch) {
+  batches_.startEpoch(epoch, first_batch);
+  job_.model().train();
+  while (true) {
+    const auto wait_begin = Clock::now();
+    std::optional<TrainBatch> batch = batches_.next();
+    if (!batch) return true;
+    trainStep(*batch, epoch, wait_begin, Clock::now());
+    if (step_ >= total_steps_) return false;
+  }
+}
+
+void TrainingLoop::trainStep(const TrainBatch& batch, int64_t epoch, Clock::time_point wait_begin,
+                             Clock::time_point wait_end) {
+  const int64_t index = step_;
+  observers_.dataWaited(index, wait_begin, wait_end);
+  observers_.stepStarting(index, batch.samples);
+  const double lr = learningRateAt(schedule_, index);
+  job_.optimizer().setLr(lr);
+  job_.step().run(batch.inputs, batch.targets);
+  observers_.stepFinished(index, job_.step().lastStepGraphed());
+  ++step_;
+  ++steps_in_interval_;
+  const int64_t samples = batch.samples * job_.context().size();
+  interval_samples_ += samples;
+  samples_trained_ += samples;
+  evaluated_last_ = false;
+  if (settings_.checkpoint_every > 0 && step_ % settings_.checkpoint_every == 0) {
+    checkpoint_.save(nextPosition(epoch, batch.index + 1, step_, steps_per_epoch_));
+  }
+  if (step_ % settings_.log_every == 0 || step_ == total_steps_) endInterval(epoch, lr);
+}
+
+// Every rank: its metrics; rank 0 also the progress line.
+void TrainingLoop::endInterval(int64_t epoch, double lr) {
+  const auto now = Clock::now();
+  const double seconds = std::chrono::duration<double>(now - interval_start_).count();
+  StepReport r;
+  r.step = step_;
+  r.total_steps = total_steps_;
+  r.epoch = epoch;
+  r.epochs = settings_.epochs;
+  r.loss = job_.step().lossSum().item<double>() / static_cast<double>(std::max<int64_t>(1, steps_in_interval_));
+  r.lr = lr;
+  r.samples_per_s = seconds > 0 ? static_cast<double>(interval_samples_) / seconds : 0;
+  r.elapsed_s = std::chrono::duration<double>(now - wall_start_).count();
+  r.steps_in_interval = steps_in_interval_;
+  const bool sampled = timer_ != nullptr && timer_->backwards() > 0 && !job_.step().lastStepGraphed();
+  const BackwardTimeline backward = sampled ? timer_->last() : BackwardTimeline{};
+  observers_.intervalEnded(r, sampled ? &backward : nullptr);
+  job_.step().zeroLossSum();
+  steps_in_interval_ = 0;
+  interval_samples_ = 0;
+  interval_start_ = now;
+}
+
+void TrainingLoop::evaluate(int64_t epoch) {
+  job_.dataParallel().syncBuffers();
+  last_eval_ = task_.evaluate(job_.model(), job_.context(), job_.precision());
+  evaluated_last_ = true;
+  observers_.evaluated(EvalReport{epoch, step_, last_eval_});
+}
+
+RunSummary TrainingLoop::finish() {
+  if (!evaluated_last_) {
+    job_.dataParallel().syncBuffers();
+    last_eval_ = task_.evaluate(job_.model(), job_.context(), job_.precision());
+  }
+  checkpoint_.save(TrainPosition{settings_.epochs, 0, step_});
+  RunSummary summary;
+  summary.final_eval = last_eval_;
+  summary.steps = step_;
+  summary.samples = samples_trained_;
+  summary.wall_s = std::chrono::duration<double>(Clock::now() - wall_start_).count();
+  summary.world_size = job_.context().size();
+  return summary;
+}
+
+}  // namespace dtrain
