@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "store/socket.h"
+#include "common/socket.h"
 #include "store/tcp_store.h"
 
 namespace dtrain {

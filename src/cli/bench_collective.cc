@@ -12,6 +12,7 @@
 #include "cli/option_binding.h"
 #include "comm/communicator.h"
 #include "comm/world.h"
+#include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/units.h"
@@ -89,10 +90,9 @@ int runCollective(const CollectiveFlags& flags, bench::Collective collective) {
   }
   auto comm = createCommunicator(backend, world.store, world.rank, world.size, comm_options);
 
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
   char line[512];
-  std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s %s (%s)", world.rank, getpid(), host,
+  std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s %s (%s)", world.rank, getpid(),
+                hostName().c_str(),
                 bench::deviceDescription(options.device).c_str(), backend.c_str());
   world.store->set("bench/device/" + std::to_string(world.rank), line);
   if (world.rank == 0 && !flags.json) {

@@ -7,10 +7,8 @@
 // --nproc-per-node G`) and prints one row per count: samples/s, step time and
 // scaling efficiency against the first count. Under a launcher (WORLD_SIZE
 // set) without --gpus it measures the group it runs in.
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +23,8 @@
 #include "cli/option_binding.h"
 #include "cli/training_runtime.h"
 #include "common/error.h"
+#include "common/host.h"
+#include "common/process.h"
 #include "train/train_options.h"
 
 namespace dtrain::cli {
@@ -65,33 +65,6 @@ void declareBenchTrainCli(OptionSet& set, BenchTrainCli& o) {
       .notForwarded();
   declareBenchTrainOptions(set, o.bench);
   set.toggle("--json", o.json, "Print one JSON object instead of the table").notForwarded();
-}
-
-std::string selfPath() {
-  char self[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) throw IoError("cannot find this program's path (/proc/self/exe)");
-  return std::string(self, static_cast<size_t>(n));
-}
-
-int runProcess(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw IoError("fork failed");
-  if (pid == 0) {
-    ::execv(argv[0], argv.data());
-    std::perror("dtrain bench train: exec");
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw IoError("waitpid failed");
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 std::string describe(const BenchTrainOptions& c) {
@@ -142,14 +115,14 @@ nlohmann::json jsonReport(const BenchTrainOptions& c, const std::vector<nlohmann
 // One `dtrain launch --standalone` group of `gpus` workers; its rank 0's row.
 std::optional<nlohmann::json> runGroup(const BoundOptions<BenchTrainCli>& bound, int gpus,
                                        const std::filesystem::path& dir, int& status) {
-  const std::string self = selfPath();
+  const std::string self = selfExecutablePath();
   const std::string result_file = (dir / ("gpus-" + std::to_string(gpus) + ".json")).string();
   std::vector<std::string> args = {self, "launch", "--standalone", "--nproc-per-node", std::to_string(gpus),
                                    self, "bench",  "train"};
   for (std::string& a : bound.set.arguments()) args.push_back(std::move(a));
   args.push_back("--result-file");
   args.push_back(result_file);
-  const int rc = runProcess(args);
+  const int rc = runProcess(args).exitCode();
   std::ifstream in(result_file);
   if (rc != 0 || !in) {
     std::fprintf(stderr, "dtrain bench train: the %d-GPU run failed (exit code %d)\n", gpus, rc);
@@ -166,9 +139,7 @@ int runBench(const BoundOptions<BenchTrainCli>& bound) {
   if (f.gpus.empty() && world != nullptr) return run_worker(&f.bench);  // one row, this group
 
   const std::vector<int> counts = parseGpuList(f.gpus.empty() ? "1" : f.gpus);
-  char dir_template[] = "/tmp/dtrain-bench-train-XXXXXX";
-  if (::mkdtemp(dir_template) == nullptr) throw IoError("cannot create a temporary directory under /tmp");
-  const std::filesystem::path dir(dir_template);
+  const std::filesystem::path dir(makeTemporaryDirectory("dtrain-bench-train"));
   std::vector<nlohmann::json> rows;
   int status = 0;
   for (int g : counts) {

@@ -14,13 +14,13 @@
 
 #include "cli/commands.h"
 #include "cli/option_binding.h"
+#include "common/host.h"
+#include "common/process.h"
 #include "common/error.h"
 #include "doctor/doctor.h"
 #include "doctor/peer_link.h"
 #include "doctor/report.h"
 #include "metrics/nvml.h"
-
-extern char** environ;
 
 namespace dtrain::cli {
 namespace {
@@ -38,28 +38,6 @@ struct DoctorFlags {
   double timeout_s = 10;
   std::string serve_peer;
 };
-
-std::map<std::string, std::string> processEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    std::string text = *entry;
-    size_t eq = text.find('=');
-    if (eq != std::string::npos) env.emplace(text.substr(0, eq), text.substr(eq + 1));
-  }
-  return env;
-}
-
-std::string hostName() {
-  char buffer[256] = {};
-  if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "unknown";
-  return buffer;
-}
-
-std::string selfExecutable() {
-  char buffer[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("dtrain");
-}
 
 // Serves until SIGINT or SIGTERM. The signals are blocked before the
 // connection threads start and polled here, so no handler runs in them.
@@ -110,7 +88,7 @@ int runDoctor(const DoctorFlags& flags, const GivenOptions& given) {
   }
   options.allreduce = flags.allreduce;
   options.timeout_seconds = flags.timeout_s;
-  options.dtrain_binary = selfExecutable();
+  options.dtrain_binary = selfExecutablePath();
 
   std::vector<doctor::CheckSpec> all = doctor::allChecks();
   if (flags.list) {
@@ -124,7 +102,7 @@ int runDoctor(const DoctorFlags& flags, const GivenOptions& given) {
       given.skip ? doctor::splitNameList(flags.skip, "--skip") : std::vector<std::string>{};
   std::vector<doctor::CheckSpec> selected = doctor::selectChecks(all, check, skip, options);
 
-  std::map<std::string, std::string> env = processEnvironment();
+  std::map<std::string, std::string> env = currentEnvironment();
   doctor::DoctorContext ctx{root, env, options, nullptr, {}};
   std::unique_ptr<metrics::Nvml> nvml;
   if (needsNvml(selected)) {

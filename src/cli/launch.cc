@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/process.h"
 #include "launch/elastic_agent.h"
 #include "launch/launch_config.h"
 

@@ -7,18 +7,19 @@
 #include <filesystem>
 #include <vector>
 
+#include "common/host.h"
 #include "common/error.h"
 
 namespace dtrain::cli {
 
 void* trainingRuntimeSymbol(const std::string& name) {
   std::vector<std::string> candidates = {DTRAIN_TRAIN_LIBRARY};
-  char self[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n > 0) {
-    const std::filesystem::path dir = std::filesystem::path(std::string(self, static_cast<size_t>(n))).parent_path();
+  try {
+    const std::filesystem::path dir = std::filesystem::path(selfExecutablePath()).parent_path();
     candidates.push_back((dir / DTRAIN_TRAIN_LIBRARY_NAME).string());
     candidates.push_back((dir.parent_path() / "lib" / DTRAIN_TRAIN_LIBRARY_NAME).string());
+  } catch (const IoError&) {
+    // Without its own path the binary still finds the runtime where the build put it or on the loader's path.
   }
   candidates.push_back(DTRAIN_TRAIN_LIBRARY_NAME);
   std::string errors;

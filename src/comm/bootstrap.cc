@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "store/store.h"
@@ -91,12 +92,10 @@ void checkWorldSizeAgainstRankZero(Store& store, int rank, int size, Clock::time
 }  // namespace
 
 std::string makeOwnerToken() {
-  char host[256] = {0};
-  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown-host");
   static thread_local std::mt19937_64 generator{std::random_device{}()};
   char suffix[17];
   std::snprintf(suffix, sizeof(suffix), "%016llx", static_cast<unsigned long long>(generator()));
-  return std::string(host) + ":" + std::to_string(::getpid()) + ":" + suffix;
+  return hostName() + ":" + std::to_string(::getpid()) + ":" + suffix;
 }
 
 void abortGroup(Store& store, const std::string& reason) {

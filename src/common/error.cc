@@ -54,4 +54,16 @@ std::string errnoString(int err) {
   return std::string(text) + " (errno " + std::to_string(err) + ")";
 }
 
+IoError errnoError(const std::string& call, int err, const std::string& context, std::source_location where) {
+  // Without a context the call's own text is the only clue to what failed
+  // (its arguments name the file); with one, the function's name is enough.
+  if (context.empty()) {
+    const std::string text = call.find('(') == std::string::npos ? call + "()" : call;
+    return IoError(text + " failed: " + errnoString(err), where);
+  }
+  std::string name = call.substr(0, call.find('('));
+  while (!name.empty() && (name.front() == ':' || name.front() == ' ')) name.erase(0, 1);
+  return IoError(context + ": " + name + "() failed: " + errnoString(err), where);
+}
+
 }  // namespace dtrain

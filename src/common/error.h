@@ -67,20 +67,33 @@ void setProcessRank(int rank);
 void setThreadRank(int rank);  // -1 clears the override
 int currentRank();
 
-// strerror_r wrapped: "Connection refused (errno 111)".
+// strerror_r wrapped: "Connection refused (errno 111)". For log lines; a
+// failure that is thrown goes through errnoError.
 std::string errnoString(int err);
+
+// The one conversion of errno into an error: IoError "<context>: <call>()
+// failed: <errno text>". `call` may be the call's source text: with a
+// context only its function name is kept ("open()"); without one the whole
+// text is ("::open(path, O_RDONLY) failed: ..."), the only clue to what
+// failed.
+IoError errnoError(const std::string& call, int err, const std::string& context = "",
+                   std::source_location where = std::source_location::current());
 
 }  // namespace dtrain
 
 // Converts a failing libc/syscall return (-1 with errno) into IoError naming
-// the call, the errno text and the rank. Evaluates to the call's result.
-#define DTRAIN_CHECK_ERRNO(call)                                              \
+// the call, the errno text, the rank and, when given, what was being done:
+//   DTRAIN_CHECK_ERRNO(::open(p, O_RDONLY), "cannot open checkpoint " + path)
+//   -> IoError "cannot open checkpoint X: open() failed: No such file or
+//      directory (errno 2)"
+// Evaluates to the call's result. Calls that report failure otherwise
+// (fopen's nullptr, posix_spawn's return value) throw errnoError directly.
+#define DTRAIN_CHECK_ERRNO(call, ...)                                         \
   ([&]() {                                                                    \
     auto dtrain_rc_ = (call);                                                 \
     if (dtrain_rc_ == -1) {                                                   \
       int dtrain_errno_ = errno;                                              \
-      throw ::dtrain::IoError(std::string(#call " failed: ") +                \
-                              ::dtrain::errnoString(dtrain_errno_));          \
+      throw ::dtrain::errnoError(#call, dtrain_errno_ __VA_OPT__(, ) __VA_ARGS__); \
     }                                                                         \
     return dtrain_rc_;                                                        \
   }())

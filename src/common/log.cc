@@ -1,3 +1,4 @@
+#include "common/host.h"
 #include "common/log.h"
 
 #include <unistd.h>
@@ -31,15 +32,6 @@ const char* levelName(LogLevel level) {
     case LogLevel::kOff: return "OFF";
   }
   return "?";
-}
-
-const std::string& hostName() {
-  static const std::string name = [] {
-    char buf[256] = {0};
-    if (gethostname(buf, sizeof(buf) - 1) != 0) return std::string("unknown-host");
-    return std::string(buf);
-  }();
-  return name;
 }
 
 std::string checkLogLevel(const std::string& text) {

@@ -29,14 +29,14 @@ std::string hex32(uint32_t v) {
 
 std::vector<uint8_t> readRaw(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) throw IoError("cannot open " + path + ": " + errnoString(errno));
+  if (!f) throw errnoError("fopen", errno, "cannot open " + path);
   std::vector<uint8_t> bytes;
   uint8_t chunk[1 << 16];
   size_t n;
   while ((n = std::fread(chunk, 1, sizeof(chunk), f.get())) > 0) {
     bytes.insert(bytes.end(), chunk, chunk + n);
   }
-  if (std::ferror(f.get())) throw IoError("cannot read " + path + ": " + errnoString(errno));
+  if (std::ferror(f.get())) throw errnoError("fread", errno, "cannot read " + path);
   return bytes;
 }
 
@@ -52,7 +52,7 @@ std::string gzipError(gzFile gz, const std::string& path, size_t bytes_read) {
 
 std::vector<uint8_t> readGzip(const std::string& path) {
   std::unique_ptr<gzFile_s, int (*)(gzFile)> gz(gzopen(path.c_str(), "rb"), &gzclose);
-  if (!gz) throw IoError("cannot open " + path + ": " + errnoString(errno));
+  if (!gz) throw errnoError("gzopen", errno, "cannot open " + path);
   std::vector<uint8_t> bytes;
   std::vector<uint8_t> chunk(1 << 20);
   for (;;) {
@@ -116,7 +116,7 @@ std::vector<uint8_t> readMaybeGzipped(const std::string& path) {
   uint8_t magic[2] = {0, 0};
   {
     std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-    if (!f) throw IoError("cannot open " + path + ": " + errnoString(errno));
+    if (!f) throw errnoError("fopen", errno, "cannot open " + path);
     if (std::fread(magic, 1, 2, f.get()) != 2) magic[0] = magic[1] = 0;
   }
   return (magic[0] == 0x1f && magic[1] == 0x8b) ? readGzip(path) : readRaw(path);

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,18 +14,14 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/host.h"
+#include "common/process.h"
 #include "metrics/nvml.h"
 
 namespace dtrain::doctor {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct ChildRun {
-  bool timed_out = false;
-  int wait_status = 0;
-  std::string output;  // stdout and stderr together
-};
 
 // Reads a file and removes it.
 std::string takeFile(const std::string& path) {
@@ -41,71 +36,28 @@ std::string takeFile(const std::string& path) {
   return out;
 }
 
-// Waits for `pid` until `deadline`; true when it exited (status stored).
-bool waitUntil(pid_t pid, Clock::time_point deadline, int& status) {
-  while (true) {
-    pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) return true;
-    if (done < 0 && errno != EINTR) return true;  // already reaped or not ours: nothing to wait for
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
+struct ChildRun {
+  RunResult result;
+  std::string output;  // stdout and stderr together
+};
 
-// Runs argv in its own process group with `env` as its environment and its
-// output in a temporary file. On timeout the group gets SIGTERM (the launcher
-// stops its workers), then SIGKILL after a grace period.
+// Runs argv with `env` as its environment and its output in a temporary
+// file. On timeout its process group gets SIGTERM (the launcher stops its
+// workers), then SIGKILL after a grace period.
 ChildRun runChild(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                   double timeout_seconds, const std::string& temp_dir) {
   std::string path = temp_dir + "/dtrain-doctor-allreduce-XXXXXX";
-  int fd = ::mkstemp(path.data());
-  if (fd < 0) throw IoError("cannot create a temporary file in " + temp_dir + ": " + errnoString(errno));
-
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fd, 1);
-  posix_spawn_file_actions_adddup2(&actions, fd, 2);
-  posix_spawn_file_actions_addclose(&actions, fd);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  ::close(fd);
-  if (rc != 0) {
-    ::unlink(path.c_str());
-    throw ConfigError("cannot run '" + argv[0] + "': " + errnoString(rc));
-  }
-
+  ::close(DTRAIN_CHECK_ERRNO(::mkstemp(path.data()), "cannot create a temporary file in " + temp_dir));
+  RunOptions options;
+  options.env = env;
+  options.output_path = path;
+  options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_seconds));
   ChildRun run;
-  auto limit = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
-  if (!waitUntil(pid, Clock::now() + limit, run.wait_status)) {
-    run.timed_out = true;
-    ::kill(-pid, SIGTERM);
-    if (!waitUntil(pid, Clock::now() + std::chrono::seconds(5), run.wait_status)) {
-      ::kill(-pid, SIGKILL);
-      while (::waitpid(pid, &run.wait_status, 0) < 0 && errno == EINTR) {
-      }
-    }
-    ::kill(-pid, SIGKILL);  // anything of the group still left
+  try {
+    run.result = runProcess(argv, options);
+  } catch (...) {
+    ::unlink(path.c_str());
+    throw;
   }
   run.output = takeFile(path);
   return run;
@@ -119,12 +71,6 @@ std::string lastLines(const std::string& text, size_t count) {
     if (text[begin - 1] == '\n' && ++lines == count) break;
   }
   return text.substr(begin, end - begin);
-}
-
-std::string exitText(int status) {
-  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-  return "wait status " + std::to_string(status);
 }
 
 int visibleGpuCount(const DoctorContext& ctx) {
@@ -151,12 +97,7 @@ CheckResult checkAllreduce(const DoctorContext& ctx) {
   if (ctx.nvml == nullptr) return skip(name, "NVML not available");
   const int gpus = ctx.nvml->gpus().empty() ? 0 : visibleGpuCount(ctx);
   if (gpus == 0) return skip(name, "no GPUs");
-  std::string binary = ctx.options.dtrain_binary;
-  if (binary.empty()) {
-    char self[4096];
-    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n > 0) binary.assign(self, static_cast<size_t>(n));
-  }
+  const std::string binary = ctx.options.dtrain_binary.empty() ? selfExecutablePath() : ctx.options.dtrain_binary;
   const double timeout = ctx.options.timeout_seconds;
   const std::vector<std::string> argv = {binary, "launch", "--standalone", "--nproc-per-node", std::to_string(gpus),
                                          binary, "bench", "allreduce", "--backend", "nccl", "-b", "256M", "-e",
@@ -172,14 +113,14 @@ CheckResult checkAllreduce(const DoctorContext& ctx) {
     return fail(name, e.message(), "pass the dtrain binary's path; see `dtrain doctor --help`", command);
   }
   const std::string tail = lastLines(run.output, 15);
-  if (run.timed_out) {
+  if (run.result.timed_out) {
     return fail(name, "timed out after " + formatNumber(timeout) + " s (" + gpuCount(gpus) + ")",
                 "a hang in NCCL init or the first collective: re-run with NCCL_DEBUG=INFO, check gpu.topology and "
                 "gpu.fabric; raise --timeout if the GPUs are just slow to initialise",
                 command + "\n" + tail);
   }
-  if (!WIFEXITED(run.wait_status) || WEXITSTATUS(run.wait_status) != 0) {
-    return fail(name, "the all-reduce failed (" + exitText(run.wait_status) + ")",
+  if (!WIFEXITED(run.result.wait_status) || WEXITSTATUS(run.result.wait_status) != 0) {
+    return fail(name, "the all-reduce failed (" + describeWaitStatus(run.result.wait_status) + ")",
                 "read the output in detail; re-run its command with NCCL_DEBUG=INFO, and check gpu.topology and "
                 "gpu.fabric",
                 command + "\n" + tail);

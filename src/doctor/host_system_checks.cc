@@ -241,7 +241,7 @@ KernelClockState readKernelClock() {
   struct timex tx {};
   tx.modes = 0;
   int state = ::ntp_adjtime(&tx);
-  if (state == -1) throw IoError("ntp_adjtime failed: " + errnoString(errno));
+  if (state == -1) throw errnoError("ntp_adjtime", errno);
   KernelClockState clock;
   clock.unsynchronized = (tx.status & STA_UNSYNC) != 0 || state == TIME_ERROR;
   clock.max_error_us = tx.maxerror;

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/socket.h"
 #include "common/log.h"
 
 namespace dtrain::doctor {
@@ -30,20 +31,6 @@ constexpr uint64_t kGaugeBytes = 1ULL << 20;
 constexpr size_t kChunkBytes = 1 << 20;
 // A server connection with nothing to read for this long is dropped.
 constexpr auto kServerIdleLimit = std::chrono::seconds(60);
-
-class Socket {
- public:
-  explicit Socket(int fd = -1) : fd_(fd) {}
-  ~Socket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 std::string peerForm(bool allow_port_zero) {
   return std::string("expected HOST:PORT or [IPV6]:PORT with PORT in ") + (allow_port_zero ? "0" : "1") +
@@ -59,95 +46,23 @@ uint64_t decode(const unsigned char in[8]) {
   return value;
 }
 
-int millisUntil(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 100));
-}
-
-// Waits for `events` on a non-blocking socket in slices of <= 100 ms.
-// false when `deadline` passes or `stop` says so first.
-bool waitFor(int fd, short events, Clock::time_point deadline, const std::function<bool()>& stop = {}) {
-  while (true) {
-    if (stop && stop()) return false;
-    if (Clock::now() >= deadline) return false;
-    pollfd p{fd, events, 0};
-    int rc = ::poll(&p, 1, millisUntil(deadline));
-    if (rc > 0) return true;
-    if (rc < 0 && errno != EINTR) return true;  // the next call reports the error
+// The peer protocol reports failures as text (a measurement's error); these
+// turn the socket seam's answers into it: "" on success, else why not.
+std::string sendBytes(int fd, const char* data, size_t size, Clock::time_point deadline) {
+  try {
+    return sendAll(fd, std::string_view(data, size), deadline) ? "" : "timed out sending";
+  } catch (const IoError& e) {
+    return e.message();
   }
 }
 
-// Sends (receives) exactly `size` bytes on a non-blocking socket before
-// `deadline`: an empty string on success, else why not.
-std::string sendAll(int fd, const char* data, size_t size, Clock::time_point deadline) {
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::send(fd, data + done, size - done, MSG_NOSIGNAL);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (!waitFor(fd, POLLOUT, deadline)) return "timed out sending";
-      continue;
-    }
-    return "send failed: " + errnoString(errno);
+std::string receiveBytes(int fd, char* data, size_t size, Clock::time_point deadline,
+                         const std::function<bool()>& stop = {}) {
+  try {
+    return receiveAll(fd, data, size, deadline, stop) ? "" : "timed out receiving";
+  } catch (const IoError& e) {
+    return e.message();
   }
-  return {};
-}
-
-std::string receiveAll(int fd, char* data, size_t size, Clock::time_point deadline,
-                       const std::function<bool()>& stop = {}) {
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::recv(fd, data + done, size - done, 0);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0) return "connection closed by the other side";
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      if (!waitFor(fd, POLLIN, deadline, stop)) return "timed out receiving";
-      continue;
-    }
-    return "recv failed: " + errnoString(errno);
-  }
-  return {};
-}
-
-void setNonBlocking(int fd) {
-  int flags = DTRAIN_CHECK_ERRNO(::fcntl(fd, F_GETFL, 0));
-  DTRAIN_CHECK_ERRNO(::fcntl(fd, F_SETFL, flags | O_NONBLOCK));
-}
-
-struct AddrInfoDeleter {
-  void operator()(addrinfo* info) const { ::freeaddrinfo(info); }
-};
-using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoDeleter>;
-
-AddrInfoList resolve(const std::string& host, uint16_t port, bool passive, std::string& error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  if (passive) hints.ai_flags = AI_PASSIVE;
-  addrinfo* result = nullptr;
-  std::string service = std::to_string(port);
-  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &result);
-  if (rc != 0) {
-    error = "cannot resolve '" + host + "': " + ::gai_strerror(rc);
-    return nullptr;
-  }
-  return AddrInfoList(result);
-}
-
-std::string numericAddress(const sockaddr* address, socklen_t length) {
-  char host[NI_MAXHOST], service[NI_MAXSERV];
-  if (::getnameinfo(address, length, host, sizeof(host), service, sizeof(service),
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "?";
-  }
-  if (address->sa_family == AF_INET6) return "[" + std::string(host) + "]:" + service;
-  return std::string(host) + ":" + service;
 }
 
 // One transfer of `bytes`; fills `seconds`. Empty string on success.
@@ -156,14 +71,14 @@ std::string timedTransfer(int fd, uint64_t bytes, Clock::time_point deadline, do
   auto start = Clock::now();
   unsigned char header[8];
   encode(bytes, header);
-  if (auto e = sendAll(fd, reinterpret_cast<const char*>(header), 8, deadline); !e.empty()) return e;
+  if (auto e = sendBytes(fd, reinterpret_cast<const char*>(header), 8, deadline); !e.empty()) return e;
   for (uint64_t sent = 0; sent < bytes;) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, bytes - sent));
-    if (auto e = sendAll(fd, chunk.data(), n, deadline); !e.empty()) return e;
+    if (auto e = sendBytes(fd, chunk.data(), n, deadline); !e.empty()) return e;
     sent += n;
   }
   unsigned char answer[8];
-  if (auto e = receiveAll(fd, reinterpret_cast<char*>(answer), 8, deadline); !e.empty()) {
+  if (auto e = receiveBytes(fd, reinterpret_cast<char*>(answer), 8, deadline); !e.empty()) {
     return e == "timed out receiving" ? "no answer to the transfer in time" : e;
   }
   if (decode(answer) != bytes) return "the peer answered with a wrong byte count (not a dtrain doctor peer?)";
@@ -173,24 +88,24 @@ std::string timedTransfer(int fd, uint64_t bytes, Clock::time_point deadline, do
 
 // Serves one client until it hangs up, breaks the protocol, idles or `stop`.
 void serveConnection(int fd, const std::atomic<bool>& stop) {
-  Socket socket(fd);
+  FileDescriptor socket(fd);
   auto stopped = [&] { return stop.load(); };
   std::vector<char> buffer(kChunkBytes);
   auto idle_deadline = [] { return Clock::now() + kServerIdleLimit; };
   char magic[8];
-  if (!receiveAll(fd, magic, 8, idle_deadline(), stopped).empty()) return;
+  if (!receiveBytes(fd, magic, 8, idle_deadline(), stopped).empty()) return;
   if (std::memcmp(magic, kMagic, 8) != 0) return;
   while (!stop.load()) {
     unsigned char header[8];
-    if (!receiveAll(fd, reinterpret_cast<char*>(header), 8, idle_deadline(), stopped).empty()) return;
+    if (!receiveBytes(fd, reinterpret_cast<char*>(header), 8, idle_deadline(), stopped).empty()) return;
     uint64_t bytes = decode(header);
     if (bytes == 0 || bytes > kMaxTransferBytes) return;
     for (uint64_t got = 0; got < bytes;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), bytes - got));
-      if (!receiveAll(fd, buffer.data(), n, idle_deadline(), stopped).empty()) return;
+      if (!receiveBytes(fd, buffer.data(), n, idle_deadline(), stopped).empty()) return;
       got += n;
     }
-    if (!sendAll(fd, reinterpret_cast<const char*>(header), 8, idle_deadline()).empty()) return;
+    if (!sendBytes(fd, reinterpret_cast<const char*>(header), 8, idle_deadline()).empty()) return;
   }
 }
 
@@ -249,46 +164,18 @@ PeerMeasurement measurePeer(const PeerAddress& peer, double timeout_seconds, uin
   PeerMeasurement result;
   auto start = Clock::now();
   auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
-  std::string error;
-  AddrInfoList addresses = resolve(peer.host, peer.port, false, error);
-  if (!addresses) {
-    result.error = error;
+  const auto connect_start = Clock::now();
+  ConnectAttempt attempt =
+      connectTcpOnce(peer.host, peer.port, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start));
+  if (!attempt.socket.valid()) {
+    result.error = attempt.error;
     return result;
   }
-  int fd = -1;
-  for (addrinfo* a = addresses.get(); a != nullptr && fd < 0; a = a->ai_next) {
-    int candidate = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (candidate < 0) {
-      error = "socket failed: " + errnoString(errno);
-      continue;
-    }
-    auto connect_start = Clock::now();
-    int rc = ::connect(candidate, a->ai_addr, a->ai_addrlen);
-    int err = rc == 0 ? 0 : errno;
-    if (err == EINPROGRESS) {
-      if (!waitFor(candidate, POLLOUT, deadline)) {
-        err = ETIMEDOUT;
-      } else {
-        socklen_t length = sizeof(err);
-        ::getsockopt(candidate, SOL_SOCKET, SO_ERROR, &err, &length);
-      }
-    }
-    if (err != 0) {
-      error = err == ETIMEDOUT ? "connect timed out" : "connect failed: " + errnoString(err);
-      ::close(candidate);
-      continue;
-    }
-    result.connect_ms = std::chrono::duration<double, std::milli>(Clock::now() - connect_start).count();
-    fd = candidate;
-  }
-  if (fd < 0) {
-    result.error = error;
-    return result;
-  }
-  Socket socket(fd);
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (auto e = sendAll(fd, kMagic, 8, deadline); !e.empty()) {
+  result.connect_ms = std::chrono::duration<double, std::milli>(Clock::now() - connect_start).count();
+  const FileDescriptor& socket = attempt.socket;
+  const int fd = socket.get();
+  setNoDelay(fd);
+  if (auto e = sendBytes(fd, kMagic, 8, deadline); !e.empty()) {
     result.error = e;
     return result;
   }
@@ -317,27 +204,11 @@ PeerMeasurement measurePeer(const PeerAddress& peer, double timeout_seconds, uin
 }
 
 PeerServer::PeerServer(const PeerAddress& listen) {
-  std::string error;
-  AddrInfoList addresses = resolve(listen.host, listen.port, true, error);
-  if (!addresses) throw IoError("--serve-peer " + listen.text + ": " + error);
-  for (addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      error = "socket failed: " + errnoString(errno);
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
-      error = "bind/listen failed: " + errnoString(errno);
-      ::close(fd);
-      continue;
-    }
-    setNonBlocking(fd);
-    listen_fd_ = fd;
-    return;
+  try {
+    listen_fd_ = listenTcp(listen.host, listen.port, 64).release();
+  } catch (const IoError& e) {
+    throw IoError("--serve-peer " + listen.text + ": " + e.message());
   }
-  throw IoError("--serve-peer " + listen.text + ": " + error);
 }
 
 PeerServer::~PeerServer() {
@@ -348,7 +219,7 @@ std::string PeerServer::boundAddress() const {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
   DTRAIN_CHECK_ERRNO(::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length));
-  return numericAddress(reinterpret_cast<sockaddr*>(&address), length);
+  return socketAddressText(reinterpret_cast<sockaddr*>(&address), length);
 }
 
 void PeerServer::serve(const std::function<bool()>& should_stop) {
@@ -367,7 +238,7 @@ void PeerServer::serve(const std::function<bool()>& should_stop) {
       int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
         DTRAIN_LOG_DEBUG("dtrain doctor --serve-peer: client "
-                         << numericAddress(reinterpret_cast<sockaddr*>(&address), length));
+                         << socketAddressText(reinterpret_cast<sockaddr*>(&address), length));
         auto done = std::make_shared<std::atomic<bool>>(false);
         connections.push_back({std::thread([fd, done, &stop] {
                                  serveConnection(fd, stop);

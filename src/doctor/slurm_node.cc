@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/host.h"
 #include "common/error.h"
 #include "metrics/nvml.h"
 
@@ -158,10 +159,7 @@ std::optional<CpuTopology> topologyFromCpuinfo(const SystemRoot& root) {
 
 std::string readShortHostName(const SystemRoot& root) {
   std::optional<std::string> name = root.readLine("/proc/sys/kernel/hostname");
-  if ((!name || name->empty()) && root.isLive()) {
-    char buffer[256] = {0};
-    if (::gethostname(buffer, sizeof(buffer) - 1) == 0) name = std::string(buffer);
-  }
+  if ((!name || name->empty()) && root.isLive()) name = hostName();
   if (!name || name->empty()) {
     throw ConfigError(root.path("/proc/sys/kernel/hostname") + ": cannot read the host name (expected one line)");
   }

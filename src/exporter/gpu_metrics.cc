@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "common/host.h"
 #include "common/env.h"
 
 namespace dtrain::exporter {
@@ -121,10 +122,7 @@ const std::vector<MetricInfo>& gpuMetricCatalog() {
 
 metrics::Labels hostLabels() {
   std::string host = envString("NODE_NAME").value_or("");
-  if (host.empty()) {
-    char buf[256] = {0};
-    host = ::gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "unknown-host";
-  }
+  if (host.empty()) host = hostName();
   metrics::Labels labels = {{"Hostname", host}};
   if (auto job = envString("SLURM_JOB_ID"); job && !job->empty()) labels.emplace_back("slurm_job_id", *job);
   return labels;

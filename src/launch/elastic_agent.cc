@@ -14,35 +14,20 @@
 #include <fstream>
 #include <thread>
 
+#include "common/host.h"
+#include "common/process.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/settings.h"
-#include "launch/free_port.h"
+#include "common/socket.h"
 #include "launch/worker_group.h"
 #include "store/store.h"
 
-extern char** environ;
 
 namespace dtrain {
 namespace {
 
 constexpr int kMaxPortRetries = 3;
-
-std::string hostName() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
-std::map<std::string, std::string> inheritedEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    std::string text = *entry;
-    auto eq = text.find('=');
-    if (eq != std::string::npos) env[text.substr(0, eq)] = text.substr(eq + 1);
-  }
-  return env;
-}
 
 // PyTorch's rank 0 binds MASTER_PORT after we let go of it, so another
 // process can take it in between: the agent then retries with a new port.
@@ -71,12 +56,7 @@ void sleepFor(std::chrono::milliseconds duration, const std::atomic<int>& stop) 
 ElasticAgent::ElasticAgent(LaunchConfig config) : config_(std::move(config)), host_(hostName()) {
   std::string base = config_.log_dir;
   if (base.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/dtrain_launch_XXXXXX";
-    std::vector<char> buf(pattern.begin(), pattern.end());
-    buf.push_back('\0');
-    if (::mkdtemp(buf.data()) == nullptr) throw IoError("could not create a log directory " + pattern);
-    base = buf.data();
+    base = makeTemporaryDirectory("dtrain_launch");
   }
   log_dir_ = base + "/" + config_.rendezvous.run_id;
   std::error_code ec;
@@ -98,7 +78,7 @@ std::string ElasticAgent::masterPort(const RendezvousResult& round) {
 std::vector<std::map<std::string, std::string>> ElasticAgent::workerEnvironments(
     const RendezvousResult& round, int restart_count, int attempt, const std::string& master_port) {
   std::vector<std::map<std::string, std::string>> envs;
-  const auto base = inheritedEnvironment();
+  const auto base = currentEnvironment();
   const int nproc = config_.nproc_per_node;
   for (int local = 0; local < nproc; ++local) {
     auto env = base;
@@ -154,6 +134,12 @@ ElasticAgent::Outcome ElasticAgent::monitor(WorkerGroup& group, const Rendezvous
     }
     if (std::chrono::steady_clock::now() < next_store_check) continue;
     next_store_check = std::chrono::steady_clock::now() + config_.monitor_interval;
+    if (const std::string why = rendezvous_->storeServerFailure(); !why.empty()) {
+      // The job's store is gone with it: no restart can rendezvous again.
+      DTRAIN_LOG_ERROR("the job store this agent hosts failed; stopping the workers: " << why);
+      group.stop();
+      throw IoError(why);
+    }
     if (round.store->check({"agent/failed"})) return Outcome::kFailedElsewhere;
     if (rendezvous_->numNodesWaiting() > 0) return Outcome::kMembershipChanged;
   }

@@ -4,7 +4,7 @@
 // expected. The grammar (flags, spellings, PET_ names) is in launch_flags.
 #include "launch/launch_config.h"
 
-#include "launch/free_port.h"
+#include "common/socket.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -26,7 +26,6 @@
 #include "launch/log_router.h"
 #include "launch/slurm.h"
 
-extern char** environ;
 
 namespace dtrain {
 namespace {
@@ -387,16 +386,6 @@ bool isElfExecutable(const std::string& path) {
   std::ifstream file(resolved, std::ios::binary);
   char magic[4] = {};
   return file.read(magic, 4) && magic[0] == 0x7f && magic[1] == 'E' && magic[2] == 'L' && magic[3] == 'F';
-}
-
-std::map<std::string, std::string> currentEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    std::string text(*entry);
-    size_t eq = text.find('=');
-    if (eq != std::string::npos) env.emplace(text.substr(0, eq), text.substr(eq + 1));
-  }
-  return env;
 }
 
 }  // namespace dtrain

@@ -66,8 +66,6 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args,
 // `dtrain launch --help`: every flag with its default and one line of help.
 std::string launchUsage();
 
-// The environment as a map (for parseLaunchArgs).
-std::map<std::string, std::string> currentEnvironment();
 // True when path (or, for a bare name, the first executable of that name on
 // PATH) is an ELF binary: the launcher runs it without python.
 bool isElfExecutable(const std::string& path);

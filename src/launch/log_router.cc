@@ -46,7 +46,7 @@ int openLogFile(const std::string& path) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   if (ec) throw IoError("cannot create the folder of log file " + path + ": " + ec.message());
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError("cannot open log file " + path + ": " + errnoString(errno));
+  if (fd < 0) throw errnoError("open", errno, "cannot open log file " + path);
   return fd;
 }
 

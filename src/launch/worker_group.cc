@@ -11,7 +11,7 @@
 #include "common/settings.h"
 #include "launch/error_file.h"
 #include "launch/log_router.h"
-#include "launch/process.h"
+#include "common/process.h"
 
 namespace dtrain {
 namespace {

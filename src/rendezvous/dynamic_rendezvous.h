@@ -45,6 +45,7 @@ class DynamicRendezvousHandler : public RendezvousHandler {
   int numNodesWaiting() override;
   void shutdown() override;
   std::string describe() const override { return label_; }
+  std::string storeServerFailure() const override { return endpoint_ ? endpoint_->serverFailure() : ""; }
 
   const std::string& nodeId() const { return node_id_; }
 

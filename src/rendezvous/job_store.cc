@@ -151,4 +151,6 @@ RendezvousResult JobStoreEndpoint::resultFor(const std::string& run_id, int64_t 
   return result;
 }
 
+std::string JobStoreEndpoint::serverFailure() const { return server_ ? server_->failure() : ""; }
+
 }  // namespace dtrain

@@ -52,6 +52,8 @@ class JobStoreEndpoint {
   std::shared_ptr<TcpStore> connect(std::chrono::milliseconds connect_timeout) const;
 
   bool hosting() const { return server_ != nullptr; }
+  // The hosted server's failure() ("" when serving or not hosting).
+  std::string serverFailure() const;
   const std::string& host() const { return host_; }
   uint16_t port() const { return port_; }
   // This agent's address as peers see it: config.local_address, else the

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "rendezvous/rendezvous.h"
+#include "common/host.h"
 
 namespace dtrain {
 namespace {
@@ -89,11 +90,7 @@ bool isInterfaceAddress(const sockaddr* address) {
   return false;
 }
 
-std::string thisHostName() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return {};
-  return lowerCase(buf);
-}
+std::string thisHostName() { return lowerCase(hostName()); }
 
 std::string numericText(const sockaddr* address, socklen_t length) {
   char text[NI_MAXHOST];

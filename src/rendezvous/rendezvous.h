@@ -89,6 +89,9 @@ class RendezvousHandler {
   virtual int numNodesWaiting() = 0;
   virtual void shutdown() = 0;
   virtual std::string describe() const = 0;  // "c10d rendezvous 'job1' at host:port"
+  // "" unless this agent hosts the job store and its server stopped
+  // serving; then why (the agent stops the job naming it).
+  virtual std::string storeServerFailure() const { return ""; }
 };
 
 // Builds the handler for config.backend, hosting the job store on this agent

@@ -33,6 +33,7 @@ class StaticRendezvousHandler : public RendezvousHandler {
   int numNodesWaiting() override { return 0; }  // membership is fixed
   void shutdown() override;
   std::string describe() const override { return label_; }
+  std::string storeServerFailure() const override { return endpoint_ ? endpoint_->serverFailure() : ""; }
 
  private:
   std::string nodeKey(int64_t generation, int node_rank) const;

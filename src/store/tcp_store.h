@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,9 +33,16 @@ struct TcpStoreServerOptions {
   uint16_t port = 0;                      // 0: pick a free port (see port())
   std::string token;                      // empty: no authentication
   uint32_t max_frame_bytes = kStoreMaxFrameBytes;
+  // Tests: called by the serving thread once per loop turn; an exception it
+  // throws fails the loop as an OS error would.
+  std::function<void()> loop_hook;
 };
 
-// Serves on a background thread from construction until destruction.
+// Serves on a background thread from construction until destruction. If the
+// serving loop fails (an OS error), it does not die silently: every client
+// connection and the listening socket are closed at once (clients get an
+// error, not a timeout; new ones are refused), the failure is logged, and
+// failure() says why so the owner can stop with an error naming it.
 class TcpStoreServer {
  public:
   explicit TcpStoreServer(const TcpStoreServerOptions& options);
@@ -45,6 +53,9 @@ class TcpStoreServer {
   uint16_t port() const;
   // Connected clients right now (tests, metrics).
   size_t numClients() const;
+  // "" while serving; after the loop failed, "store server HOST:PORT
+  // stopped serving: <why>".
+  std::string failure() const;
 
  private:
   class Impl;

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "store/socket.h"
+#include "common/socket.h"
 #include "store/tcp_store.h"
 #include "store/wire.h"
 

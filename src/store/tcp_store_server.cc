@@ -9,13 +9,14 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "store/request_handler.h"
-#include "store/socket.h"
+#include "common/socket.h"
 #include "store/tcp_store.h"
 #include "store/wire.h"
 
@@ -50,6 +51,7 @@ class TcpStoreServer::Impl {
 
   uint16_t port() const { return port_; }
   size_t numClients() const { return num_clients_.load(std::memory_order_relaxed); }
+  std::string failure() const;
 
  private:
   struct Connection {
@@ -96,6 +98,8 @@ class TcpStoreServer::Impl {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<size_t> num_clients_{0};
+  mutable std::mutex failure_mutex_;
+  std::string failure_;  // GUARDED_BY(failure_mutex_)
 
   // Touched only by the loop thread once it runs.
   std::unordered_map<ClientId, std::unique_ptr<Connection>> connections_;
@@ -138,11 +142,12 @@ void TcpStoreServer::Impl::run() {
   std::vector<epoll_event> events(256);
   try {
     while (!stopping_) {
+      if (options_.loop_hook) options_.loop_hook();
       int n = epoll_wait(epoll_fd_.get(), events.data(), static_cast<int>(events.size()),
                          epollTimeoutMillis());
       if (n < 0) {
         if (errno == EINTR) continue;
-        throw IoError("epoll_wait() failed: " + errnoString(errno));
+        throw errnoError("epoll_wait", errno);
       }
       for (int i = 0; i < n; ++i) {
         uint64_t tag = events[i].data.u64;
@@ -161,10 +166,20 @@ void TcpStoreServer::Impl::run() {
       resumeAcceptingIfDue();
     }
   } catch (const std::exception& e) {
-    DTRAIN_LOG_ERROR("store server " << where_ << " stopped serving: " << e.what());
+    const auto* error = dynamic_cast<const Error*>(&e);
+    const std::string why = "store server " + where_ + " stopped serving: " + (error ? error->message() : e.what());
+    DTRAIN_LOG_ERROR(why);
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    failure_ = why;
+    listen_fd_.reset();  // new clients are refused rather than left waiting
   }
   connections_.clear();
   num_clients_ = 0;
+}
+
+std::string TcpStoreServer::Impl::failure() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return failure_;
 }
 
 int TcpStoreServer::Impl::epollTimeoutMillis() const {
@@ -386,5 +401,6 @@ TcpStoreServer::TcpStoreServer(const TcpStoreServerOptions& options)
 TcpStoreServer::~TcpStoreServer() = default;
 uint16_t TcpStoreServer::port() const { return impl_->port(); }
 size_t TcpStoreServer::numClients() const { return impl_->numClients(); }
+std::string TcpStoreServer::failure() const { return impl_->failure(); }
 
 }  // namespace dtrain

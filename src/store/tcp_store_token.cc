@@ -29,8 +29,7 @@ std::string storeTokenFromEnvironment() {
   if (!path || path->empty()) return "";
   std::ifstream file(*path, std::ios::binary);
   if (!file) {
-    throw IoError("cannot read the store token file '" + *path + "' (DTRAIN_STORE_TOKEN_FILE): " +
-                  errnoString(errno));
+    throw errnoError("open", errno, "cannot read the store token file '" + *path + "' (DTRAIN_STORE_TOKEN_FILE)");
   }
   std::ostringstream contents;
   contents << file.rdbuf();

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <set>
 
+#include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -57,14 +58,6 @@ uint32_t crcUpdate(uint32_t crc, const void* data, uint64_t size) {
   return crc;
 }
 
-const std::string& hostName() {
-  static const std::string name = [] {
-    char buf[256] = {0};
-    return ::gethostname(buf, sizeof(buf) - 1) == 0 ? std::string(buf) : std::string("unknown-host");
-  }();
-  return name;
-}
-
 std::string checkpointName(const std::string& prefix, int64_t step) {
   char digits[32];
   std::snprintf(digits, sizeof(digits), "%09lld", static_cast<long long>(step));
@@ -92,7 +85,7 @@ std::optional<std::vector<std::string>> namesIn(const std::string& dir) {
   DIR* handle = ::opendir(dir.c_str());
   if (handle == nullptr) {
     if (errno == ENOENT) return std::nullopt;
-    throw IoError("cannot list checkpoint directory '" + dir + "': " + errnoString(errno));
+    throw errnoError("opendir", errno, "cannot list checkpoint directory '" + dir + "'");
   }
   std::vector<std::string> names;
   while (const dirent* entry = ::readdir(handle)) names.emplace_back(entry->d_name);
@@ -173,7 +166,7 @@ class CrcFileWriter {
     while (size > 0) {
       const ssize_t n = ::write(fd_, data, std::min(size, kIoChunk));
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw IoError(what_ + ": write failed: " + errnoString(errno));
+      if (n < 0) throw errnoError("write", errno, what_);
       data += n;
       size -= static_cast<size_t>(n);
     }
@@ -241,13 +234,13 @@ void writeCheckpointFile(int fd, const std::string& what, const std::string& hea
 
 void fsyncDir(const std::string& dir, const std::string& what) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw IoError(what + ": cannot open directory '" + dir + "' to fsync it: " + errnoString(errno));
+  if (fd < 0) throw errnoError("open", errno, what + ": cannot open directory '" + dir + "' to fsync it");
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
   // Some file systems cannot fsync a directory (EINVAL); the rename stands.
   if (rc != 0 && err != EINVAL) {
-    throw IoError(what + ": fsync of directory '" + dir + "' failed: " + errnoString(err));
+    throw errnoError("fsync", err, what + ": directory '" + dir + "'");
   }
 }
 
@@ -328,12 +321,12 @@ class CheckpointFile {
  public:
   explicit CheckpointFile(const std::string& path) : path_(path) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw IoError("cannot open checkpoint " + path + ": " + errnoString(errno));
+    if (fd_ < 0) throw errnoError("open", errno, "cannot open checkpoint " + path);
     struct stat st {};
     if (::fstat(fd_, &st) != 0) {
       const int err = errno;
       ::close(fd_);
-      throw IoError("cannot stat checkpoint " + path + ": " + errnoString(err));
+      throw errnoError("fstat", err, "cannot stat checkpoint " + path);
     }
     if (S_ISDIR(st.st_mode)) {
       ::close(fd_);
@@ -351,7 +344,7 @@ class CheckpointFile {
     while (size > 0) {
       const ssize_t n = ::pread(fd_, p, std::min(size, kIoChunk), static_cast<off_t>(offset));
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw IoError("reading checkpoint " + path_ + " failed: " + errnoString(errno));
+      if (n < 0) throw errnoError("read", errno, "reading checkpoint " + path_);
       if (n == 0) throw IoError("checkpoint " + path_ + " shrank while it was being read");
       p += n;
       offset += static_cast<uint64_t>(n);
@@ -486,7 +479,7 @@ Checkpointer::Checkpointer(CheckpointerOptions options) : options_(std::move(opt
     throw ConfigError("checkpoint prefix '" + prefix + "' must be non-empty, have no '/' and not start with '.'");
   }
   if (const int err = makeDirectories(options_.dir)) {
-    throw IoError("cannot create checkpoint directory '" + options_.dir + "': " + errnoString(err));
+    throw errnoError("mkdir", err, "cannot create checkpoint directory '" + options_.dir + "'");
   }
 }
 
@@ -500,13 +493,13 @@ std::string Checkpointer::save(int64_t step, const CheckpointState& state) {
   const std::string what = "writing checkpoint " + final_path;
 
   int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(what + ": cannot create " + temp_path + ": " + errnoString(errno));
+  if (fd < 0) throw errnoError("open", errno, what + ": cannot create " + temp_path);
   try {
     writeCheckpointFile(fd, what, header, data_bytes, state);
-    if (::fsync(fd) != 0) throw IoError(what + ": fsync failed: " + errnoString(errno));
+    if (::fsync(fd) != 0) throw errnoError("fsync", errno, what);
     const int rc = ::close(fd);
     fd = -1;  // closed even when close() fails
-    if (rc != 0) throw IoError(what + ": close failed: " + errnoString(errno));
+    if (rc != 0) throw errnoError("close", errno, what);
   } catch (...) {
     if (fd >= 0) ::close(fd);
     ::unlink(temp_path.c_str());
@@ -515,7 +508,7 @@ std::string Checkpointer::save(int64_t step, const CheckpointState& state) {
   if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
     const int err = errno;
     ::unlink(temp_path.c_str());
-    throw IoError(what + ": rename from " + temp_path + " failed: " + errnoString(err));
+    throw errnoError("rename", err, what + ": rename from " + temp_path);
   }
   fsyncDir(options_.dir, what);
 

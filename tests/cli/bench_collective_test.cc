@@ -4,7 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "process_runner.h"
+#include "tests/support/command.h"
+#include "tests/support/ports.h"
 
 namespace dtrain::testing {
 namespace {

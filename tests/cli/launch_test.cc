@@ -9,7 +9,9 @@
 #include <set>
 #include <thread>
 
-#include "process_runner.h"
+#include "tests/support/command.h"
+#include "tests/support/ports.h"
+#include "tests/support/temp_dir.h"
 
 namespace dtrain::testing {
 namespace {
@@ -22,10 +24,6 @@ int countOf(const std::string& text, const std::string& needle) {
   return n;
 }
 
-std::string tempDir() {
-  char pattern[] = "/tmp/dtrain_launch_test_XXXXXX";
-  return ::mkdtemp(pattern);
-}
 
 TEST(LaunchTest, PyTorchDdpScriptTrainsAndRanksAgree) {
   auto r = runCommand("PYTHON_EXEC=/usr/bin/python3 " + launch() + " --nproc-per-node 2 --master-port " +
@@ -75,7 +73,7 @@ TEST(LaunchTest, TwoAgentsFormAWorldOfFour) {
 
 TEST(LaunchTest, ThirdNodeJoiningTriggersReRendezvousToSix) {
   int port = freePort();
-  std::string dir = tempDir();
+  std::string dir = makeTempDir("dtrain-launch-test");
   // Workers wait until the world has 6 ranks; the first two nodes' first
   // round has 4, so they are restarted when the third node arrives.
   std::string agent = launch() + " --nnodes 2:3 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
@@ -118,7 +116,7 @@ TEST(LaunchTest, WorkerKilledOnceRecoversWithRestartCountOne) {
 }
 
 TEST(LaunchTest, SigtermStopsEveryWorkerWithinTheGracePeriod) {
-  std::string dir = tempDir();
+  std::string dir = makeTempDir("dtrain-launch-test");
   auto r = runCommand(launch() + " --nproc-per-node 3 --shutdown-timeout 2 --master-port " + std::to_string(freePort()) +
                       " --no-python sh -c \"trap \\\"\\\" TERM; echo \\$\\$ > " + dir +
                       "/pid.\\$RANK; sleep 60 & echo \\$! > " + dir + "/child.\\$RANK; wait\" & launcher=$!; "
@@ -153,7 +151,7 @@ TEST(LaunchTest, MasterPortCollisionIsRetriedWithoutUsingARestart) {
   // The first attempt's rank 0 fails the way PyTorch's store does when
   // MASTER_PORT was taken; the agent must retry with a new port and no
   // restart (--max-restarts 0), and the job then succeeds.
-  std::string dir = tempDir();
+  std::string dir = makeTempDir("dtrain-launch-test");
   std::string script = writeScript(dir, "worker.sh", R"(
 echo PORT $RANK $MASTER_PORT restart=$TORCHELASTIC_RESTART_COUNT
 if [ $RANK = 0 ] && [ ! -e "$(dirname "$0")/once" ]; then
@@ -175,7 +173,7 @@ sleep 0.3
 }
 
 TEST(LaunchTest, FailureSummaryIsWrittenAsJsonInTheLogDir) {
-  std::string dir = tempDir();
+  std::string dir = makeTempDir("dtrain-launch-test");
   std::string script = writeScript(dir, "fail.sh", "echo oops >&2\nexit $((RANK + 3))\n");
   auto r = runCommand(launch() + " --nproc-per-node 2 --rdzv-id jobj --log-dir " + dir + " --master-port " +
                       std::to_string(freePort()) + " --no-python sh " + script, 60);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tests/support/text.h"
 
 namespace dtrain::testing {
 
@@ -59,8 +60,5 @@ bool errorIs(const std::exception_ptr& error) {
   }
 }
 
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 }  // namespace dtrain::testing

@@ -7,19 +7,20 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tests/support/command.h"
+#include "tests/support/text.h"
 
 namespace dtrain {
 namespace {
 
+using testing::CommandResult;
+using testing::runCommand;
+using testing::splitLines;
+
 using Hosts = std::vector<std::string>;
 
-std::string errorOf(const std::string& expression) {
-  try {
-    expandHostlist(expression);
-  } catch (const ConfigError& e) {
-    return e.message();
-  }
-  return "(no error)";
+std::string expansionError(const std::string& expression) {
+  return testing::configErrorOf([&] { expandHostlist(expression); });
 }
 
 // Expansions as `scontrol show hostnames` prints them.
@@ -59,31 +60,31 @@ TEST(HostlistTest, SeveralBracketsAreACartesianProductFirstOutermost) {
 
 // Slurm 22.05's scontrol answers "Invalid hostlist" for these; so do we.
 TEST(HostlistTest, TextAfterTheLastBracketIsRejectedAsSlurmDoes) {
-  EXPECT_EQ(errorOf("tux[1-2]-ib0"),
+  EXPECT_EQ(expansionError("tux[1-2]-ib0"),
             "hostlist \"tux[1-2]-ib0\": text after the last ']' (Slurm allows none) at position 8");
-  EXPECT_EQ(errorOf("x[1-2]y,z[5]"), "hostlist \"x[1-2]y,z[5]\": text after the last ']' (Slurm allows none) at position 6");
+  EXPECT_EQ(expansionError("x[1-2]y,z[5]"), "hostlist \"x[1-2]y,z[5]\": text after the last ']' (Slurm allows none) at position 6");
 }
 
 TEST(HostlistTest, MalformedInputNamesExpressionWhatAndPosition) {
-  EXPECT_EQ(errorOf(""), "hostlist \"\": no host names at position 0");
-  EXPECT_EQ(errorOf(" , "), "hostlist \" , \": no host names at position 0");
-  EXPECT_EQ(errorOf("tux[1-2"), "hostlist \"tux[1-2\": '[' is never closed at position 3");
-  EXPECT_EQ(errorOf("tux1-2]"), "hostlist \"tux1-2]\": ']' without a matching '[' at position 6");
-  EXPECT_EQ(errorOf("a[1[2]]"), "hostlist \"a[1[2]]\": nested '[' at position 3");
-  EXPECT_EQ(errorOf("tux[5-2]"), "hostlist \"tux[5-2]\": range 5-2 is reversed at position 4");
-  EXPECT_EQ(errorOf("tux[]"), "hostlist \"tux[]\": empty brackets at position 3");
-  EXPECT_EQ(errorOf("tux[1,,2]"), "hostlist \"tux[1,,2]\": empty range at position 6");
-  EXPECT_EQ(errorOf("tux[1,]"), "hostlist \"tux[1,]\": empty range at position 6");
-  EXPECT_EQ(errorOf("tux[-3]"), "hostlist \"tux[-3]\": missing number at position 4");
-  EXPECT_EQ(errorOf("tux[3-]"), "hostlist \"tux[3-]\": missing number at position 6");
-  EXPECT_EQ(errorOf("tux[a-b]"),
+  EXPECT_EQ(expansionError(""), "hostlist \"\": no host names at position 0");
+  EXPECT_EQ(expansionError(" , "), "hostlist \" , \": no host names at position 0");
+  EXPECT_EQ(expansionError("tux[1-2"), "hostlist \"tux[1-2\": '[' is never closed at position 3");
+  EXPECT_EQ(expansionError("tux1-2]"), "hostlist \"tux1-2]\": ']' without a matching '[' at position 6");
+  EXPECT_EQ(expansionError("a[1[2]]"), "hostlist \"a[1[2]]\": nested '[' at position 3");
+  EXPECT_EQ(expansionError("tux[5-2]"), "hostlist \"tux[5-2]\": range 5-2 is reversed at position 4");
+  EXPECT_EQ(expansionError("tux[]"), "hostlist \"tux[]\": empty brackets at position 3");
+  EXPECT_EQ(expansionError("tux[1,,2]"), "hostlist \"tux[1,,2]\": empty range at position 6");
+  EXPECT_EQ(expansionError("tux[1,]"), "hostlist \"tux[1,]\": empty range at position 6");
+  EXPECT_EQ(expansionError("tux[-3]"), "hostlist \"tux[-3]\": missing number at position 4");
+  EXPECT_EQ(expansionError("tux[3-]"), "hostlist \"tux[3-]\": missing number at position 6");
+  EXPECT_EQ(expansionError("tux[a-b]"),
             "hostlist \"tux[a-b]\": 'a' in a range (expected digits, '-' or ',') at position 4");
-  EXPECT_EQ(errorOf("tux[1-2-3]"),
+  EXPECT_EQ(expansionError("tux[1-2-3]"),
             "hostlist \"tux[1-2-3]\": '-' in a range (expected digits, '-' or ',') at position 7");
-  EXPECT_EQ(errorOf("tux[1, 2]"),
+  EXPECT_EQ(expansionError("tux[1, 2]"),
             "hostlist \"tux[1, 2]\": ' ' in a range (expected digits, '-' or ',') at position 6");
-  EXPECT_NE(errorOf("n[0-99999999]").find("expands to more than 1048576 hosts"), std::string::npos);
-  EXPECT_NE(errorOf("n[0-999]m[0-999]o[0-9]").find("expands to more than 1048576 hosts"),
+  EXPECT_NE(expansionError("n[0-99999999]").find("expands to more than 1048576 hosts"), std::string::npos);
+  EXPECT_NE(expansionError("n[0-999]m[0-999]o[0-9]").find("expands to more than 1048576 hosts"),
             std::string::npos);
 }
 
@@ -102,17 +103,13 @@ TEST(HostlistTest, AgreesWithScontrol) {
   }
   for (const char* expression : {"tux[0-2,12]", "n[001-003]", "r[1-2]n[1-2]", "a1,b[2-3],c",
                                  "n[9-010]", "a[1-2]-b[3-4]", "rack[1,3]-node[01-02]"}) {
-    std::string command = "SLURM_CONF=" + conf + " scontrol show hostnames '" + expression + "' 2>/dev/null";
-    FILE* pipe = ::popen(command.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
+    const CommandResult r =
+        runCommand("SLURM_CONF=" + conf + " scontrol show hostnames '" + expression + "' 2>/dev/null", 30);
+    ASSERT_EQ(r.exit_code, 0) << "scontrol failed on " << expression;
     Hosts slurm;
-    char line[4096];
-    while (std::fgets(line, sizeof line, pipe) != nullptr) {
-      std::string host(line);
-      while (!host.empty() && (host.back() == '\n' || host.back() == '\r')) host.pop_back();
+    for (const std::string& host : splitLines(r.output)) {
       if (!host.empty()) slurm.push_back(host);
     }
-    ASSERT_EQ(::pclose(pipe), 0) << "scontrol failed on " << expression;
     EXPECT_EQ(expandHostlist(expression), slurm) << expression;
   }
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "tests/support/text.h"
 
 namespace dtrain {
 namespace {
@@ -57,13 +58,8 @@ class OptionsTest : public ::testing::Test {
   OptionsTest() : set_("dtrain sample") { declare(set_, sample_); }
 
   // The message set() raises for `value` of option `name`, or "" when accepted.
-  std::string errorOf(const std::string& name, const std::string& value) {
-    try {
-      set_.find(name)->set(value);
-    } catch (const ConfigError& e) {
-      return e.message();
-    }
-    return "";
+  std::string rejection(const std::string& name, const std::string& value) {
+    return testing::configErrorOf([&] { set_.find(name)->set(value); });
   }
 
   Sample sample_;
@@ -71,62 +67,62 @@ class OptionsTest : public ::testing::Test {
 };
 
 TEST_F(OptionsTest, IntegersRefuseOutOfRangeOverflowAndJunk) {
-  EXPECT_EQ(errorOf("--batch-size", "0"), "-b/--batch-size '0': out of range; expected an integer from 1 to 1024");
-  EXPECT_EQ(errorOf("--batch-size", "2147483647"),
+  EXPECT_EQ(rejection("--batch-size", "0"), "-b/--batch-size '0': out of range; expected an integer from 1 to 1024");
+  EXPECT_EQ(rejection("--batch-size", "2147483647"),
             "-b/--batch-size '2147483647': out of range; expected an integer from 1 to 1024");
-  EXPECT_EQ(errorOf("--batch-size", "99999999999999999999999"),
+  EXPECT_EQ(rejection("--batch-size", "99999999999999999999999"),
             "-b/--batch-size '99999999999999999999999': out of range; expected an integer from 1 to 1024");
-  EXPECT_EQ(errorOf("--batch-size", "12x"), "-b/--batch-size '12x': not an integer; expected an integer from 1 to 1024");
-  EXPECT_EQ(errorOf("--batch-size", ""), "-b/--batch-size '': not an integer; expected an integer from 1 to 1024");
-  EXPECT_EQ(errorOf("--batch-size", "1.5"), "-b/--batch-size '1.5': not an integer; expected an integer from 1 to 1024");
-  EXPECT_EQ(errorOf("--workers", "99999999999"),
+  EXPECT_EQ(rejection("--batch-size", "12x"), "-b/--batch-size '12x': not an integer; expected an integer from 1 to 1024");
+  EXPECT_EQ(rejection("--batch-size", ""), "-b/--batch-size '': not an integer; expected an integer from 1 to 1024");
+  EXPECT_EQ(rejection("--batch-size", "1.5"), "-b/--batch-size '1.5': not an integer; expected an integer from 1 to 1024");
+  EXPECT_EQ(rejection("--workers", "99999999999"),
             "--workers '99999999999': out of range; expected an integer from 0 to 64");
-  EXPECT_EQ(errorOf("--batch-size", "256"), "");
+  EXPECT_EQ(rejection("--batch-size", "256"), "");
   EXPECT_EQ(sample_.batch, 256);
 }
 
 TEST_F(OptionsTest, UnsignedIntegersRefuseNegativeValuesInsteadOfWrappingAround) {
-  EXPECT_EQ(errorOf("--seed", "-1"), "--seed '-1': out of range; expected an integer >= 0");
-  EXPECT_EQ(errorOf("--seed", "18446744073709551616"),
+  EXPECT_EQ(rejection("--seed", "-1"), "--seed '-1': out of range; expected an integer >= 0");
+  EXPECT_EQ(rejection("--seed", "18446744073709551616"),
             "--seed '18446744073709551616': out of range; expected an integer >= 0");
-  EXPECT_EQ(errorOf("--seed", "18446744073709551615"), "");
+  EXPECT_EQ(rejection("--seed", "18446744073709551615"), "");
   EXPECT_EQ(sample_.seed, 18446744073709551615ULL);
 }
 
 TEST_F(OptionsTest, PortsAreOneToTheMaximumOrZeroWhereAllowed) {
   const std::string expected = "expected a port from 1 to 65535, or 0 (off)";
-  EXPECT_EQ(errorOf("--metrics-port", "70000"), "--metrics-port '70000': out of range; " + expected);
-  EXPECT_EQ(errorOf("--metrics-port", "-1"), "--metrics-port '-1': out of range; " + expected);
-  EXPECT_EQ(errorOf("--metrics-port", "http"), "--metrics-port 'http': not a port number; " + expected);
-  EXPECT_EQ(errorOf("--metrics-port", "0"), "");
-  EXPECT_EQ(errorOf("--metrics-port", "65535"), "");
+  EXPECT_EQ(rejection("--metrics-port", "70000"), "--metrics-port '70000': out of range; " + expected);
+  EXPECT_EQ(rejection("--metrics-port", "-1"), "--metrics-port '-1': out of range; " + expected);
+  EXPECT_EQ(rejection("--metrics-port", "http"), "--metrics-port 'http': not a port number; " + expected);
+  EXPECT_EQ(rejection("--metrics-port", "0"), "");
+  EXPECT_EQ(rejection("--metrics-port", "65535"), "");
   EXPECT_EQ(sample_.port, 65535);
 }
 
 TEST_F(OptionsTest, NumbersMustBeFiniteAndInRange) {
   for (const char* bad : {"nan", "NaN", "inf", "-inf", "1e999"}) {
-    EXPECT_EQ(errorOf("--lr", bad),
+    EXPECT_EQ(rejection("--lr", bad),
               "--lr '" + std::string(bad) + "': not a finite number; expected a finite number >= 0 and <= 10")
         << bad;
   }
-  EXPECT_EQ(errorOf("--lr", "11"), "--lr '11': out of range; expected a finite number >= 0 and <= 10");
-  EXPECT_EQ(errorOf("--lr", "fast"), "--lr 'fast': not a number; expected a finite number >= 0 and <= 10");
-  EXPECT_EQ(errorOf("--momentum", "1"), "--momentum '1': out of range; expected a finite number >= 0 and < 1");
-  EXPECT_EQ(errorOf("--momentum", "5"), "--momentum '5': out of range; expected a finite number >= 0 and < 1");
-  EXPECT_EQ(errorOf("--momentum", "0.99"), "");
+  EXPECT_EQ(rejection("--lr", "11"), "--lr '11': out of range; expected a finite number >= 0 and <= 10");
+  EXPECT_EQ(rejection("--lr", "fast"), "--lr 'fast': not a number; expected a finite number >= 0 and <= 10");
+  EXPECT_EQ(rejection("--momentum", "1"), "--momentum '1': out of range; expected a finite number >= 0 and < 1");
+  EXPECT_EQ(rejection("--momentum", "5"), "--momentum '5': out of range; expected a finite number >= 0 and < 1");
+  EXPECT_EQ(rejection("--momentum", "0.99"), "");
   EXPECT_DOUBLE_EQ(sample_.momentum, 0.99);
   EXPECT_DOUBLE_EQ(sample_.lr, 0.1) << "a refused value leaves the field as it was";
 }
 
 TEST_F(OptionsTest, AMarkerDefaultIsAcceptedButCannotBeGiven) {
   EXPECT_NO_THROW(set_.checkAll()) << "step_epochs = 0 means 'epochs / 3'";
-  EXPECT_EQ(errorOf("--step-epochs", "0"), "--step-epochs '0': out of range; expected a finite number > 0");
-  EXPECT_EQ(errorOf("--step-epochs", "2"), "");
+  EXPECT_EQ(rejection("--step-epochs", "0"), "--step-epochs '0': out of range; expected a finite number > 0");
+  EXPECT_EQ(rejection("--step-epochs", "2"), "");
 }
 
 TEST_F(OptionsTest, ChoicesNameTheWordsTheyAccept) {
-  EXPECT_EQ(errorOf("--optimizer", "adam"), "--optimizer 'adam': unknown; expected one of sgd or adamw");
-  EXPECT_EQ(errorOf("--optimizer", "adamw"), "");
+  EXPECT_EQ(rejection("--optimizer", "adam"), "--optimizer 'adam': unknown; expected one of sgd or adamw");
+  EXPECT_EQ(rejection("--optimizer", "adamw"), "");
   EXPECT_EQ(sample_.optimizer, "adamw");
 }
 
@@ -134,24 +130,24 @@ TEST_F(OptionsTest, PathsAreCheckedForWhatTheCommandNeeds) {
   const std::string dir = ::testing::TempDir() + "options_test_paths";
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/file") << "x";
-  EXPECT_EQ(errorOf("--data-dir", "/nonexistent/data"),
+  EXPECT_EQ(rejection("--data-dir", "/nonexistent/data"),
             "--data-dir '/nonexistent/data': no such directory; expected an existing directory");
-  EXPECT_EQ(errorOf("--data-dir", dir + "/file"),
+  EXPECT_EQ(rejection("--data-dir", dir + "/file"),
             "--data-dir '" + dir + "/file': a file, not a directory; expected an existing directory");
-  EXPECT_EQ(errorOf("--data-dir", dir), "");
-  EXPECT_EQ(errorOf("--resume", dir), "--resume '" + dir + "': a directory; expected an existing file");
-  EXPECT_EQ(errorOf("--resume", dir + "/none"), "--resume '" + dir + "/none': no such file; expected an existing file");
-  EXPECT_EQ(errorOf("--resume", dir + "/file"), "");
-  EXPECT_EQ(errorOf("--trace", "/nonexistent/dir/trace.json"),
+  EXPECT_EQ(rejection("--data-dir", dir), "");
+  EXPECT_EQ(rejection("--resume", dir), "--resume '" + dir + "': a directory; expected an existing file");
+  EXPECT_EQ(rejection("--resume", dir + "/none"), "--resume '" + dir + "/none': no such file; expected an existing file");
+  EXPECT_EQ(rejection("--resume", dir + "/file"), "");
+  EXPECT_EQ(rejection("--trace", "/nonexistent/dir/trace.json"),
             "--trace '/nonexistent/dir/trace.json': its directory '/nonexistent/dir' does not exist; expected a "
             "path in an existing directory");
-  EXPECT_EQ(errorOf("--trace", dir + "/trace.json"), "");
-  EXPECT_EQ(errorOf("--trace", ""), "") << "an empty path leaves the feature off";
+  EXPECT_EQ(rejection("--trace", dir + "/trace.json"), "");
+  EXPECT_EQ(rejection("--trace", ""), "") << "an empty path leaves the feature off";
 }
 
 TEST_F(OptionsTest, TextChecksSayWhatIsExpected) {
-  EXPECT_EQ(errorOf("--size", "64K"), "--size '64K': no M; expected a size in M");
-  EXPECT_EQ(errorOf("--size", "64M"), "");
+  EXPECT_EQ(rejection("--size", "64K"), "--size '64K': no M; expected a size in M");
+  EXPECT_EQ(rejection("--size", "64M"), "");
 }
 
 TEST_F(OptionsTest, SwitchesTurnTheirFieldAwayFromTheDefault) {

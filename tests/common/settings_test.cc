@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "tests/support/text.h"
 
 namespace dtrain {
 namespace {
@@ -15,14 +16,11 @@ DTRAIN_SETTING_CHECKED(std::string, kTestColour, "test-colour", "DTRAIN_TEST_COL
                        checkColour);
 DTRAIN_SETTING(double, kTestSeconds, "test-seconds", "DTRAIN_TEST_SECONDS", 1.5, "A number.");
 
-std::string configErrorOf(const SettingBase& setting) {
-  try {
+std::string checkError(const SettingBase& setting) {
+  return testing::configErrorOf([&] {
     setting.reset();
     setting.check();
-  } catch (const ConfigError& e) {
-    return e.message();
-  }
-  return "";
+  });
 }
 
 TEST(SettingsTest, DefaultEnvAndCache) {
@@ -72,9 +70,9 @@ TEST(SettingsTest, RegistryListsEverySettingOnce) {
 
 TEST(SettingsTest, ACheckedSettingRefusesWhatItsCheckRefuses) {
   ::setenv("DTRAIN_TEST_COLOUR", "green", 1);
-  EXPECT_EQ(configErrorOf(kTestColour), "DTRAIN_TEST_COLOUR='green' is refused; expected red or blue");
+  EXPECT_EQ(checkError(kTestColour), "DTRAIN_TEST_COLOUR='green' is refused; expected red or blue");
   ::setenv("DTRAIN_TEST_COLOUR", "blue", 1);
-  EXPECT_EQ(configErrorOf(kTestColour), "");
+  EXPECT_EQ(checkError(kTestColour), "");
   EXPECT_EQ(kTestColour.get(), "blue");
   ::unsetenv("DTRAIN_TEST_COLOUR");
   kTestColour.reset();
@@ -83,11 +81,11 @@ TEST(SettingsTest, ACheckedSettingRefusesWhatItsCheckRefuses) {
 TEST(SettingsTest, NumbersMustBeFinite) {
   for (const char* bad : {"nan", "inf", "-inf", "1e999"}) {
     ::setenv("DTRAIN_TEST_SECONDS", bad, 1);
-    EXPECT_EQ(configErrorOf(kTestSeconds), "DTRAIN_TEST_SECONDS='" + std::string(bad) + "' is not a finite number")
+    EXPECT_EQ(checkError(kTestSeconds), "DTRAIN_TEST_SECONDS='" + std::string(bad) + "' is not a finite number")
         << bad;
   }
   ::setenv("DTRAIN_TEST_SECONDS", "2.5", 1);
-  EXPECT_EQ(configErrorOf(kTestSeconds), "");
+  EXPECT_EQ(checkError(kTestSeconds), "");
   ::unsetenv("DTRAIN_TEST_SECONDS");
   kTestSeconds.reset();
 }

@@ -13,6 +13,7 @@
 #include "data/cifar_dataset.h"
 #include "data/idx_dataset.h"
 #include "data/synthetic_dataset.h"
+#include "tests/support/temp_dir.h"
 
 namespace dtrain::data {
 namespace {
@@ -47,14 +48,8 @@ Bytes idxLabels(uint32_t n) {
 
 class DatasetFilesTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("dtrain_data_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { dir_ = testing::makeTempDir("dtrain-data-test"); }
+  void TearDown() override { testing::removeTree(dir_.string()); }
 
   std::string write(const std::string& name, const Bytes& bytes) {
     std::string path = (dir_ / name).string();

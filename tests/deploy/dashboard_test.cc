@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../cli/process_runner.h"
+#include "tests/support/command.h"
 #include "metric_names.h"
 
 namespace dtrain::testing {

@@ -15,10 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "../cli/process_runner.h"
+#include "tests/support/command.h"
 #include "exporter/live_page/live_page.h"
 #include "fake_exporter_server.h"
 #include "png_image.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace dtrain::testing {
 namespace {
@@ -71,15 +73,6 @@ std::map<std::string, FakeResponse> emptyExporter() {
           {"/api/gpus", {"application/json", "[]"}}};
 }
 
-std::string tempDir() {
-  char pattern[] = "/tmp/dtrain_live_page_test_XXXXXX";
-  return ::mkdtemp(pattern);
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // Runs headless Chromium on `url` with `action` (--dump-dom or
 // --screenshot=FILE); returns stdout, and fails the test with Chromium's
@@ -89,7 +82,7 @@ std::string runChromium(const std::string& url, const std::string& action) {
     ADD_FAILURE() << "chromium is not installed: run scripts/setup.sh (Debian package chromium)";
     return "";
   }
-  std::string dir = tempDir();
+  std::string dir = makeTempDir("dtrain-live-page-test");
   // Its own profile per run, so parallel tests never share a profile lock.
   std::string command = "chromium --headless --no-sandbox --disable-gpu --disable-background-networking "
                         "--disable-dev-shm-usage --no-first-run --hide-scrollbars --force-device-scale-factor=1 "
@@ -198,7 +191,7 @@ TEST(LivePageTest, EmptyExporterWithoutJobsApiDrawsNothingAndSaysSo) {
 }
 
 TEST(LivePageTest, ScreenshotShowsSeriesInEveryChartArea) {
-  std::string dir = tempDir();
+  std::string dir = makeTempDir("dtrain-live-page-test");
   std::string busy_png = dir + "/busy.png", empty_png = dir + "/empty.png";
   std::vector<ChartArea> areas;
   {

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "../cli/process_runner.h"
+#include "tests/support/command.h"
 
 namespace dtrain::testing {
 namespace {

@@ -7,14 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "../cli/process_runner.h"
-#include "../exporter/background_process.h"
+#include "tests/support/command.h"
+#include "tests/support/background_process.h"
+#include "tests/support/temp_dir.h"
 #include "fixture_tree.h"
+#include "tests/support/text.h"
 
 namespace dtrain::testing {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::contains;
 
 // `dtrain doctor ARGS` in a clean environment (no NCCL_* from the caller),
 // with NVML out of the way; `env` is prepended as VAR=value words.

@@ -1,4 +1,5 @@
 #include "fixture_tree.h"
+#include "tests/support/temp_dir.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -9,16 +10,11 @@ namespace dtrain::testing {
 
 namespace fs = std::filesystem;
 
-FixtureTree::FixtureTree() {
-  std::string pattern = (fs::temp_directory_path() / "dtrain-doctor-fixture-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-  root_ = pattern;
-}
+FixtureTree::FixtureTree() : root_(makeTempDir("dtrain-doctor-fixture")) {}
 
 FixtureTree::~FixtureTree() {
   if (std::getenv("DTRAIN_KEEP_FIXTURES") != nullptr) return;
-  std::error_code ignored;
-  fs::remove_all(root_, ignored);
+  removeTree(root_);
 }
 
 void FixtureTree::write(const std::string& system_path, const std::string& content) {

@@ -13,13 +13,17 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/error.h"
+#include "common/process.h"
 #include "common/settings.h"
 #include "metrics/nvml.h"
 #include "fake_nvml_library.h"
 #include "fake_nvml_values.h"
+#include "tests/support/temp_dir.h"
 
 namespace dtrain::doctor {
 namespace {
@@ -44,9 +48,7 @@ const std::vector<std::string> kCheckNames = {
 class GpuChecksTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char dir[] = "/tmp/dtrain-doctor-gpu-XXXXXX";
-    ASSERT_NE(::mkdtemp(dir), nullptr);
-    dir_ = dir;
+    dir_ = testing::makeTempDir("dtrain-doctor-gpu");
     fs::create_directories(dir_ / "root");
     useNvmlLibrary(DTRAIN_FAKE_NVML);
     ::unsetenv("FAKE_NVML_SCENARIO");
@@ -118,85 +120,73 @@ TEST_F(GpuChecksTest, ChecksAreListedInTableOrderAndOnlyTheAllreduceIsActive) {
   EXPECT_EQ(names, kCheckNames);
 }
 
+// What one check must say of the fake NVML's node in one scenario.
+struct Expected {
+  const char* check;
+  Status status;
+  std::string reason;  // the whole reason
+  std::vector<std::string> in_hint = {};
+  std::vector<std::string> in_detail = {};
+};
+
+void expectReport(const CheckResult& r, const Expected& e) {
+  SCOPED_TRACE(e.check);
+  EXPECT_EQ(r.status, e.status) << r.reason;
+  EXPECT_EQ(r.reason, e.reason);
+  if (e.status == Status::kPass) EXPECT_TRUE(r.hint.empty()) << r.hint;
+  for (const std::string& part : e.in_hint) EXPECT_THAT(r.hint, HasSubstr(part));
+  for (const std::string& part : e.in_detail) EXPECT_THAT(r.detail, HasSubstr(part));
+}
+
 TEST_F(GpuChecksTest, HealthyNodePassesEveryCheckWithTheValuesFound) {
   withDriverFile();
   options_.expect_gpus = 2;
-  auto expectPass = [&](const std::string& name, const std::string& reason) {
-    CheckResult r = run(name);
-    EXPECT_EQ(r.status, Status::kPass) << name << ": " << r.reason;
-    EXPECT_EQ(r.reason, reason) << name;
-    EXPECT_TRUE(r.hint.empty()) << name;
-    return r;
+  const Expected healthy[] = {
+      {"gpu.driver", Status::kPass, "driver 580.95.05, NVML 12.580.95.05"},
+      {"gpu.cuda", Status::kPass,
+       std::string("driver supports CUDA 13.0, runtime CUDA 12.8 (") + DTRAIN_FAKE_CUDART_12_8 + ")"},
+      {"gpu.nccl", Status::kPass, std::string("NCCL 2.28.9 (") + DTRAIN_FAKE_NCCL + ")"},
+      {"gpu.count", Status::kPass, "2 GPUs: NVIDIA H100 80GB HBM3 x2 (expected 2, --expect-gpus)", {},
+       {std::string("GPU1 NVIDIA H100 80GB HBM3 ") + fake::kPciBusId[1]}},
+      {"gpu.persistence", Status::kPass, "persistence mode enabled on 2 GPUs"},
+      {"gpu.memory_health", Status::kPass, "no uncorrected ECC errors, no pending or failed row remaps on 2 GPUs"},
+      {"gpu.clocks", Status::kPass, "no throttling on 2 idle GPUs"},
+      {"gpu.pcie", Status::kPass, "links at full width on 2 GPUs", {},
+       {"GPU0 Gen5 x16 (max Gen5 x16)\nGPU1 Gen5 x16 (max Gen5 x16)\n"}},
+      {"gpu.topology", Status::kPass, "2 GPUs, all pairs NVLink (NV4), P2P ok", {},
+       {"        GPU0    GPU1\n"
+        "GPU0    X       NV4\n"
+        "GPU1    NV4     X\n",
+        "P2P GPU0-GPU1: read ok nvlink ok"}},
+      {"gpu.processes", Status::kPass, "no compute processes on 2 GPUs"},
+      {"gpu.fabric", Status::kSkip, "no NVSwitch fabric"},
   };
-  expectPass("gpu.driver", "driver 580.95.05, NVML 12.580.95.05");
-  expectPass("gpu.cuda", std::string("driver supports CUDA 13.0, runtime CUDA 12.8 (") + DTRAIN_FAKE_CUDART_12_8 + ")");
-  expectPass("gpu.nccl", std::string("NCCL 2.28.9 (") + DTRAIN_FAKE_NCCL + ")");
-  CheckResult count = expectPass("gpu.count", "2 GPUs: NVIDIA H100 80GB HBM3 x2 (expected 2, --expect-gpus)");
-  EXPECT_THAT(count.detail, HasSubstr(std::string("GPU1 NVIDIA H100 80GB HBM3 ") + fake::kPciBusId[1]));
-  expectPass("gpu.persistence", "persistence mode enabled on 2 GPUs");
-  expectPass("gpu.memory_health", "no uncorrected ECC errors, no pending or failed row remaps on 2 GPUs");
-  expectPass("gpu.clocks", "no throttling on 2 idle GPUs");
-  CheckResult pcie = expectPass("gpu.pcie", "links at full width on 2 GPUs");
-  EXPECT_THAT(pcie.detail, HasSubstr("GPU0 Gen5 x16 (max Gen5 x16)\nGPU1 Gen5 x16 (max Gen5 x16)\n"));
-  CheckResult topo = expectPass("gpu.topology", "2 GPUs, all pairs NVLink (NV4), P2P ok");
-  EXPECT_THAT(topo.detail, HasSubstr("        GPU0    GPU1\n"
-                                     "GPU0    X       NV4\n"
-                                     "GPU1    NV4     X\n"));
-  EXPECT_THAT(topo.detail, HasSubstr("P2P GPU0-GPU1: read ok nvlink ok"));
-  expectPass("gpu.processes", "no compute processes on 2 GPUs");
-  CheckResult fabric = run("gpu.fabric");
-  EXPECT_EQ(fabric.status, Status::kSkip);
-  EXPECT_EQ(fabric.reason, "no NVSwitch fabric");
+  for (const Expected& e : healthy) expectReport(run(e.check), e);
 }
 
 TEST_F(GpuChecksTest, DegradedNodeHitsEachWarningAndFailure) {
   withDriverFile();
   writeFile(root() / "proc" / std::to_string(fake::kForeignPid) / "comm", "python3\n");
-  const char* degraded = "degraded";
-
-  CheckResult persistence = run("gpu.persistence", degraded);
-  EXPECT_EQ(persistence.status, Status::kWarn);
-  EXPECT_EQ(persistence.reason, "persistence mode disabled on GPU1 (of 2 GPUs)");
-  EXPECT_THAT(persistence.hint, HasSubstr("nvidia-smi -pm 1"));
-
-  CheckResult memory = run("gpu.memory_health", degraded);
-  EXPECT_EQ(memory.status, Status::kWarn);
-  EXPECT_EQ(memory.reason, "GPU1 row remap pending");
-  EXPECT_THAT(memory.hint, HasSubstr("reset the GPU"));
-
-  CheckResult clocks = run("gpu.clocks", degraded);
-  EXPECT_EQ(clocks.status, Status::kFail);
-  EXPECT_EQ(clocks.reason, "GPU0 HW slowdown while idle");
-  EXPECT_THAT(clocks.detail, HasSubstr("GPU0 idle, clock event reasons 0x9 (HW slowdown)"));
-  EXPECT_THAT(clocks.detail, HasSubstr("GPU1 idle, clock event reasons 0x5 (SW power cap)"));
-
-  CheckResult pcie = run("gpu.pcie", degraded);
-  EXPECT_EQ(pcie.status, Status::kFail);
-  EXPECT_EQ(pcie.reason, "GPU1 at x8 of x16");
-  EXPECT_THAT(pcie.detail, HasSubstr("GPU0 Gen1 x16 (max Gen5 x16), idle: a lower generation at idle is normal"));
-  EXPECT_THAT(pcie.detail, HasSubstr("GPU1 Gen5 x8 (max Gen5 x16)"));
-
-  CheckResult topo = run("gpu.topology", degraded);
-  EXPECT_EQ(topo.status, Status::kWarn);
-  EXPECT_EQ(topo.reason,
-            "2 GPUs, all pairs NVLink (NV3/NV4): GPU0 NVLink 3 inactive; GPU0-GPU1 P2P read not supported; "
-            "GPU0-GPU1 P2P nvlink not supported");
-  EXPECT_THAT(topo.hint, HasSubstr("nvidia-smi nvlink -s"));
-  EXPECT_THAT(topo.hint, HasSubstr("ACS"));
-  EXPECT_THAT(topo.detail, HasSubstr("GPU0    X       NV3\nGPU1    NV4     X\n"));
-
-  CheckResult fabric = run("gpu.fabric", degraded);
-  EXPECT_EQ(fabric.status, Status::kFail);
-  EXPECT_EQ(fabric.reason, "GPU0 fabric registration in progress; GPU1 fabric registration in progress");
-  EXPECT_THAT(fabric.hint, HasSubstr("nvidia-fabricmanager"));
-
-  CheckResult processes = run("gpu.processes", degraded);
-  EXPECT_EQ(processes.status, Status::kWarn);
-  EXPECT_EQ(processes.reason, "1 process already on the GPUs: pid 4242 (python3) on GPU1 using 1536 MiB");
-
+  const Expected degraded[] = {
+      {"gpu.persistence", Status::kWarn, "persistence mode disabled on GPU1 (of 2 GPUs)", {"nvidia-smi -pm 1"}},
+      {"gpu.memory_health", Status::kWarn, "GPU1 row remap pending", {"reset the GPU"}},
+      {"gpu.clocks", Status::kFail, "GPU0 HW slowdown while idle", {},
+       {"GPU0 idle, clock event reasons 0x9 (HW slowdown)", "GPU1 idle, clock event reasons 0x5 (SW power cap)"}},
+      {"gpu.pcie", Status::kFail, "GPU1 at x8 of x16", {},
+       {"GPU0 Gen1 x16 (max Gen5 x16), idle: a lower generation at idle is normal", "GPU1 Gen5 x8 (max Gen5 x16)"}},
+      {"gpu.topology", Status::kWarn,
+       "2 GPUs, all pairs NVLink (NV3/NV4): GPU0 NVLink 3 inactive; GPU0-GPU1 P2P read not supported; "
+       "GPU0-GPU1 P2P nvlink not supported",
+       {"nvidia-smi nvlink -s", "ACS"},
+       {"GPU0    X       NV3\nGPU1    NV4     X\n"}},
+      {"gpu.fabric", Status::kFail,
+       "GPU0 fabric registration in progress; GPU1 fabric registration in progress", {"nvidia-fabricmanager"}},
+      {"gpu.processes", Status::kWarn, "1 process already on the GPUs: pid 4242 (python3) on GPU1 using 1536 MiB"},
+  };
+  for (const Expected& e : degraded) expectReport(run(e.check, "degraded"), e);
   // The rest of the degraded node is fine.
   for (const char* name : {"gpu.driver", "gpu.cuda", "gpu.nccl", "gpu.count"}) {
-    EXPECT_EQ(run(name, degraded).status, Status::kPass) << name;
+    EXPECT_EQ(run(name, "degraded").status, Status::kPass) << name;
   }
 }
 
@@ -463,14 +453,6 @@ TEST_F(GpuAllreduceTest, OutputWithoutBandwidthFails) {
   EXPECT_THAT(r.detail, HasSubstr("all done"));
 }
 
-bool alive(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!std::getline(stat, text)) return false;
-  size_t paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z';
-}
-
 TEST_F(GpuAllreduceTest, TimeoutKillsTheWholeProcessGroup) {
   const fs::path pid_file = dir_ / "sleeper.pid";
   useScript("sleep 60 &\necho $! > " + pid_file.string() + "\nwait\n");
@@ -484,8 +466,8 @@ TEST_F(GpuAllreduceTest, TimeoutKillsTheWholeProcessGroup) {
   pid_t sleeper = 0;
   std::ifstream(pid_file) >> sleeper;
   ASSERT_GT(sleeper, 0);
-  for (int i = 0; i < 100 && alive(sleeper); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_FALSE(alive(sleeper)) << "the script's child " << sleeper << " survived the timeout";
+  for (int i = 0; i < 100 && processAlive(sleeper); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(processAlive(sleeper)) << "the script's child " << sleeper << " survived the timeout";
 }
 
 TEST_F(GpuAllreduceTest, UnrunnableBinaryFails) {

@@ -10,6 +10,6 @@ target_compile_definitions(doctor_host_test PRIVATE DTRAIN_FAKE_NVML="$<TARGET_F
 add_dependencies(doctor_host_test dtrain_fake_nvml)
 
 dtrain_add_test(doctor_cli_test
-  SOURCES doctor_cli_test.cc fixture_tree.cc ../cli/process_runner.cc ../exporter/background_process.cc
+  SOURCES doctor_cli_test.cc fixture_tree.cc
   LIBS dtrain_doctor)
 target_include_directories(doctor_cli_test PRIVATE ${NLOHMANN_JSON_INCLUDE_DIR})

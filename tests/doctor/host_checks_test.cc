@@ -4,11 +4,14 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/system_root.h"
 #include "doctor/host_check_functions.h"
 #include "metrics/nvml.h"
 #include "fixture_tree.h"
+#include "tests/support/text.h"
 
 namespace dtrain::doctor {
 namespace {
@@ -37,7 +40,7 @@ class Node {
   std::string nvml_error = "NVML not available: test";
 };
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::contains;
 
 #define EXPECT_STATUS(result, expected)                                                             \
   EXPECT_EQ(statusName((result).status), std::string(statusName(expected)))                         \
@@ -187,20 +190,29 @@ TEST(HostChecks, FirewallTablesOrNftablesWarn) {
   EXPECT_TRUE(contains(nft_result.reason, "nf_tables")) << nft_result.reason;
 }
 
+// What the kernel's clock says (adjtimex, through the injected probe) and
+// what host.time_sync makes of it.
+struct TimeSyncCase {
+  KernelClockState clock;
+  Status expected;
+  const char* in_reason;
+  const char* in_hint;
+};
+const TimeSyncCase kTimeSyncCases[] = {
+    {{false, 12000, 350}, Status::kPass, "estimated error 350 us", ""},
+    {{true, 16000000, 16000000}, Status::kWarn, "not synchronised", "chrony"},
+    {{false, 250000, 1000}, Status::kWarn, "250 ms", ""},
+};
+
 TEST(HostChecks, TimeSyncThroughTheInjectedProbe) {
   Node node;
-  CheckResult synced = node.runTimeSync([] { return KernelClockState{false, 12000, 350}; });
-  EXPECT_STATUS(synced, Status::kPass);
-  EXPECT_TRUE(contains(synced.reason, "estimated error 350 us")) << synced.reason;
-
-  CheckResult unsynced = node.runTimeSync([] { return KernelClockState{true, 16000000, 16000000}; });
-  EXPECT_STATUS(unsynced, Status::kWarn);
-  EXPECT_TRUE(contains(unsynced.reason, "not synchronised")) << unsynced.reason;
-  EXPECT_TRUE(contains(unsynced.hint, "chrony")) << unsynced.hint;
-
-  CheckResult drifting = node.runTimeSync([] { return KernelClockState{false, 250000, 1000}; });
-  EXPECT_STATUS(drifting, Status::kWarn);
-  EXPECT_TRUE(contains(drifting.reason, "250 ms")) << drifting.reason;
+  for (const TimeSyncCase& c : kTimeSyncCases) {
+    SCOPED_TRACE(c.in_reason);
+    CheckResult result = node.runTimeSync([&] { return c.clock; });
+    EXPECT_STATUS(result, c.expected);
+    EXPECT_TRUE(contains(result.reason, c.in_reason)) << result.reason;
+    EXPECT_TRUE(contains(result.hint, c.in_hint)) << result.hint;
+  }
 }
 
 TEST(HostChecks, TimeSyncOnAFixtureRootSkips) {
@@ -259,74 +271,44 @@ TEST(HostChecks, GpuDirectModuleMissingWarns) {
   EXPECT_STATUS(node.run(checkGpuDirect), Status::kPass);
 }
 
-TEST(HostChecks, SocketIfnameMatchingNothingUpFails) {
-  Node node;
-  node.env["NCCL_SOCKET_IFNAME"] = "docker,ens";
-  CheckResult result = node.run(checkSocketIfname);
-  EXPECT_STATUS(result, Status::kFail);
-  EXPECT_TRUE(contains(result.reason, "docker, ens match no interface that is up")) << result.reason;
-  EXPECT_TRUE(contains(result.reason, "up: eth0, ib0, lo")) << result.reason;
-}
+// NCCL_SOCKET_IFNAME and NCCL_IB_HCA values (NCCL's prefix, '=' exact and
+// '^' exclusion syntax) against the good node: eth0, ib0 and lo up, docker0
+// down; RDMA device mlx5_0 with port 1.
+struct NcclVariableCase {
+  const char* variable;
+  const char* value;
+  Status expected;
+  std::vector<std::string> in_reason;
+  std::vector<std::string> in_hint;
+};
+const NcclVariableCase kNcclVariableCases[] = {
+    {"NCCL_SOCKET_IFNAME", "docker,ens", Status::kFail,
+     {"docker, ens match no interface that is up", "up: eth0, ib0, lo"}, {}},
+    {"NCCL_SOCKET_IFNAME", "eth", Status::kPass, {"eth -> eth0"}, {}},
+    {"NCCL_SOCKET_IFNAME", "=eth0", Status::kPass, {}, {}},
+    {"NCCL_SOCKET_IFNAME", "=eth", Status::kFail, {}, {}},     // exact: no interface is called "eth"
+    {"NCCL_SOCKET_IFNAME", "docker0", Status::kFail, {}, {}},  // exists but down
+    {"NCCL_SOCKET_IFNAME", "^docker,lo", Status::kPass, {"leaves eth0, ib0"}, {}},
+    {"NCCL_SOCKET_IFNAME", "^eth,ib,lo", Status::kFail, {"excludes every interface that is up"}, {}},
+    {"NCCL_SOCKET_IFNAME", "eth0,,ib0", Status::kFail, {"empty item 2"}, {}},
+    {"NCCL_IB_HCA", "mlx5_0,mlx5_7", Status::kFail, {"no such RDMA device or port: mlx5_7"}, {"mlx5_0"}},
+    {"NCCL_IB_HCA", "=mlx5_0:2", Status::kFail, {"mlx5_0:2"}, {}},
+    {"NCCL_IB_HCA", "=mlx5_0:1", Status::kPass, {}, {}},
+    {"NCCL_IB_HCA", "mlx5", Status::kPass, {}, {}},  // prefix
+    {"NCCL_IB_HCA", "^mlx5", Status::kFail, {}, {}},
+    {"NCCL_IB_HCA", "mlx5_0:x", Status::kFail, {"port 'x'"}, {}},
+};
 
-TEST(HostChecks, SocketIfnameMatchingAnInterfaceThatIsUpPasses) {
-  Node node;
-  node.env["NCCL_SOCKET_IFNAME"] = "eth";
-  CheckResult prefix = node.run(checkSocketIfname);
-  EXPECT_STATUS(prefix, Status::kPass);
-  EXPECT_TRUE(contains(prefix.reason, "eth -> eth0")) << prefix.reason;
-
-  node.env["NCCL_SOCKET_IFNAME"] = "=eth0";
-  EXPECT_STATUS(node.run(checkSocketIfname), Status::kPass);
-  node.env["NCCL_SOCKET_IFNAME"] = "=eth";  // exact: no interface is called "eth"
-  EXPECT_STATUS(node.run(checkSocketIfname), Status::kFail);
-  node.env["NCCL_SOCKET_IFNAME"] = "docker0";  // exists but down
-  EXPECT_STATUS(node.run(checkSocketIfname), Status::kFail);
-}
-
-TEST(HostChecks, SocketIfnameExclusion) {
-  Node node;
-  node.env["NCCL_SOCKET_IFNAME"] = "^docker,lo";
-  CheckResult leaves = node.run(checkSocketIfname);
-  EXPECT_STATUS(leaves, Status::kPass);
-  EXPECT_TRUE(contains(leaves.reason, "leaves eth0, ib0")) << leaves.reason;
-
-  node.env["NCCL_SOCKET_IFNAME"] = "^eth,ib,lo";
-  CheckResult nothing = node.run(checkSocketIfname);
-  EXPECT_STATUS(nothing, Status::kFail);
-  EXPECT_TRUE(contains(nothing.reason, "excludes every interface that is up")) << nothing.reason;
-}
-
-TEST(HostChecks, SocketIfnameMalformedFails) {
-  Node node;
-  node.env["NCCL_SOCKET_IFNAME"] = "eth0,,ib0";
-  CheckResult result = node.run(checkSocketIfname);
-  EXPECT_STATUS(result, Status::kFail);
-  EXPECT_TRUE(contains(result.reason, "empty item 2")) << result.reason;
-}
-
-TEST(HostChecks, IbHcaNamingAMissingDeviceOrPortFails) {
-  Node node;
-  node.env["NCCL_IB_HCA"] = "mlx5_0,mlx5_7";
-  CheckResult missing = node.run(checkIbHca);
-  EXPECT_STATUS(missing, Status::kFail);
-  EXPECT_TRUE(contains(missing.reason, "no such RDMA device or port: mlx5_7")) << missing.reason;
-  EXPECT_TRUE(contains(missing.hint, "mlx5_0")) << missing.hint;
-
-  node.env["NCCL_IB_HCA"] = "=mlx5_0:2";
-  CheckResult port = node.run(checkIbHca);
-  EXPECT_STATUS(port, Status::kFail);
-  EXPECT_TRUE(contains(port.reason, "mlx5_0:2")) << port.reason;
-
-  node.env["NCCL_IB_HCA"] = "=mlx5_0:1";
-  EXPECT_STATUS(node.run(checkIbHca), Status::kPass);
-  node.env["NCCL_IB_HCA"] = "mlx5";  // prefix
-  EXPECT_STATUS(node.run(checkIbHca), Status::kPass);
-  node.env["NCCL_IB_HCA"] = "^mlx5";
-  EXPECT_STATUS(node.run(checkIbHca), Status::kFail);
-  node.env["NCCL_IB_HCA"] = "mlx5_0:x";
-  CheckResult bad = node.run(checkIbHca);
-  EXPECT_STATUS(bad, Status::kFail);
-  EXPECT_TRUE(contains(bad.reason, "port 'x'")) << bad.reason;
+TEST(HostChecks, NcclInterfaceAndHcaSelections) {
+  for (const NcclVariableCase& c : kNcclVariableCases) {
+    SCOPED_TRACE(std::string(c.variable) + "=" + c.value);
+    Node node;
+    node.env[c.variable] = c.value;
+    CheckResult result = node.run(std::string(c.variable) == "NCCL_IB_HCA" ? checkIbHca : checkSocketIfname);
+    EXPECT_STATUS(result, c.expected);
+    for (const std::string& part : c.in_reason) EXPECT_TRUE(contains(result.reason, part)) << result.reason;
+    for (const std::string& part : c.in_hint) EXPECT_TRUE(contains(result.hint, part)) << result.hint;
+  }
 }
 
 TEST(HostChecks, DebugEnvironmentWarnsNamingEachVariable) {

@@ -14,11 +14,12 @@
 #include "common/error.h"
 #include "doctor/host_check_functions.h"
 #include "doctor/peer_link.h"
+#include "tests/support/text.h"
 
 namespace dtrain::doctor {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::contains;
 
 TEST(PeerAddress, ParsesHostPortAndBracketedIpv6) {
   PeerAddress a = parsePeerAddress("node2:29600", "--peers", false);

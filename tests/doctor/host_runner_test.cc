@@ -8,11 +8,12 @@
 #include "common/error.h"
 #include "doctor/doctor.h"
 #include "doctor/report.h"
+#include "tests/support/text.h"
 
 namespace dtrain::doctor {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::contains;
 
 CheckSpec spec(const std::string& name, bool active = false) {
   return {name, "describes " + name, active, [name](const DoctorContext&) { return pass(name, "fine"); }};

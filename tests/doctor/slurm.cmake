@@ -5,7 +5,7 @@
 # Debian's packages, installed by scripts/setup.sh) running
 # deploy/slurm/dtrain.sbatch.
 dtrain_add_test(slurm_test
-  SOURCES ../cli/process_runner.cc fixture_tree.cc slurm_conf_test.cc slurm_hostnames_test.cc slurm_healthcheck_test.cc
+  SOURCES fixture_tree.cc slurm_conf_test.cc slurm_hostnames_test.cc slurm_healthcheck_test.cc
   LIBS dtrain_doctor)
 target_compile_definitions(slurm_test PRIVATE DTRAIN_FAKE_NVML="$<TARGET_FILE:dtrain_fake_nvml>")
 add_dependencies(slurm_test dtrain_fake_nvml)

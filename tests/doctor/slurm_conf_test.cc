@@ -9,9 +9,10 @@
 #include <map>
 #include <sstream>
 
-#include "../cli/process_runner.h"
+#include "tests/support/command.h"
 #include "../metrics/fake_nvml_values.h"
 #include "doctor/slurm_node.h"
+#include "tests/support/temp_dir.h"
 
 namespace dtrain::testing {
 namespace {
@@ -21,15 +22,10 @@ namespace fs = std::filesystem;
 // A fixture tree standing in for "/", removed at the end of the test.
 class FixtureRoot {
  public:
-  FixtureRoot() {
-    std::string pattern = (fs::temp_directory_path() / "dtrain-slurm-conf.XXXXXX").string();
-    dir_ = ::mkdtemp(pattern.data());
-  }
-  ~FixtureRoot() { fs::remove_all(dir_); }
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const { return dir_.path(); }
 
   void write(const std::string& path, const std::string& text) const {
-    fs::path file = fs::path(dir_) / path.substr(1);
+    fs::path file = fs::path(dir_.path()) / path.substr(1);
     fs::create_directories(file.parent_path());
     std::ofstream(file) << text;
   }
@@ -45,7 +41,7 @@ class FixtureRoot {
   }
 
  private:
-  std::string dir_;
+  TempDir dir_{"dtrain-slurm-conf"};
 };
 
 std::string slurmConf(const std::string& args, const std::string& env = "") {

@@ -9,8 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "../cli/process_runner.h"
+#include "tests/support/command.h"
 #include "fixture_tree.h"
+#include "tests/support/temp_dir.h"
 
 namespace dtrain::testing {
 namespace {
@@ -19,11 +20,8 @@ namespace fs = std::filesystem;
 
 class SlurmHealthcheckTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "dtrain-healthcheck-test.XXXXXX").string();
-    dir_ = ::mkdtemp(pattern.data());
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { dir_ = makeTempDir("dtrain-healthcheck-test"); }
+  void TearDown() override { removeTree(dir_); }
 
   // Runs the health check for node n1 with `env` (VAR=value ...) added;
   // runCommand wraps the line in single quotes, so values quote with \".

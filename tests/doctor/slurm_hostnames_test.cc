@@ -8,7 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../cli/process_runner.h"
+#include "tests/support/command.h"
+#include "tests/support/temp_dir.h"
 
 namespace dtrain::testing {
 namespace {
@@ -21,12 +22,11 @@ std::string quoted(const std::string& text) { return "\"" + text + "\""; }
 class SlurmHostnamesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string pattern = (fs::temp_directory_path() / "dtrain-slurm-hostnames.XXXXXX").string();
-    dir_ = new std::string(::mkdtemp(pattern.data()));
+    dir_ = new std::string(makeTempDir("dtrain-slurm-hostnames"));
     std::ofstream(*dir_ + "/slurm.conf") << "ClusterName=hostlist\nSlurmctldHost=localhost\n";
   }
   static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
+    removeTree(*dir_);
     delete dir_;
   }
 

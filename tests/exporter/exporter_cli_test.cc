@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "../cli/process_runner.h"
+#include "tests/support/command.h"
 #include "exposition.h"
 #include "fake_nvml_values.h"
 

@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "../cli/process_runner.h"
-#include "background_process.h"
+#include "tests/support/command.h"
+#include "tests/support/ports.h"
+#include "tests/support/background_process.h"
+#include "tests/support/temp_dir.h"
 #include "fake_nvml_values.h"
 #include "http_client.h"
 

@@ -1,6 +1,7 @@
 // parseLaunchArgs: torchrun's defaults and value rules, PET_ precedence, the
 // worker command, and the exact message of each bad input.
 #include "launch/launch_config.h"
+#include "common/process.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 
 #include "common/error.h"
 #include "launch/log_router.h"
+#include "tests/support/text.h"
 
 namespace dtrain {
 namespace {
@@ -25,13 +27,8 @@ LaunchConfig parse(const Args& args, const Env& env = {}, const std::string& tre
   return parseLaunchArgs(args, env, kFixtures + tree);
 }
 
-std::string errorOf(const Args& args, const Env& env = {}, const std::string& tree = "no_gpu") {
-  try {
-    parse(args, env, tree);
-  } catch (const ConfigError& e) {
-    return e.message();
-  }
-  return "(no error)";
+std::string parseError(const Args& args, const Env& env = {}, const std::string& tree = "no_gpu") {
+  return testing::configErrorOf([&] { parse(args, env, tree); });
 }
 
 TEST(LaunchConfigTest, TorchrunDefaults) {
@@ -146,7 +143,7 @@ TEST(LaunchConfigTest, PetSwitches) {
   EXPECT_EQ(parse({"pkg.mod"}, {{"PET_MODULE", "1"}}).worker_argv, (Args{"python3", "-u", "-m", "pkg.mod"}));
   EXPECT_EQ(parse({"t.py"}, {{"PET_MODULE", "0"}}).worker_argv, (Args{"python3", "-u", "t.py"}));
   EXPECT_TRUE(parse({"t.py"}, {{"PET_STANDALONE", "true"}}).standalone);
-  EXPECT_EQ(errorOf({"t.py"}, {{"PET_STANDALONE", "maybe"}}),
+  EXPECT_EQ(parseError({"t.py"}, {{"PET_STANDALONE", "maybe"}}),
             "PET_STANDALONE=maybe: expected 1 or 0 (true/false, yes/no)");
 }
 
@@ -179,8 +176,8 @@ TEST(LaunchConfigTest, NprocPerNodeWords) {
   EXPECT_EQ(parse({"--nproc-per-node", "auto", "t.py"}, {}, "gpus4_proc").nproc_per_node, 4);
   EXPECT_EQ(parse({"--nproc-per-node", "gpu", "t.py"}, {{"CUDA_VISIBLE_DEVICES", "1,3"}}, "gpus4_proc").nproc_per_node, 2);
   EXPECT_EQ(parse({"--nproc-per-node", "gpu", "t.py"}, {}, "gpus4_proc").redirects.size(), 5u);
-  EXPECT_EQ(errorOf({"--nproc-per-node", "gpu", "t.py"}), "--nproc-per-node gpu: no GPU is visible (CUDA is not available)");
-  EXPECT_EQ(errorOf({"--nproc-per-node", "gpu", "t.py"}, {{"CUDA_VISIBLE_DEVICES", ""}}, "gpus4_proc"),
+  EXPECT_EQ(parseError({"--nproc-per-node", "gpu", "t.py"}), "--nproc-per-node gpu: no GPU is visible (CUDA is not available)");
+  EXPECT_EQ(parseError({"--nproc-per-node", "gpu", "t.py"}, {{"CUDA_VISIBLE_DEVICES", ""}}, "gpus4_proc"),
             "--nproc-per-node gpu: no GPU is visible (CUDA is not available)");
 }
 
@@ -278,12 +275,12 @@ TEST(LaunchConfigTest, BadInputNamesTheFlagAndWhatWasExpected) {
       {{}, "the training script is missing"},
   };
   for (const auto& [args, fragment] : cases) {
-    const std::string message = errorOf(args);
+    const std::string message = parseError(args);
     EXPECT_EQ(message.rfind(fragment, 0), 0u) << "got: " << message << "\nwanted: " << fragment;
   }
-  EXPECT_EQ(errorOf({"t.py"}, {{"PET_NNODES", "3:2"}}), "PET_NNODES=3:2: MIN must not exceed MAX");
-  EXPECT_EQ(errorOf({"t.py"}, {{"PET_MASTER_PORT", "http"}}), "PET_MASTER_PORT=http: expected a port 1-65535");
-  EXPECT_EQ(errorOf({"t.py"}, {{"PET_RDZV_CONF", "close_timeout=-1"}}),
+  EXPECT_EQ(parseError({"t.py"}, {{"PET_NNODES", "3:2"}}), "PET_NNODES=3:2: MIN must not exceed MAX");
+  EXPECT_EQ(parseError({"t.py"}, {{"PET_MASTER_PORT", "http"}}), "PET_MASTER_PORT=http: expected a port 1-65535");
+  EXPECT_EQ(parseError({"t.py"}, {{"PET_RDZV_CONF", "close_timeout=-1"}}),
             "PET_RDZV_CONF close_timeout=-1: expected a number of seconds > 0");
 }
 

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "launch/launch_config.h"
+#include "tests/support/text.h"
 
 namespace dtrain {
 namespace {
@@ -18,13 +19,8 @@ std::string valueOf(const Args& args, const std::string& flag) {
   return it == parsed.values.end() ? "(unset)" : it->second.value;
 }
 
-std::string errorOf(const Args& args) {
-  try {
-    readLaunchArgs(args);
-  } catch (const ConfigError& e) {
-    return e.message();
-  }
-  return "(no error)";
+std::string flagsError(const Args& args) {
+  return testing::configErrorOf([&] { readLaunchArgs(args); });
 }
 
 TEST(LaunchFlagsTest, EverySpellingOfAValue) {
@@ -78,16 +74,16 @@ TEST(LaunchFlagsTest, HelpBeforeTheScript) {
 }
 
 TEST(LaunchFlagsTest, Mistakes) {
-  EXPECT_EQ(errorOf({"--frobnicate", "train.py"}),
+  EXPECT_EQ(flagsError({"--frobnicate", "train.py"}),
             "unrecognized argument --frobnicate (dtrain launch --help lists the flags)");
-  EXPECT_EQ(errorOf({"--frobnicate=3"}), "unrecognized argument --frobnicate (dtrain launch --help lists the flags)");
-  EXPECT_EQ(errorOf({"-u", "train.py"}), "unrecognized argument -u (dtrain launch --help lists the flags)");
-  EXPECT_EQ(errorOf({"-mpkg"}), "unrecognized argument -mpkg (-m takes no value)");
-  EXPECT_EQ(errorOf({"--master", "x"}), "ambiguous option --master could match --master-addr, --master-port");
-  EXPECT_EQ(errorOf({"--nnodes"}), "--nnodes expects a value: --nnodes MIN:MAX");
-  EXPECT_EQ(errorOf({"--nproc_per_node", "--standalone", "t.py"}),
+  EXPECT_EQ(flagsError({"--frobnicate=3"}), "unrecognized argument --frobnicate (dtrain launch --help lists the flags)");
+  EXPECT_EQ(flagsError({"-u", "train.py"}), "unrecognized argument -u (dtrain launch --help lists the flags)");
+  EXPECT_EQ(flagsError({"-mpkg"}), "unrecognized argument -mpkg (-m takes no value)");
+  EXPECT_EQ(flagsError({"--master", "x"}), "ambiguous option --master could match --master-addr, --master-port");
+  EXPECT_EQ(flagsError({"--nnodes"}), "--nnodes expects a value: --nnodes MIN:MAX");
+  EXPECT_EQ(flagsError({"--nproc_per_node", "--standalone", "t.py"}),
             "--nproc_per_node expects a value: --nproc_per_node N");
-  EXPECT_EQ(errorOf({"--standalone=1"}), "--standalone takes no value (got '1')");
+  EXPECT_EQ(flagsError({"--standalone=1"}), "--standalone takes no value (got '1')");
 }
 
 TEST(LaunchFlagsTest, PetVariablesFillOnlyWhatIsMissing) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/support/text.h"
 
 namespace dtrain {
 namespace {
@@ -31,13 +32,8 @@ LaunchConfig applied(const Env& env, const std::set<std::string>& given = {}, bo
   return config;
 }
 
-std::string errorOf(const Env& env) {
-  try {
-    applied(env);
-  } catch (const ConfigError& e) {
-    return e.message();
-  }
-  return "(no error)";
+std::string slurmError(const Env& env) {
+  return testing::configErrorOf([&] { applied(env); });
 }
 
 LaunchConfig parse(std::vector<std::string> args, const Env& env, const std::string& root = kNoGpu) {
@@ -113,16 +109,16 @@ TEST(SlurmTest, StandaloneTakesOnlyTheGpuCount) {
 TEST(SlurmTest, MalformedVariablesAreNamed) {
   Env env = slurmJob();
   env["SLURM_NODEID"] = "two";
-  EXPECT_EQ(errorOf(env), "SLURM_NODEID='two' is not an integer");
+  EXPECT_EQ(slurmError(env), "SLURM_NODEID='two' is not an integer");
   env = slurmJob();
   env["SLURM_JOB_NUM_NODES"] = "0";
-  EXPECT_EQ(errorOf(env), "SLURM_JOB_NUM_NODES='0' is out of range; expected an integer >= 1");
+  EXPECT_EQ(slurmError(env), "SLURM_JOB_NUM_NODES='0' is out of range; expected an integer >= 1");
   env = slurmJob();
   env["SLURM_JOB_NODELIST"] = "gpu[010-007]";
-  EXPECT_EQ(errorOf(env), "SLURM_JOB_NODELIST: hostlist \"gpu[010-007]\": range 010-007 is reversed at position 4");
+  EXPECT_EQ(slurmError(env), "SLURM_JOB_NODELIST: hostlist \"gpu[010-007]\": range 010-007 is reversed at position 4");
   env = slurmJob();
   env["SLURM_GPUS_ON_NODE"] = "eight";
-  EXPECT_EQ(errorOf(env), "SLURM_GPUS_ON_NODE='eight' is not an integer");
+  EXPECT_EQ(slurmError(env), "SLURM_GPUS_ON_NODE='eight' is not an integer");
 }
 
 TEST(SlurmPrecedenceTest, SlurmFillsTheStaticRendezvous) {

@@ -11,6 +11,8 @@
 
 #include "common/error.h"
 #include "rendezvous_test_util.h"
+#include "common/process.h"
+#include "tests/support/forked_child.h"
 
 namespace dtrain::testing {
 namespace {
@@ -24,7 +26,7 @@ RendezvousConfig dynamicConfig(uint16_t port, int min_nodes, int max_nodes, int 
 }
 
 TEST(DynamicRendezvousTest, TwoAgentsOfTwoFormOneWorld) {
-  const uint16_t port = unusedPort();
+  const uint16_t port = freePort();
   auto handlers = createAll({dynamicConfig(port, 2, 2, 3), dynamicConfig(port, 2, 2, 2)});
   const auto start = SteadyClock::now();
   std::vector<RendezvousResult> results = rendezvousAll(pointers(handlers));
@@ -40,7 +42,7 @@ TEST(DynamicRendezvousTest, TwoAgentsOfTwoFormOneWorld) {
 }
 
 TEST(DynamicRendezvousTest, ALateJoinerWaitsIsCountedAndGetsInTheNextRound) {
-  const uint16_t port = unusedPort();
+  const uint16_t port = freePort();
   auto handlers = createAll({dynamicConfig(port, 2, 3), dynamicConfig(port, 2, 3)});
   std::vector<RendezvousResult> first = rendezvousAll(pointers(handlers));
   expectConsistentRound(first, {1, 1});
@@ -62,7 +64,7 @@ TEST(DynamicRendezvousTest, ALateJoinerWaitsIsCountedAndGetsInTheNextRound) {
 }
 
 TEST(DynamicRendezvousTest, ANodeThatStopsHeartbeatingIsDroppedFromTheNextRound) {
-  const uint16_t port = unusedPort();
+  const uint16_t port = freePort();
   std::vector<RendezvousConfig> configs(3, dynamicConfig(port, 2, 3));
   for (auto& config : configs) {
     config.keep_alive_interval = milliseconds(100);
@@ -87,63 +89,36 @@ TEST(DynamicRendezvousTest, ANodeThatStopsHeartbeatingIsDroppedFromTheNextRound)
 }
 
 // An agent in its own process, forked before the test starts any thread:
-// it joins one round, then idles until killed. The destructor kills and
-// reaps it whatever happened.
-class ForkedAgent {
- public:
-  explicit ForkedAgent(const RendezvousConfig& config) {
-    pid_ = fork();
-    if (pid_ < 0) throw IoError("fork failed");
-    if (pid_ > 0) return;
-    int code = 1;
-    try {
-      auto handler = createRendezvousHandler(config);
-      handler->nextRendezvous();
-      ::sleep(60);  // killed long before; the bound keeps strays from lingering
-      code = 0;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "forked agent %d: %s\n", getpid(), e.what());
-    }
-    _exit(code);
-  }
-  ~ForkedAgent() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  void killAndReap() {
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    EXPECT_EQ(waitpid(pid_, &status, 0), pid_);
-    EXPECT_TRUE(WIFSIGNALED(status)) << "the agent exited by itself: status " << status;
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
+// it joins one round, then idles until killed.
+int joinOneRoundAndIdle(const RendezvousConfig& config) {
+  auto handler = createRendezvousHandler(config);
+  handler->nextRendezvous();
+  ::sleep(60);  // killed long before; the bound keeps strays from lingering
+  return 0;
+}
 
 TEST(DynamicRendezvousTest, AKilledAgentProcessIsDroppedFromTheNextRound) {
-  const uint16_t port = unusedPort();
+  const uint16_t port = freePort();
   RendezvousConfig config = dynamicConfig(port, 2, 3);
   config.keep_alive_interval = milliseconds(100);
   config.keep_alive_max_attempt = 6;
   RendezvousConfig victim_config = config;
   victim_config.is_host = 0;  // the parent's agents host and outlive it
-  ForkedAgent victim(victim_config);
+  ForkedChild victim([&](const ChildSide&) { return joinOneRoundAndIdle(victim_config); });
 
   auto handlers = createAll({config, config});
   std::vector<RendezvousResult> first = rendezvousAll(pointers(handlers));
   EXPECT_EQ(first[0].group_world_size, 3) << "the forked agent took part";
-  victim.killAndReap();
+  victim.kill(SIGKILL);
+  const int status = victim.reap();
+  EXPECT_TRUE(WIFSIGNALED(status)) << "the agent exited by itself: " << describeWaitStatus(status);
   std::vector<RendezvousResult> second = rendezvousAll(pointers(handlers));
   expectConsistentRound(second, {1, 1});
   EXPECT_EQ(second[0].generation, first[0].generation + 1);
 }
 
 TEST(DynamicRendezvousTest, BelowMaxTheRoundClosesWhenTheLastCallEnds) {
-  const uint16_t port = unusedPort();
+  const uint16_t port = freePort();
   std::vector<RendezvousConfig> configs(2, dynamicConfig(port, 2, 3));
   for (auto& config : configs) config.last_call_timeout = milliseconds(700);
   auto handlers = createAll(configs);
@@ -156,7 +131,7 @@ TEST(DynamicRendezvousTest, BelowMaxTheRoundClosesWhenTheLastCallEnds) {
 }
 
 TEST(DynamicRendezvousTest, BelowMinTheJoinTimesOutSayingHowManyJoined) {
-  RendezvousConfig config = dynamicConfig(unusedPort(), 2, 2);
+  RendezvousConfig config = dynamicConfig(freePort(), 2, 2);
   config.join_timeout = milliseconds(400);
   config.run_id = "lonely";
   auto handler = createRendezvousHandler(config);
@@ -181,7 +156,7 @@ TEST(DynamicRendezvousTest, BelowMinTheJoinTimesOutSayingHowManyJoined) {
 }
 
 TEST(DynamicRendezvousTest, AnUnreachableEndpointTimesOutWithinTheJoinTimeout) {
-  RendezvousConfig config = dynamicConfig(unusedPort(), 1, 1);
+  RendezvousConfig config = dynamicConfig(freePort(), 1, 1);
   config.is_host = 0;
   config.join_timeout = milliseconds(500);
   const auto start = SteadyClock::now();
@@ -197,7 +172,7 @@ TEST(DynamicRendezvousTest, AnUnreachableEndpointTimesOutWithinTheJoinTimeout) {
 }
 
 TEST(DynamicRendezvousTest, ShutdownEndsWaitingAgentsAndRefusesLaterJoiners) {
-  const uint16_t port = unusedPort();
+  const uint16_t port = freePort();
   auto handlers = createAll({dynamicConfig(port, 2, 2), dynamicConfig(port, 2, 2)});
   auto waiting = std::async(std::launch::async, [&] { return handlers[0]->nextRendezvous(); });
   std::this_thread::sleep_for(milliseconds(100));
@@ -214,7 +189,7 @@ TEST(DynamicRendezvousTest, ShutdownEndsWaitingAgentsAndRefusesLaterJoiners) {
 }
 
 TEST(DynamicRendezvousTest, RanksFollowJoinOrderAndEveryRoundIsANewGeneration) {
-  const uint16_t port = unusedPort();
+  const uint16_t port = freePort();
   auto handlers = createAll({dynamicConfig(port, 1, 1)});
   for (int64_t generation = 0; generation < 3; ++generation) {
     RendezvousResult result = handlers[0]->nextRendezvous();

@@ -9,7 +9,7 @@ namespace dtrain::testing {
 namespace {
 
 TEST(JobStoreTest, TheHostServesAndEveryAgentConnects) {
-  RendezvousConfig config = testConfig("c10d", unusedPort());
+  RendezvousConfig config = testConfig("c10d", freePort());
   JobStoreEndpoint host(config, StoreRole::kHost, "test");
   JobStoreEndpoint client(config, StoreRole::kClient, "test");
   EXPECT_TRUE(host.hosting());
@@ -41,7 +41,7 @@ TEST(JobStoreTest, AnExplicitHostWhosePortIsTakenFailsNamingTheAddress) {
 }
 
 TEST(JobStoreTest, AnInferredHostUsesTheStoreAnotherLocalAgentHosts) {
-  RendezvousConfig config = testConfig("c10d", unusedPort());
+  RendezvousConfig config = testConfig("c10d", freePort());
   JobStoreEndpoint first(config, StoreRole::kHostIfFree, "test");
   JobStoreEndpoint second(config, StoreRole::kHostIfFree, "test");
   EXPECT_TRUE(first.hosting());
@@ -54,7 +54,7 @@ TEST(JobStoreTest, AgentsRacingToHostOnOneMachineEndWithExactlyOneHost) {
   // Two sockets with SO_REUSEADDR can both bind a port and then both fail
   // to listen(): the losers must find the winner, or try again.
   for (int round = 0; round < 20; ++round) {
-    RendezvousConfig config = testConfig("c10d", unusedPort());
+    RendezvousConfig config = testConfig("c10d", freePort());
     std::vector<std::function<std::unique_ptr<JobStoreEndpoint>()>> agents(
         6, [config] { return std::make_unique<JobStoreEndpoint>(config, StoreRole::kHostIfFree, "test"); });
     auto futures = startAll(std::move(agents));
@@ -70,7 +70,7 @@ TEST(JobStoreTest, AnInferredHostKeepsTryingWhileThePortIsNeitherFreeNorServed) 
   // Like two agents whose listen() calls collided (both fail): for a while
   // this agent can neither listen on the port nor connect to anyone there.
   // (A socket bound without SO_REUSEADDR and never listening does that.)
-  const uint16_t port = unusedPort();
+  const uint16_t port = freePort();
   int rival = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -89,7 +89,7 @@ TEST(JobStoreTest, AnInferredHostKeepsTryingWhileThePortIsNeitherFreeNorServed) 
 }
 
 TEST(JobStoreTest, AnUnreachableEndpointTimesOutAfterTheJoinTimeout) {
-  RendezvousConfig config = testConfig("c10d", unusedPort());
+  RendezvousConfig config = testConfig("c10d", freePort());
   config.join_timeout = milliseconds(500);
   const auto start = SteadyClock::now();
   try {
@@ -104,7 +104,7 @@ TEST(JobStoreTest, AnUnreachableEndpointTimesOutAfterTheJoinTimeout) {
 }
 
 TEST(JobStoreTest, TheTokenIsRequired) {
-  RendezvousConfig config = testConfig("c10d", unusedPort());
+  RendezvousConfig config = testConfig("c10d", freePort());
   config.token = "s3cret";
   JobStoreEndpoint host(config, StoreRole::kHost, "test");
   config.token = "guess";
@@ -115,7 +115,7 @@ TEST(JobStoreTest, TheTokenIsRequired) {
 }
 
 TEST(JobStoreTest, TheHostKeepsServingUntilItsPeersHaveLeft) {
-  RendezvousConfig config = testConfig("c10d", unusedPort());
+  RendezvousConfig config = testConfig("c10d", freePort());
   JobStoreEndpoint host(config, StoreRole::kHost, "test");
   auto peer = std::make_unique<JobStoreEndpoint>(config, StoreRole::kClient, "test");
   auto leaving = std::async(std::launch::async, [&] { host.waitForPeersToLeave(1, seconds(30)); });
@@ -138,7 +138,7 @@ TEST(JobStoreTest, TheHostKeepsServingUntilItsPeersHaveLeft) {
 }
 
 TEST(JobStoreTest, AGivenLocalAddressIsUsed) {
-  RendezvousConfig config = testConfig("c10d", unusedPort());
+  RendezvousConfig config = testConfig("c10d", freePort());
   config.local_address = "node7.example";
   JobStoreEndpoint host(config, StoreRole::kHost, "test");
   EXPECT_EQ(host.localAddress(), "node7.example");

@@ -5,23 +5,19 @@
 
 #include "common/error.h"
 #include "rendezvous_test_util.h"
+#include "tests/support/text.h"
 
 namespace dtrain::testing {
 namespace {
 
-std::string configErrorOf(const RendezvousConfig& config) {
-  try {
-    createRendezvousHandler(config);
-  } catch (const ConfigError& e) {
-    return e.message();
-  }
-  return "(no ConfigError)";
+std::string handlerError(const RendezvousConfig& config) {
+  return configErrorOf([&] { createRendezvousHandler(config); });
 }
 
 TEST(RendezvousTest, UnsupportedBackendsAreNamedWithTheSupportedOnes) {
   for (const std::string backend : {"etcd", "etcd-v2", "c10d-experimental", "zookeeper", ""}) {
     RendezvousConfig config = testConfig(backend, 29400);
-    const std::string message = configErrorOf(config);
+    const std::string message = handlerError(config);
     EXPECT_NE(message.find("'" + backend + "'"), std::string::npos) << message;
     EXPECT_NE(message.find("supported backends: static, c10d"), std::string::npos) << message;
   }
@@ -54,28 +50,28 @@ TEST(RendezvousTest, BadConfigsAreConfigErrorsThatSayWhatIsWrong) {
        "fixed number of nodes, got 1:2"},
   };
   for (const auto& bad : cases) {
-    RendezvousConfig config = testConfig("static", unusedPort());
+    RendezvousConfig config = testConfig("static", freePort());
     config.min_nodes = config.max_nodes = 2;
     config.node_rank = 1;
     bad.change(config);
-    const std::string message = configErrorOf(config);
+    const std::string message = handlerError(config);
     EXPECT_NE(message.find(bad.expected), std::string::npos) << bad.what << ": " << message;
   }
 }
 
 TEST(RendezvousTest, DescribeNamesBackendRunAndEndpoint) {
-  RendezvousConfig config = testConfig("c10d", unusedPort(), "job1");
+  RendezvousConfig config = testConfig("c10d", freePort(), "job1");
   auto handler = createRendezvousHandler(config);
   EXPECT_EQ(handler->describe(),
             "c10d rendezvous 'job1' at 127.0.0.1:" + std::to_string(config.endpoint_port));
-  config = testConfig("static", unusedPort(), "job2");
+  config = testConfig("static", freePort(), "job2");
   config.node_rank = 0;
   EXPECT_EQ(createRendezvousHandler(config)->describe(),
             "static rendezvous 'job2' at 127.0.0.1:" + std::to_string(config.endpoint_port));
 }
 
 TEST(RendezvousTest, IsHostZeroNeverHostsEvenOnTheEndpointMachine) {
-  RendezvousConfig config = testConfig("c10d", unusedPort());
+  RendezvousConfig config = testConfig("c10d", freePort());
   config.is_host = 0;
   config.join_timeout = milliseconds(300);
   EXPECT_THROW(createRendezvousHandler(config), TimeoutError);

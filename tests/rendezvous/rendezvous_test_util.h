@@ -1,4 +1,4 @@
-// Helpers shared by the rendezvous tests: a free port, a config with short
+// Helpers shared by the rendezvous tests: a config with short
 // timeouts, agents as threads, and a "does not hang" bound.
 #pragma once
 
@@ -19,59 +19,13 @@
 #include <vector>
 
 #include "rendezvous/rendezvous.h"
+#include "tests/support/ports.h"
 
 namespace dtrain::testing {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using SteadyClock = std::chrono::steady_clock;
-
-// A listening socket on 127.0.0.1 (port 0: any free one); closed on destruction.
-class LoopbackListener {
- public:
-  explicit LoopbackListener(uint16_t port = 0) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(port);
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        ::listen(fd_, 1) != 0) {
-      if (fd_ >= 0) ::close(fd_);
-      throw std::runtime_error("cannot listen on 127.0.0.1:" + std::to_string(port));
-    }
-    socklen_t length = sizeof(address);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
-    port_ = ntohs(address.sin_port);
-  }
-  ~LoopbackListener() { ::close(fd_); }
-  LoopbackListener(const LoopbackListener&) = delete;
-  LoopbackListener& operator=(const LoopbackListener&) = delete;
-  uint16_t port() const { return port_; }
-
- private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
-};
-
-// A port with nothing listening on it (bound once, then released), picked
-// at random below the kernel's ephemeral range: ports there are never
-// handed out by bind(0) or connect(), so no other process on this busy
-// machine takes it between this call and the test's server binding it.
-inline uint16_t unusedPort() {
-  int ephemeral_low = 32768;
-  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
-  static std::mt19937 random(std::random_device{}());
-  std::uniform_int_distribution<int> pick(std::max(1025, ephemeral_low - 10000), ephemeral_low - 1);
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    try {
-      return LoopbackListener(static_cast<uint16_t>(pick(random))).port();
-    } catch (const std::runtime_error&) {
-      // taken: pick again
-    }
-  }
-  throw std::runtime_error("no free port below the ephemeral range");
-}
 
 // A rendezvous on 127.0.0.1:`port` with timeouts short enough for tests but
 // long enough that a loaded machine does not trip them by accident.

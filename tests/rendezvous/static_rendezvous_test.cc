@@ -25,7 +25,7 @@ std::vector<RendezvousConfig> staticConfigs(uint16_t port, const std::vector<int
 
 TEST(StaticRendezvousTest, ThreeAgentsAgreeOnWorldOffsetsAndGeneration) {
   const std::vector<int> sizes = {2, 1, 3};
-  auto handlers = createAll(staticConfigs(unusedPort(), sizes, 3));
+  auto handlers = createAll(staticConfigs(freePort(), sizes, 3));
   for (int64_t generation = 0; generation < 2; ++generation) {
     std::vector<RendezvousResult> results = rendezvousAll(pointers(handlers));
     expectConsistentRound(results, sizes);
@@ -46,7 +46,7 @@ TEST(StaticRendezvousTest, ThreeAgentsAgreeOnWorldOffsetsAndGeneration) {
 }
 
 TEST(StaticRendezvousTest, AMissingNodeTimesOutNamingItsRank) {
-  std::vector<RendezvousConfig> configs = staticConfigs(unusedPort(), {1, 1}, 4);  // ranks 2, 3 never come
+  std::vector<RendezvousConfig> configs = staticConfigs(freePort(), {1, 1}, 4);  // ranks 2, 3 never come
   for (auto& config : configs) config.join_timeout = milliseconds(500);
   auto handlers = createAll(configs);
   const auto start = SteadyClock::now();
@@ -71,7 +71,7 @@ TEST(StaticRendezvousTest, AMissingNodeTimesOutNamingItsRank) {
 }
 
 TEST(StaticRendezvousTest, ShutdownEndsAWaitingAgentAndRefusesLaterOnes) {
-  auto handlers = createAll(staticConfigs(unusedPort(), {1, 1}, 2));
+  auto handlers = createAll(staticConfigs(freePort(), {1, 1}, 2));
   auto waiting = std::async(std::launch::async, [&] { return handlers[0]->nextRendezvous(); });
   std::this_thread::sleep_for(milliseconds(100));
   handlers[1]->shutdown();

@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "store/socket.h"
+#include "common/socket.h"
 #include "store/tcp_store.h"
 #include "store/wire.h"
 
@@ -48,7 +48,7 @@ inline bool eventually(const std::function<bool()>& condition,
 }
 
 // A port with nothing listening on it (bound once, then released).
-inline uint16_t unusedPort() {
+inline uint16_t freePort() {
   FileDescriptor probe = listenTcp("127.0.0.1", 0, 1);
   return localPort(probe.get());
 }

@@ -16,7 +16,7 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 TEST(TcpStoreClientTest, NoServerIsATimeoutErrorNamingHostPortWithinTheDeadline) {
-  uint16_t port = unusedPort();
+  uint16_t port = freePort();
   TcpStoreClientOptions options;
   options.host = "127.0.0.1";
   options.port = port;
@@ -49,7 +49,7 @@ TEST(TcpStoreClientTest, AnUnresolvableHostIsATimeoutErrorNamingIt) {
 }
 
 TEST(TcpStoreClientTest, ConnectRetriesUntilTheServerComesUp) {
-  uint16_t port = unusedPort();
+  uint16_t port = freePort();
   TcpStoreServerOptions server_options = loopbackServerOptions();
   server_options.port = port;
   std::unique_ptr<TcpStoreServer> server;

@@ -3,6 +3,9 @@
 // everyone else.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "store/tcp_store.h"
@@ -150,6 +153,58 @@ TEST(TcpStoreServerTest, CountsConnectedClients) {
     EXPECT_TRUE(eventually([&] { return server.numClients() == 2; }));
   }
   EXPECT_TRUE(eventually([&] { return server.numClients() == 0; }));
+}
+
+}  // namespace
+}  // namespace dtrain::testing
+
+namespace dtrain::testing {
+namespace {
+
+// The serving loop failing (an OS error, made here by the test hook) is not
+// silent: failure() names it, a client blocked in wait() gets an error at
+// once instead of its timeout, and new clients are refused.
+TEST(TcpStoreServerFailureTest, TheOwnerAndTheClientsLearnOfIt) {
+  TcpStoreServerOptions options = loopbackServerOptions();
+  std::atomic<bool> fail{false};
+  options.loop_hook = [&fail] {
+    if (fail.load()) throw IoError("epoll_wait() failed: Bad file descriptor (errno 9)");
+  };
+  CaptureStderr();
+  TcpStoreServer server(options);
+  TcpStore client(clientOptionsFor(server));
+  TcpStore poker(clientOptionsFor(server));  // a second connection, to make the loop turn
+  client.set("up", "1");
+  EXPECT_EQ(server.failure(), "");
+
+  std::string error;
+  std::chrono::steady_clock::time_point failed_at;
+  std::thread waiter([&] {
+    try {
+      client.wait({"never-set"}, std::chrono::seconds(60));
+    } catch (const Error& e) {
+      error = e.message();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  failed_at = std::chrono::steady_clock::now();
+  fail = true;
+  try {
+    poker.set("wake", "the loop");  // may or may not be answered
+  } catch (const Error&) {
+  }
+  waiter.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - failed_at).count();
+  const std::string log = GetCapturedStderr();
+  EXPECT_FALSE(error.empty()) << "wait() returned although the server died";
+  EXPECT_LT(seconds, 5.0) << "the client waited for its timeout: " << error;
+  EXPECT_TRUE(eventually([&] { return !server.failure().empty(); }));
+  EXPECT_NE(server.failure().find("stopped serving: epoll_wait() failed"), std::string::npos) << server.failure();
+  EXPECT_NE(log.find("stopped serving"), std::string::npos) << log;
+
+  TcpStoreClientOptions late = clientOptionsFor(server);
+  late.connect_timeout = std::chrono::milliseconds(500);
+  EXPECT_THROW(TcpStore refused(late), Error) << "a new client was accepted by a dead server";
 }
 
 }  // namespace

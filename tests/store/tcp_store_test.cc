@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "store_contract.h"
 #include "store_test_util.h"
+#include "tests/support/forked_child.h"
 
 namespace dtrain::testing {
 namespace {
@@ -201,66 +202,9 @@ TEST(TcpStoreTest, APortInUseIsAnIoErrorNamingTheAddress) {
   }
 }
 
-// One rank in its own process. The child is forked before the test starts
-// any thread or server (so it inherits no locks and no server sockets),
-// waits for the server's port on a pipe, runs `body` and exits with its
-// result. The destructor kills and reaps a child the test did not reap.
-class RankProcess {
- public:
-  explicit RankProcess(std::function<int(uint16_t port)> body) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) throw IoError("pipe2 failed");
-    pid_ = fork();
-    if (pid_ < 0) throw IoError("fork failed");
-    if (pid_ == 0) {
-      ::close(fds[1]);
-      // Later children inherit earlier pipes' write ends, so EOF may never
-      // come if the parent dies; a bound on the wait keeps strays from lingering.
-      pollfd ready{fds[0], POLLIN, 0};
-      uint16_t port = 0;
-      if (::poll(&ready, 1, 120'000) != 1 || ::read(fds[0], &port, sizeof(port)) != sizeof(port)) {
-        _exit(3);
-      }
-      int code = 1;
-      try {
-        code = body(port);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank process %d: %s\n", getpid(), e.what());
-      }
-      _exit(code);
-    }
-    ::close(fds[0]);
-    port_pipe_ = fds[1];
-  }
-  ~RankProcess() {
-    if (port_pipe_ >= 0) ::close(port_pipe_);
-    if (!reaped_) {
-      ::kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  void start(uint16_t port) {
-    ASSERT_EQ(::write(port_pipe_, &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
-    ::close(port_pipe_);
-    port_pipe_ = -1;
-  }
-  void kill(int signal) { ::kill(pid_, signal); }
-  // The raw waitpid status.
-  int reap() {
-    int status = 0;
-    EXPECT_EQ(waitpid(pid_, &status, 0), pid_);
-    reaped_ = true;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int port_pipe_ = -1;
-  bool reaped_ = false;
-};
-
-TcpStoreClientOptions childClientOptions(uint16_t port) {
+// The port a Start::kLater child was given by start().
+TcpStoreClientOptions childClientOptions(const ChildSide& side) {
+  const auto port = static_cast<uint16_t>(std::stoi(side.message));
   TcpStoreClientOptions options;
   options.port = port;
   options.connect_timeout = seconds(30);
@@ -270,20 +214,18 @@ TcpStoreClientOptions childClientOptions(uint16_t port) {
 
 TEST(TcpStoreTest, ForkedRanksAddToOneCounter) {
   constexpr int kRanks = 8;
-  std::vector<std::unique_ptr<RankProcess>> ranks;
-  for (int rank = 0; rank < kRanks; ++rank) {
-    ranks.push_back(std::make_unique<RankProcess>([rank](uint16_t port) {
-      TcpStore store(childClientOptions(port));
-      store.add("counter", rank + 1);
-      store.set("rank/" + std::to_string(rank), std::to_string(getpid()));
-      storeBarrier(store, "exit", kRanks, seconds(60));
-      return 0;
-    }));
-  }
+  // Forked before the server starts its thread; each rank gets its port.
+  ForkedRanks ranks(kRanks, [](const ChildSide& side) {
+    TcpStore store(childClientOptions(side));
+    store.add("counter", side.rank + 1);
+    store.set("rank/" + std::to_string(side.rank), std::to_string(getpid()));
+    storeBarrier(store, "exit", kRanks, seconds(60));
+    return 0;
+  }, ForkedChild::Start::kLater);
   TcpStoreServer server(loopbackServerOptions());
-  for (auto& rank : ranks) rank->start(server.port());
-  for (auto& rank : ranks) {
-    int status = rank->reap();
+  ranks.startAll(std::to_string(server.port()));
+  for (int rank = 0; rank < kRanks; ++rank) {
+    int status = ranks[rank].reap();
     ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
     EXPECT_EQ(WEXITSTATUS(status), 0);
   }
@@ -293,14 +235,14 @@ TEST(TcpStoreTest, ForkedRanksAddToOneCounter) {
 }
 
 TEST(TcpStoreTest, AKilledClientProcessDoesNotDisturbTheServer) {
-  RankProcess victim([](uint16_t port) {
-    TcpStore store(childClientOptions(port));
+  ForkedChild victim([](const ChildSide& side) {
+    TcpStore store(childClientOptions(side));
     store.set("victim/ready", "1");
     store.wait({"never-for-the-victim"}, seconds(120));  // killed in here
     return 0;
-  });
+  }, ForkedChild::Start::kLater);
   TcpStoreServer server(loopbackServerOptions());
-  victim.start(server.port());
+  victim.start(std::to_string(server.port()));
   TcpStore parent(clientOptionsFor(server));
   EXPECT_EQ(parent.get("victim/ready"), "1");
   ASSERT_TRUE(eventually([&] { return server.numClients() == 2; }));

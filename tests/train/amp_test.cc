@@ -6,9 +6,11 @@
 #include "common/error.h"
 #include "dtrain/amp.h"
 #include "libtorch/compat.h"
-#include "train_test_util.h"
+#include "tests/support/text.h"
 
 namespace dtrain {
+
+using testing::configErrorOf;
 namespace {
 
 TEST(PrecisionTest, ParsesNamesAndAliases) {

@@ -1,8 +1,8 @@
 // Checkpoints against real process deaths and a full disk: a writer
 // SIGKILLed at any moment never leaves a partial file under a final name,
 // and a write that runs out of space is an IoError that leaves nothing
-// behind. The children are fork()s of this test; they only save (no torch
-// parallel ops, which are not fork-safe) and leave through _exit.
+// behind. The children are ForkedChilds of this test; they only save (no
+// torch parallel ops, which are not fork-safe).
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,13 +14,14 @@
 #include <thread>
 
 #include "checkpoint_test_util.h"
+#include "tests/support/forked_child.h"
 #include "common/error.h"
 #include "dtrain/checkpoint.h"
 
 namespace dtrain {
 namespace {
 
-using testing::ScratchDir;
+using testing::TempDir;
 
 constexpr int64_t kBlobBytes = int64_t{64} << 20;
 
@@ -32,28 +33,22 @@ torch::Tensor patternBlob() {
   return blob;
 }
 
-// The child: saves increasing steps until it is killed, writing one byte to
-// `progress_fd` after each completed save.
-[[noreturn]] void saveUntilKilled(const std::string& dir, int64_t first_step, CheckpointState state, int progress_fd) {
-  try {
-    Checkpointer ckpt({.dir = dir, .keep = 3});
-    for (int64_t step = first_step;; ++step) {
-      state.tensors.at("step").data_ptr<int64_t>()[0] = step;
-      state.meta["step"] = step;
-      ckpt.save(step, state);
-      (void)!::write(progress_fd, "s", 1);
-    }
-  } catch (...) {
+// The child: saves increasing steps until it is killed, reporting one byte
+// after each completed save.
+int saveUntilKilled(const testing::ChildSide& side, const std::string& dir, int64_t first_step, CheckpointState state) {
+  Checkpointer ckpt({.dir = dir, .keep = 3});
+  for (int64_t step = first_step;; ++step) {
+    state.tensors.at("step").data_ptr<int64_t>()[0] = step;
+    state.meta["step"] = step;
+    ckpt.save(step, state);
+    side.report("s");
   }
-  ::_exit(3);
 }
 
 // Waits until the child reports `saves` completed saves; false on a timeout.
-bool awaitSaves(int progress_fd, int saves) {
+bool awaitSaves(testing::ForkedChild& writer, int saves) {
   for (int done = 0; done < saves; ++done) {
-    pollfd pfd{progress_fd, POLLIN, 0};
-    char byte;
-    if (::poll(&pfd, 1, 20000) != 1 || ::read(progress_fd, &byte, 1) != 1) return false;
+    if (writer.readReport(std::chrono::steady_clock::now() + std::chrono::seconds(20), 1) != "s") return false;
   }
   return true;
 }
@@ -64,7 +59,7 @@ int64_t stepOfPath(const std::string& path) {
 }
 
 TEST(CheckpointCrashTest, SigkilledWriterNeverLeavesAPartialFinalFile) {
-  ScratchDir dir;
+  TempDir dir;
   CheckpointState state;
   state.tensors["blob"] = patternBlob();
   state.tensors["step"] = torch::zeros({1}, torch::kLong);
@@ -78,21 +73,13 @@ TEST(CheckpointCrashTest, SigkilledWriterNeverLeavesAPartialFinalFile) {
   int64_t next_step = 1, newest = 0, killed_mid_write = 0;
   for (const Round& round : rounds) {
     SCOPED_TRACE("kill " + std::to_string(round.delay_ms) + " ms after " + std::to_string(round.saves) + " saves");
-    int fds[2];
-    ASSERT_EQ(::pipe(fds), 0);
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(fds[0]);
-      saveUntilKilled(dir.path(), next_step, state, fds[1]);
-    }
-    ::close(fds[1]);
-    const bool progressed = awaitSaves(fds[0], round.saves);
+    testing::ForkedChild writer(
+        [&](const testing::ChildSide& side) { return saveUntilKilled(side, dir.path(), next_step, state); });
+    const pid_t pid = writer.pid();
+    const bool progressed = awaitSaves(writer, round.saves);
     if (progressed) std::this_thread::sleep_for(std::chrono::milliseconds(round.delay_ms));
-    ::kill(pid, SIGKILL);
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ::close(fds[0]);
+    writer.kill(SIGKILL);
+    const int status = writer.reap();
     ASSERT_TRUE(progressed) << "the writer completed no save in 20 s";
     ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "writer exited early, status " << status;
 
@@ -126,7 +113,7 @@ TEST(CheckpointCrashTest, SigkilledWriterNeverLeavesAPartialFinalFile) {
 }
 
 TEST(CheckpointCrashTest, FullDiskIsAnIoErrorThatLeavesNoTemporary) {
-  ScratchDir dir;
+  TempDir dir;
   Checkpointer ckpt({.dir = dir.path()});
   CheckpointState small;
   small.tensors["x"] = torch::zeros({4});
@@ -134,11 +121,7 @@ TEST(CheckpointCrashTest, FullDiskIsAnIoErrorThatLeavesNoTemporary) {
   CheckpointState big;
   big.tensors["blob"] = torch::zeros({1 << 20});  // 4 MiB
 
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
+  testing::ForkedChild writer([&](const testing::ChildSide& side) {
     // A 1 MiB file-size limit stands in for a full disk (EFBIG, like ENOSPC).
     ::signal(SIGXFSZ, SIG_IGN);
     const rlimit limit{1 << 20, 1 << 20};
@@ -153,15 +136,11 @@ TEST(CheckpointCrashTest, FullDiskIsAnIoErrorThatLeavesNoTemporary) {
         report = std::string("other error: ") + e.what();
       }
     }
-    (void)!::write(fds[1], report.data(), report.size());
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string report;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) > 0;) report.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  ASSERT_EQ(::waitpid(pid, nullptr, 0), pid);
+    side.report(report);
+    return 0;
+  });
+  const std::string report = writer.readReport(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  writer.reap();
 
   EXPECT_TRUE(report.starts_with("IoError: ")) << report;
   EXPECT_NE(report.find(dir / "ckpt-000000002.dtck"), std::string::npos) << report;

@@ -9,13 +9,16 @@
 #include <unistd.h>
 
 #include "checkpoint_test_util.h"
+#include "common/host.h"
+#include "tests/support/forked_child.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "tests/support/text.h"
 
 namespace dtrain {
 namespace {
 
-using testing::ScratchDir;
+using testing::TempDir;
 using testing::readFile;
 using testing::stepName;
 using testing::writeFile;
@@ -35,19 +38,10 @@ size_t headerEnd(const std::string& bytes) {
   return 20 + header_bytes;
 }
 
-template <typename Fn>
-std::string configErrorOf(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "expected a ConfigError";
-  return "";
-}
+using testing::configErrorOf;
 
 TEST(CheckpointTest, RoundTripKeepsDtypesShapesValuesAndMeta) {
-  ScratchDir dir;
+  TempDir dir;
   Checkpointer ckpt({.dir = dir / "nested/run", .keep = 3});
   CheckpointState state;
   state.tensors["f32"] = torch::arange(12, torch::kFloat).reshape({3, 4}) / 7.0;
@@ -88,7 +82,7 @@ TEST(CheckpointTest, RoundTripKeepsDtypesShapesValuesAndMeta) {
 
 TEST(CheckpointTest, SavesCudaTensorsAndLoadsThemOnTheCpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  ScratchDir dir;
+  TempDir dir;
   CheckpointState state;
   state.tensors["bf16"] = (torch::arange(10, torch::kFloat) / 3).to(torch::kCUDA).to(torch::kBFloat16);
   state.tensors["transposed"] = torch::arange(12, torch::kLong).to(torch::kCUDA).reshape({3, 4}).t();
@@ -102,7 +96,7 @@ TEST(CheckpointTest, SavesCudaTensorsAndLoadsThemOnTheCpu) {
 
 // A file written here by the documented layout loads, and save() writes it.
 TEST(CheckpointTest, FilesFollowTheDocumentedFormat) {
-  ScratchDir dir;
+  TempDir dir;
   auto craft = [](const std::string& header, const std::string& data, uint32_t version = 1) {
     std::string out = "DTRAINCK";
     testing::appendLittleEndian<uint32_t>(out, version);
@@ -158,7 +152,7 @@ TEST(CheckpointTest, FilesFollowTheDocumentedFormat) {
 }
 
 TEST(CheckpointTest, RejectsWhatItCannotStoreBeforeWritingAnything) {
-  ScratchDir dir;
+  TempDir dir;
   Checkpointer ckpt({.dir = dir.path()});
   CheckpointState complex;
   complex.tensors["c"] = torch::zeros({2}, torch::kComplexFloat);
@@ -171,7 +165,7 @@ TEST(CheckpointTest, RejectsWhatItCannotStoreBeforeWritingAnything) {
 }
 
 TEST(CheckpointTest, ListsNewestFirstByStepAndPrunesToKeep) {
-  ScratchDir dir;
+  TempDir dir;
   Checkpointer ckpt({.dir = dir.path(), .keep = 3});
   for (int64_t step : {1, 2, 3, 4, 5, 6}) ckpt.save(step, sampleState(step));
   EXPECT_EQ(ckpt.list(), (std::vector<std::string>{dir / stepName(6), dir / stepName(5), dir / stepName(4)}));
@@ -191,7 +185,7 @@ TEST(CheckpointTest, ListsNewestFirstByStepAndPrunesToKeep) {
 }
 
 TEST(CheckpointTest, BadOptionsAndUnwritableDirectories) {
-  ScratchDir dir;
+  TempDir dir;
   EXPECT_THROW(Checkpointer({.dir = dir.path(), .keep = 0}), ConfigError);
   EXPECT_THROW(Checkpointer({.dir = dir.path(), .keep = -2}), ConfigError);
   EXPECT_THROW(Checkpointer({.dir = ""}), ConfigError);
@@ -217,7 +211,7 @@ TEST(CheckpointTest, BadOptionsAndUnwritableDirectories) {
 }
 
 TEST(CheckpointTest, TruncatedFilesNameTheFileAndBothSizes) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string bytes = readFile(Checkpointer({.dir = dir.path()}).save(120, sampleState(120)));
   const size_t header_end = headerEnd(bytes);
   const std::string path = dir / "ckpt-000000121.dtck";
@@ -237,7 +231,7 @@ TEST(CheckpointTest, TruncatedFilesNameTheFileAndBothSizes) {
 }
 
 TEST(CheckpointTest, FlippedBytesAreCaught) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string bytes = readFile(Checkpointer({.dir = dir.path()}).save(120, sampleState(120)));
   const std::string path = dir / "flipped.dtck";
   const size_t header_end = headerEnd(bytes);
@@ -269,7 +263,7 @@ TEST(CheckpointTest, FlippedBytesAreCaught) {
 }
 
 TEST(CheckpointTest, LoadLatestValidSkipsCorruptNewerOnesWithAWarning) {
-  ScratchDir dir;
+  TempDir dir;
   Checkpointer ckpt({.dir = dir.path(), .keep = 5});
   for (int64_t step : {10, 20, 30, 40}) ckpt.save(step, sampleState(step));
   std::string bytes = readFile(dir / stepName(40));
@@ -295,14 +289,13 @@ TEST(CheckpointTest, LoadLatestValidSkipsCorruptNewerOnesWithAWarning) {
 }
 
 TEST(CheckpointTest, LeftoverTemporariesAreIgnoredAndThoseOfDeadProcessesRemoved) {
-  ScratchDir dir;
+  TempDir dir;
   Checkpointer ckpt({.dir = dir.path()});
   ckpt.save(40, sampleState(40));
-  const pid_t dead = ::fork();
-  if (dead == 0) ::_exit(0);
-  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
+  testing::ForkedChild gone([](const testing::ChildSide&) { return 0; });
+  gone.reap();
+  const pid_t dead = gone.pid();
+  const std::string host = hostName();
   const std::string dead_temp = dir / ("." + stepName(50) + ".tmp-" + host + "-" + std::to_string(dead));
   const std::string live_temp = dir / ("." + stepName(60) + ".tmp-" + host + "-" + std::to_string(::getppid()));
   writeFile(dead_temp, "DTRAINCK partial");
@@ -316,7 +309,7 @@ TEST(CheckpointTest, LeftoverTemporariesAreIgnoredAndThoseOfDeadProcessesRemoved
 }
 
 TEST(CheckpointTest, ResolveResume) {
-  ScratchDir dir;
+  TempDir dir;
   EXPECT_FALSE(resolveResume("", dir.path()).has_value());
   EXPECT_FALSE(resolveResume("none", dir.path()).has_value());
   EXPECT_FALSE(resolveResume("auto", dir.path()).has_value());

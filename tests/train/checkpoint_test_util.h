@@ -1,7 +1,7 @@
-// Helpers shared by the checkpoint tests: a scratch directory, raw file
-// edits, and an independent CRC-32 to write files by the documented format.
-// POSIX calls, not std::filesystem: PyTorch 2.x wheels export a clashing
-// copy of it from libtorch.so (see src/train/checkpoint.cc).
+// Helpers shared by the checkpoint tests: listing a folder and an
+// independent CRC-32 to write files by the documented format. POSIX calls,
+// not std::filesystem: PyTorch 2.x wheels export a clashing copy of it from
+// libtorch.so (see src/train/checkpoint.cc).
 #pragma once
 
 #include <dirent.h>
@@ -20,28 +20,10 @@
 #include <vector>
 
 #include "dtrain/checkpoint.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace dtrain::testing {
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/dtrain-ckpt-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    ::nftw(
-        path_.c_str(), [](const char* path, const struct stat*, int, FTW*) { return ::remove(path); }, 16,
-        FTW_DEPTH | FTW_PHYS);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // The names in dir, sorted, without "." and "..".
 inline std::vector<std::string> namesIn(const std::string& dir) {
@@ -57,20 +39,7 @@ inline std::vector<std::string> namesIn(const std::string& dir) {
   return names;
 }
 
-inline bool exists(const std::string& path) {
-  struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0;
-}
-
-inline std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-inline void writeFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+inline bool exists(const std::string& path) { return pathExists(path); }
 
 // Bitwise CRC-32 (IEEE, as zlib's crc32), independent of the code under test.
 inline uint32_t referenceCrc32(const std::string& bytes) {

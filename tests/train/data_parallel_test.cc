@@ -9,7 +9,8 @@
 
 #include <torch/torch.h>
 
-#include "../cli/process_runner.h"
+#include "tests/support/command.h"
+#include "tests/support/ports.h"
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "dtrain/data_parallel.h"

@@ -9,9 +9,11 @@
 #include "common/error.h"
 #include "dtrain/lr_schedule.h"
 #include "dtrain/optim.h"
-#include "train_test_util.h"
+#include "tests/support/text.h"
 
 namespace dtrain {
+
+using testing::configErrorOf;
 namespace {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
@@ -301,7 +303,7 @@ TEST(LrScheduleTest, ValidationErrors) {
   EXPECT_NE(error({.kind = "step"}).find("step_size > 0"), std::string::npos);
   EXPECT_NE(error({.kind = "step", .step_size = 2, .gamma = -0.1}).find("gamma"), std::string::npos);
   EXPECT_NE(configErrorOf([] { learningRateAt({.kind = "constant"}, -1); }).find("step is -1"), std::string::npos);
-  EXPECT_EQ(error({.kind = "cosine", .total_steps = 1}), "(no ConfigError)");
+  EXPECT_EQ(error({.kind = "cosine", .total_steps = 1}), "") << "accepted";
 }
 
 // Capturable mode (device-side lr and step count) follows the same

@@ -16,7 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "../cli/process_runner.h"
+#include "tests/support/command.h"
+#include "tests/support/ports.h"
 #if DTRAIN_TRAIN_HTTP
 #include <httplib.h>
 #endif

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "train/bucket_timer.h"
+#include "tests/support/text.h"
 
 #if DTRAIN_TRAIN_HTTP
 #include <httplib.h>
@@ -22,7 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::contains;
 
 TEST(TrainMetricsTest, RendersCountersGaugesAndACumulativeHistogram) {
   const std::string dir = ::testing::TempDir() + "train_metrics_jobs";

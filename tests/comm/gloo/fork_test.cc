@@ -14,7 +14,7 @@
 #include "common/error.h"
 #include "store/tcp_store.h"
 #include "tests/comm/gloo/buffers.h"
-#include "tests/comm/gloo/forked_ranks.h"
+#include "tests/support/forked_child.h"
 #include "tests/comm/rank_threads.h"
 
 namespace dtrain {
@@ -25,7 +25,7 @@ using testing::contains;
 using testing::cpuBuffer;
 using testing::filledBuffer;
 using testing::firstMismatch;
-using testing::ForkedChild;
+using testing::ChildSide;
 using testing::ForkedRanks;
 using Clock = std::chrono::steady_clock;
 
@@ -42,7 +42,7 @@ class GlooForkTest : public ::testing::Test {
   }
 
   // In a child: this rank's communicator over a TcpStore client.
-  std::unique_ptr<Communicator> join(const ForkedChild& child, Milliseconds init_timeout = 60s) const {
+  std::unique_ptr<Communicator> join(const ChildSide& child, Milliseconds init_timeout = 60s) const {
     setProcessRank(child.rank);
     TcpStoreClientOptions client;
     client.host = "127.0.0.1";
@@ -99,7 +99,7 @@ std::string checkCollectives(Communicator& comm, int rank) {
 }
 
 TEST_F(GlooForkTest, CollectivesAcrossFourProcesses) {
-  ForkedRanks ranks(kWorldSize, [&](const ForkedChild& child) {
+  ForkedRanks ranks(kWorldSize, [&](const ChildSide& child) {
     auto comm = join(child);
     const std::string problems = checkCollectives(*comm, child.rank);
     child.report(problems.empty() ? "ok" : problems);
@@ -107,14 +107,14 @@ TEST_F(GlooForkTest, CollectivesAcrossFourProcesses) {
   });
   const auto deadline = Clock::now() + 120s;
   for (int rank = 0; rank < kWorldSize; ++rank) {
-    EXPECT_EQ(ranks.readReport(rank, deadline), "ok") << "rank " << rank;
-    const int status = ranks.reap(rank);
+    EXPECT_EQ(ranks[rank].readReport(deadline), "ok") << "rank " << rank;
+    const int status = ranks[rank].reap();
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << rank << " status " << status;
   }
 }
 
 TEST_F(GlooForkTest, RankThatNeverJoinsIsNamedByTheOthers) {
-  ForkedRanks ranks(kWorldSize - 1, [&](const ForkedChild& child) {
+  ForkedRanks ranks(kWorldSize - 1, [&](const ChildSide& child) {
     try {
       join(child, 2s);
       child.report("joined a group that lacks rank 3");
@@ -126,9 +126,9 @@ TEST_F(GlooForkTest, RankThatNeverJoinsIsNamedByTheOthers) {
   });
   const auto deadline = Clock::now() + 60s;
   for (int rank = 0; rank < kWorldSize - 1; ++rank) {
-    const std::string report = ranks.readReport(rank, deadline);
+    const std::string report = ranks[rank].readReport(deadline);
     EXPECT_TRUE(contains(report, "rank 3 never joined")) << "rank " << rank << ": " << report;
-    const int status = ranks.reap(rank);
+    const int status = ranks[rank].reap();
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << rank << ": " << report;
   }
 }
@@ -139,7 +139,7 @@ TEST_F(GlooForkTest, RankThatNeverJoinsIsNamedByTheOthers) {
 TEST_F(GlooForkTest, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
   constexpr int kVictim = 2;
   constexpr size_t kCount = 1u << 20;
-  ForkedRanks ranks(kWorldSize, [&](const ForkedChild& child) {
+  ForkedRanks ranks(kWorldSize, [&](const ChildSide& child) {
     auto comm = join(child);
     std::vector<float> data(kCount, 0.0f);
     const Buffer buffer = cpuBuffer(data.data(), kCount, DType::kFloat32);
@@ -160,7 +160,7 @@ TEST_F(GlooForkTest, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
 
   const auto ready_deadline = Clock::now() + 60s;
   for (int rank = 0; rank < kWorldSize; ++rank) {
-    ASSERT_EQ(ranks.readReport(rank, ready_deadline, 1), "R") << "rank " << rank << " never got going";
+    ASSERT_EQ(ranks[rank].readReport(ready_deadline, 1), "R") << "rank " << rank << " never got going";
   }
   std::this_thread::sleep_for(300ms);  // a few allreduces in
   ASSERT_EQ(::kill(ranks.pid(kVictim), SIGKILL), 0);
@@ -168,16 +168,16 @@ TEST_F(GlooForkTest, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
 
   for (int rank = 0; rank < kWorldSize; ++rank) {
     if (rank == kVictim) continue;
-    const std::string report = ranks.readReport(rank, killed_at + 2 * kCollectiveTimeout);
+    const std::string report = ranks[rank].readReport(killed_at + 2 * kCollectiveTimeout);
     const auto reported_after = Clock::now() - killed_at;
     EXPECT_LT(reported_after, kCollectiveTimeout) << "rank " << rank << " took too long: " << report;
     EXPECT_TRUE(contains(report, "|CommError")) << "rank " << rank << ": " << report;
     EXPECT_TRUE(contains(report, "gloo allreduce #")) << "rank " << rank << ": " << report;
     EXPECT_TRUE(contains(report, "rank 2 stopped publishing progress")) << "rank " << rank << ": " << report;
   }
-  ranks.release();
+  ranks.releaseAll();
   for (int rank = 0; rank < kWorldSize; ++rank) {
-    const int status = ranks.reap(rank);
+    const int status = ranks[rank].reap();
     if (rank == kVictim) {
       EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
     } else {

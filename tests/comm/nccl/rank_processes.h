@@ -16,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "common/process.h"
+#include "tests/support/forked_child.h"
+
 namespace dtrain {
 
 class Store;
@@ -36,12 +39,12 @@ int64_t monotonicNanos();
 
 class RankProcesses {
  public:
-  // Runs `body(rank, store)` in `world` children. `store` is a TcpStore client
-  // of the parent's server, prefixed like a launched job's generation. A child
-  // exits 0 when body returns, 1 (message on stderr) when it throws.
+  // Runs `body(rank, store)` in `world` forked children (tests/support's
+  // ForkedRanks). `store` is a TcpStore client of the parent's server,
+  // prefixed like a launched job's generation. A child exits 0 when body
+  // returns, 1 (message on stderr) when it throws.
   using Body = std::function<void(int rank, std::shared_ptr<Store> store)>;
   RankProcesses(int world, const Body& body);
-  // SIGKILLs and reaps any child still running.
   ~RankProcesses();
   RankProcesses(const RankProcesses&) = delete;
   RankProcesses& operator=(const RankProcesses&) = delete;
@@ -51,14 +54,9 @@ class RankProcesses {
   std::vector<int> waitAll(std::chrono::seconds limit);
 
  private:
-  std::vector<pid_t> pids_;
-  std::vector<bool> reaped_;
+  std::unique_ptr<ForkedRanks> ranks_;
   std::unique_ptr<TcpStoreServer> server_;
 };
-
-// "exit 0", "exit 1", "killed by SIGKILL" (for assertion messages).
-std::string describeWaitStatus(int status);
-bool exitedCleanly(int status);
 
 }  // namespace testing
 }  // namespace dtrain

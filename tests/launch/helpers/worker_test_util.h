@@ -17,41 +17,19 @@
 #include <thread>
 #include <vector>
 
-#include "launch/process.h"
+#include "common/process.h"
 #include "launch/worker_group.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace dtrain::testing {
-
-inline std::string makeTempDir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/dtrain_launch_test_XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  if (::mkdtemp(buf.data()) == nullptr) std::abort();
-  return buf.data();
-}
-
-inline std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-inline std::vector<std::string> splitLines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::string line;
-  std::istringstream in(text);
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
-}
 
 // While alive, fds 1 and 2 of this process go to files; out()/err() put the
 // console back and return what was written. Assert only after restore():
 // gtest prints its failures to stdout.
 class CapturedConsole {
  public:
-  CapturedConsole() : dir_(makeTempDir()) {
+  CapturedConsole() : dir_(makeTempDir("dtrain-launch-test")) {
     std::fflush(stdout);
     std::fflush(stderr);
     for (int fd : {1, 2}) {
@@ -63,7 +41,7 @@ class CapturedConsole {
   }
   ~CapturedConsole() {
     restore();
-    std::filesystem::remove_all(dir_);
+    removeTree(dir_);
   }
   void restore() {
     if (saved_[0] < 0) return;

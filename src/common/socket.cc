@@ -1,9 +1,10 @@
-#include "store/socket.h"
+#include "common/socket.h"
 
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -49,17 +50,6 @@ int remainingMillis(SteadyTime deadline) {
 }
 
 }  // namespace
-
-FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
-  if (this != &other) reset(other.release());
-  return *this;
-}
-
-void FileDescriptor::reset(int fd) {
-  // close() is not retried on EINTR: on Linux the descriptor is gone anyway.
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
 
 std::string hostPortText(const std::string& host, uint16_t port) {
   bool ipv6_literal = host.find(':') != std::string::npos && host.front() != '[';
@@ -178,7 +168,7 @@ bool pollUntil(int fd, short events, SteadyTime deadline) {
       if (std::chrono::steady_clock::now() >= deadline) return false;
       continue;  // poll rounds its timeout down; sleep out the remainder
     }
-    if (errno != EINTR) throw IoError("poll() failed: " + errnoString(errno));
+    if (errno != EINTR) throw errnoError("poll", errno);
   }
 }
 
@@ -192,11 +182,43 @@ bool sendAll(int fd, std::string_view bytes, SteadyTime deadline) {
     }
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      throw IoError("send() failed: " + errnoString(errno));
+      throw errnoError("send", errno);
     }
     if (!pollUntil(fd, POLLOUT, deadline)) return false;
   }
   return true;
+}
+
+bool receiveAll(int fd, char* data, size_t size, SteadyTime deadline, const std::function<bool()>& stop) {
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = ::recv(fd, data + got, size - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) throw IoError("connection closed by the other side");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) throw errnoError("recv", errno);
+    // Slices of at most 100 ms, so that `stop` is heard.
+    while (true) {
+      if (stop && stop()) return false;
+      const SteadyTime now = std::chrono::steady_clock::now();
+      if (now >= deadline) return false;
+      if (pollUntil(fd, POLLIN, std::min(deadline, now + std::chrono::milliseconds(100)))) break;
+    }
+  }
+  return true;
+}
+
+uint16_t freeTcpPort(bool loopback_only, const std::string& purpose) {
+  FileDescriptor fd(DTRAIN_CHECK_ERRNO(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(loopback_only ? INADDR_LOOPBACK : INADDR_ANY);
+  DTRAIN_CHECK_ERRNO(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr),
+                     "no free port for " + purpose);
+  return localPort(fd.get());
 }
 
 }  // namespace dtrain

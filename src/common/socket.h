@@ -1,6 +1,7 @@
-// Small TCP socket helpers for the store (private to store/ and its tests).
-// Every failing call becomes an IoError naming the call and the errno text
-// (DTRAIN_CHECK_ERRNO), or names the address it was trying to reach.
+// The OS seam for TCP sockets, for every layer (the store, doctor's peer
+// test, the launcher's free ports). Every failing call becomes an IoError
+// naming the call and the errno text (DTRAIN_CHECK_ERRNO), or names the
+// address it was trying to reach. Every wait has a deadline.
 #pragma once
 
 #include <poll.h>
@@ -8,36 +9,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
+
+#include "common/file_descriptor.h"
 
 namespace dtrain {
 
 using SteadyTime = std::chrono::steady_clock::time_point;
-
-// Owns one file descriptor; closes it on destruction. Move-only.
-class FileDescriptor {
- public:
-  FileDescriptor() = default;
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() { reset(); }
-  FileDescriptor(FileDescriptor&& other) noexcept : fd_(other.release()) {}
-  FileDescriptor& operator=(FileDescriptor&& other) noexcept;
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
 
 // "host:port", with IPv6 literals bracketed: "[::1]:29500".
 std::string hostPortText(const std::string& host, uint16_t port);
@@ -76,5 +56,19 @@ bool pollUntil(int fd, short events, SteadyTime deadline);
 // Sends all of `bytes` on a non-blocking socket; false when the deadline
 // passes first. IoError (naming send) when the connection fails.
 bool sendAll(int fd, std::string_view bytes, SteadyTime deadline);
+
+// Receives exactly `size` bytes on a non-blocking socket; false when the
+// deadline passes, or `stop` (asked at least every 100 ms) says so, first.
+// IoError "connection closed by the other side" when it hangs up, or naming
+// recv when the connection fails.
+bool receiveAll(int fd, char* data, size_t size, SteadyTime deadline, const std::function<bool()>& stop = {});
+
+// A TCP port the kernel reports free right now. The socket is closed before
+// the caller's user binds the port, so another process could take it in
+// between; each caller says how it copes (a fresh --standalone port per run;
+// MASTER_PORT retried on collision by the launcher). `loopback_only`: bind
+// 127.0.0.1 rather than every address. `purpose` names the port in the
+// IoError raised when none can be had.
+uint16_t freeTcpPort(bool loopback_only, const std::string& purpose);
 
 }  // namespace dtrain

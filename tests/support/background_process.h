@@ -1,6 +1,7 @@
-// A process started in the background for a test (an exporter, a Prometheus
-// server), its stdout and stderr in a log file, stopped by its PID: SIGTERM,
-// then SIGKILL if it outlives the grace period. The destructor stops it.
+// A program started in the background for a test (an exporter, a Prometheus
+// server, a peer), its stdout and stderr in a log file, stopped with SIGTERM
+// and then SIGKILL if it outlives the grace period. The destructor stops it.
+// Built on common/process.h.
 #pragma once
 
 #include <sys/types.h>
@@ -14,7 +15,8 @@ namespace dtrain::testing {
 
 class BackgroundProcess {
  public:
-  // argv[0] is a path; `env` is added to (or overrides) this process's.
+  // Runs argv (argv[0] a path or a name on PATH) with this process's
+  // environment plus `env` (which wins); stdout and stderr go to log_path.
   BackgroundProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                     const std::string& log_path);
   ~BackgroundProcess();
@@ -29,12 +31,9 @@ class BackgroundProcess {
 
  private:
   pid_t pid_ = -1;
-  int status_ = -1;
+  int exit_code_ = -1;
   bool reaped_ = false;
   std::string log_path_;
 };
-
-// A fresh directory under /tmp; tests remove it when they pass.
-std::string makeTempDir(const std::string& prefix);
 
 }  // namespace dtrain::testing

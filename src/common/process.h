@@ -1,10 +1,13 @@
-// The OS seam for worker processes (launch/): spawn one, signal its process
-// group, reap it. WorkerGroup reaches fork/exec/kill/waitpid only through
-// these functions. No torch, no CUDA.
+// The OS seam for child processes, for every layer: spawn one, signal its
+// process group, reap it, or run one to the end with a deadline. The
+// launcher's workers, `dtrain bench train`'s groups and doctor's all-reduce
+// reach fork/exec/kill/waitpid only through these functions (tests fake a
+// crash with real processes through them too). No torch, no CUDA.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -20,6 +23,15 @@ struct SpawnedProcess {
   int stderr_fd = -1;
 };
 
+// Where a child's stdout and stderr go: a pipe to the parent (the default;
+// SpawnedProcess holds the read ends), or a descriptor the parent owns (its
+// own 1 and 2 to inherit them, or a file), given to the child as it is.
+struct ChildOutput {
+  int stdout_fd = -1;  // -1: a pipe
+  int stderr_fd = -1;
+  static ChildOutput inherit() { return {1, 2}; }
+};
+
 // Runs argv[0] (searched in the PATH of `env`, as Python's subprocess does
 // when given env=, when it has no '/') in a new process group whose id is its
 // pid, with exactly `env` as its environment, stdin from /dev/null, every
@@ -30,7 +42,7 @@ struct SpawnedProcess {
 // reports its errno through a close-on-exec pipe), IoError when the OS
 // refuses a pipe or fork.
 SpawnedProcess spawnProcess(const std::vector<std::string>& argv,
-                            const std::map<std::string, std::string>& env);
+                            const std::map<std::string, std::string>& env, ChildOutput output = {});
 
 // spawnProcess in two halves, so that a group's workers exec in parallel:
 // startProcess forks and returns at once; awaitExec blocks until that child
@@ -42,7 +54,7 @@ struct StartedProcess {
   int stdout_fd = -1, stderr_fd = -1, exec_status_fd = -1;
 };
 StartedProcess startProcess(const std::vector<std::string>& argv,
-                            const std::map<std::string, std::string>& env);
+                            const std::map<std::string, std::string>& env, ChildOutput output = {});
 SpawnedProcess awaitExec(StartedProcess& started);
 // Kills, reaps and closes a started process that will not be awaited.
 void abandonProcess(StartedProcess& started);
@@ -67,5 +79,36 @@ int reap(pid_t pid);
 bool processAlive(pid_t pid);
 // True while any member of process group `pgid` is alive (not a zombie).
 bool processGroupAlive(pid_t pgid);
+
+// This process's environment as a map (the child of runProcess gets it by
+// default).
+std::map<std::string, std::string> currentEnvironment();
+
+struct RunOptions {
+  std::optional<std::map<std::string, std::string>> env;  // nullopt: this process's
+  // "": the child writes to this process's stdout and stderr; else both go
+  // to this file (created or truncated).
+  std::string output_path;
+  // After it, the child's process group gets SIGTERM, then SIGKILL once
+  // kill_grace has passed. nullopt: wait for as long as it takes.
+  std::optional<std::chrono::milliseconds> timeout;
+  std::chrono::milliseconds kill_grace{std::chrono::seconds(5)};
+};
+
+struct RunResult {
+  int wait_status = 0;
+  bool timed_out = false;
+  // The shell's convention: the exit code, or 128 + the signal.
+  int exitCode() const;
+};
+
+// Runs argv to the end in its own process group (stdin from /dev/null) and
+// returns how it ended; whatever is left of its group afterwards (a
+// background grandchild) is killed. Errors as spawnProcess; IoError naming
+// output_path when it cannot be created.
+RunResult runProcess(const std::vector<std::string>& argv, const RunOptions& options = {});
+
+// "exit code 3", "killed by signal 9 (SIGKILL)".
+std::string describeWaitStatus(int status);
 
 }  // namespace dtrain

@@ -1,4 +1,4 @@
-#include "launch/process.h"
+#include "common/process.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,9 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "common/error.h"
+#include "common/file_descriptor.h"
 
 namespace dtrain {
 namespace {
@@ -27,25 +29,6 @@ struct ChildError {
   int err;
 };
 enum ChildStage { kSetpgid = 1, kStdio = 2, kExec = 3 };
-
-// Owns one file descriptor; closes it unless released.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 std::string errorText(int err) { return std::generic_category().message(err); }
 
@@ -58,7 +41,7 @@ int aboveStdio(int fd) {
   return moved;
 }
 
-void makePipe(Fd& read_end, Fd& write_end) {
+void makePipe(FileDescriptor& read_end, FileDescriptor& write_end) {
   int fds[2];
   DTRAIN_CHECK_ERRNO(::pipe2(fds, O_CLOEXEC));
   read_end.reset(fds[0]);
@@ -158,7 +141,7 @@ std::string resolveExecutable(const std::string& name, const std::string& path_v
 }
 
 StartedProcess startProcess(const std::vector<std::string>& argv,
-                            const std::map<std::string, std::string>& env) {
+                            const std::map<std::string, std::string>& env, ChildOutput output) {
   if (argv.empty()) throw ConfigError("cannot run '': the worker command is empty");
   auto path_entry = env.find("PATH");
   std::string path = resolveExecutable(argv[0], path_entry == env.end() ? "" : path_entry->second);
@@ -173,16 +156,19 @@ StartedProcess startProcess(const std::vector<std::string>& argv,
   long open_max = ::sysconf(_SC_OPEN_MAX);
   int fallback_max_fd = (open_max <= 0 || open_max > 65536) ? 65536 : static_cast<int>(open_max);
 
-  Fd dev_null(aboveStdio(DTRAIN_CHECK_ERRNO(::open("/dev/null", O_RDONLY | O_CLOEXEC))));
-  Fd out_read, out_write, err_read, err_write, error_read, error_write;
-  makePipe(out_read, out_write);
-  makePipe(err_read, err_write);
+  FileDescriptor dev_null(aboveStdio(DTRAIN_CHECK_ERRNO(::open("/dev/null", O_RDONLY | O_CLOEXEC))));
+  FileDescriptor out_read, out_write, err_read, err_write, error_read, error_write;
+  if (output.stdout_fd < 0) makePipe(out_read, out_write);
+  if (output.stderr_fd < 0) makePipe(err_read, err_write);
   makePipe(error_read, error_write);
+  const int child_out = output.stdout_fd < 0 ? out_write.get() : output.stdout_fd;
+  const int child_err = output.stderr_fd < 0 ? err_write.get() : output.stderr_fd;
 
+  std::fflush(nullptr);  // what this process buffered must not be written twice
   pid_t pid = DTRAIN_CHECK_ERRNO(::fork());
   if (pid == 0) {
-    execChild(path.c_str(), c_args.data(), c_vars.data(), dev_null.get(), out_write.get(),
-              err_write.get(), error_write.get(), fallback_max_fd);
+    execChild(path.c_str(), c_args.data(), c_vars.data(), dev_null.get(), child_out, child_err,
+              error_write.get(), fallback_max_fd);
   }
   // Also from the parent, so the group exists before anyone signals it
   // (EACCES once the child has exec'd, ESRCH if it is gone: both fine).
@@ -208,9 +194,9 @@ void abandonProcess(StartedProcess& started) {
 }
 
 SpawnedProcess awaitExec(StartedProcess& started) {
-  Fd error_read(started.exec_status_fd);
-  Fd out_read(started.stdout_fd);
-  Fd err_read(started.stderr_fd);
+  FileDescriptor error_read(started.exec_status_fd);
+  FileDescriptor out_read(started.stdout_fd);
+  FileDescriptor err_read(started.stderr_fd);
   started.exec_status_fd = started.stdout_fd = started.stderr_fd = -1;
   const pid_t pid = started.pid;
   started.pid = -1;
@@ -223,13 +209,13 @@ SpawnedProcess awaitExec(StartedProcess& started) {
   if (n == static_cast<ssize_t>(sizeof(failure))) {
     reap(pid);
     if (failure.stage == kExec) throw ConfigError("cannot run '" + started.command + "': " + errorText(failure.err));
-    throw IoError(std::string("cannot start '") + started.command + "': " +
-                  (failure.stage == kSetpgid ? "setpgid" : "dup2") + " failed in the child: " +
-                  errnoString(failure.err));
+    throw errnoError(failure.stage == kSetpgid ? "setpgid" : "dup2", failure.err,
+                     "cannot start '" + started.command + "' (in the child)");
   }
   try {
     DTRAIN_CHECK_ERRNO(n);
     for (int fd : {out_read.get(), err_read.get()}) {
+      if (fd < 0) continue;  // the child writes where the caller said
       int flags = DTRAIN_CHECK_ERRNO(::fcntl(fd, F_GETFL));
       DTRAIN_CHECK_ERRNO(::fcntl(fd, F_SETFL, flags | O_NONBLOCK));
     }
@@ -246,8 +232,8 @@ SpawnedProcess awaitExec(StartedProcess& started) {
 }
 
 SpawnedProcess spawnProcess(const std::vector<std::string>& argv,
-                            const std::map<std::string, std::string>& env) {
-  StartedProcess started = startProcess(argv, env);
+                            const std::map<std::string, std::string>& env, ChildOutput output) {
+  StartedProcess started = startProcess(argv, env, output);
   return awaitExec(started);
 }
 
@@ -257,7 +243,7 @@ bool signalProcessGroup(pid_t pgid, int sig) {
   int err = errno;
   // EPERM: only someone else's processes are left in the group.
   if (err == ESRCH || err == EPERM) return false;
-  throw IoError("kill(-" + std::to_string(pgid) + ", " + std::to_string(sig) + ") failed: " + errnoString(err));
+  throw errnoError("kill", err, "signal " + std::to_string(sig) + " to process group " + std::to_string(pgid));
 }
 
 std::optional<int> tryReap(pid_t pid) {
@@ -306,6 +292,76 @@ bool processGroupAlive(pid_t pgid) {
   }
   ::closedir(proc);
   return alive;
+}
+
+std::map<std::string, std::string> currentEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    const size_t eq = text.find('=');
+    if (eq != std::string::npos) env.emplace(text.substr(0, eq), text.substr(eq + 1));
+  }
+  return env;
+}
+
+int RunResult::exitCode() const {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+std::string describeWaitStatus(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = sigabbrev_np(sig);
+    return "killed by signal " + std::to_string(sig) + (name != nullptr ? std::string(" (SIG") + name + ")" : "");
+  }
+  return "wait status " + std::to_string(status);
+}
+
+namespace {
+
+// Polls for the child's end until `deadline`; its wait status, or nullopt.
+std::optional<int> reapBy(pid_t pid, std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    if (auto status = tryReap(pid)) return status;
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+
+RunResult runProcess(const std::vector<std::string>& argv, const RunOptions& options) {
+  FileDescriptor file;
+  ChildOutput output = ChildOutput::inherit();
+  if (!options.output_path.empty()) {
+    file.reset(aboveStdio(DTRAIN_CHECK_ERRNO(
+        ::open(options.output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644),
+        "cannot create the output file of '" + (argv.empty() ? std::string() : argv[0]) + "'")));
+    output = {file.get(), file.get()};
+  }
+  StartedProcess started = startProcess(argv, options.env ? *options.env : currentEnvironment(), output);
+  const SpawnedProcess child = awaitExec(started);
+  file.reset();
+  RunResult result;
+  if (!options.timeout) {
+    result.wait_status = reap(child.pid);
+  } else if (auto status = reapBy(child.pid, std::chrono::steady_clock::now() + *options.timeout)) {
+    result.wait_status = *status;
+  } else {
+    result.timed_out = true;
+    signalProcessGroup(child.pid, SIGTERM);
+    auto ended = reapBy(child.pid, std::chrono::steady_clock::now() + options.kill_grace);
+    if (!ended) {
+      signalProcessGroup(child.pid, SIGKILL);
+      ended = reap(child.pid);
+    }
+    result.wait_status = *ended;
+  }
+  signalProcessGroup(child.pid, SIGKILL);  // anything of the group still left
+  return result;
 }
 
 }  // namespace dtrain
