@@ -13,7 +13,7 @@
 
 namespace dtrain::testing {
 
-inline bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The message of the E that f() throws (Error::message() for dtrain's
 // errors, what() otherwise); "" when f() returns (the input was accepted),
