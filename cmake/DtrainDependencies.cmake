@@ -77,6 +77,28 @@ else()
 endif()
 dtrain_resolve(NCCL "${DTRAIN_WITH_NCCL}" "${_nccl_found}")
 
+# The fused CUDA kernels of models/kernels/ need a working CUDA compiler:
+# nvcc under DTRAIN_CUDA_ROOT unless CMAKE_CUDA_COMPILER or $CUDACXX names
+# another (check_language test-compiles it). CMAKE_CUDA_ARCHITECTURES
+# defaults to 90 (H100/H200); override it, e.g. -DCMAKE_CUDA_ARCHITECTURES="80;90".
+set(_cuda_kernels_found FALSE)
+if(NOT DTRAIN_WITH_CUDA_KERNELS STREQUAL "OFF")
+  if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS ${DTRAIN_CUDA_ROOT}/bin/nvcc)
+    set(ENV{CUDACXX} ${DTRAIN_CUDA_ROOT}/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  find_package(CUDAToolkit QUIET)
+  if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "CUDA architectures of the fused kernels")
+    endif()
+    enable_language(CUDA)
+    set(_cuda_kernels_found TRUE)
+  endif()
+endif()
+dtrain_resolve(CUDA_KERNELS "${DTRAIN_WITH_CUDA_KERNELS}" "${_cuda_kernels_found}")
+
 if(NOT DTRAIN_WITH_TORCH STREQUAL "OFF")
   find_package(Torch QUIET)
 endif()

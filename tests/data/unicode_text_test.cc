@@ -1,0 +1,119 @@
+// UTF-8 decoding, the Unicode classes and GPT-2's pre-tokenizer, each
+// against hand-checked cases (the tokenizer as a whole is compared with the
+// npm encoder in gpt2_tokenizer_test.cc).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "data/gpt2_pretokenizer.h"
+#include "data/unicode_classes.h"
+#include "data/utf8.h"
+
+namespace dtrain::data {
+namespace {
+
+std::vector<std::string> pieces(std::string_view text) {
+  std::vector<std::string_view> views;
+  splitGpt2Pieces(text, views);
+  return {views.begin(), views.end()};
+}
+
+using Pieces = std::vector<std::string>;
+
+TEST(Utf8, DecodesEveryLength) {
+  char32_t cp = 0;
+  EXPECT_EQ(decodeUtf8("A", 0, &cp), 1u);
+  EXPECT_EQ(cp, U'A');
+  EXPECT_EQ(decodeUtf8("\xC3\xA9", 0, &cp), 2u);
+  EXPECT_EQ(cp, U'é');
+  EXPECT_EQ(decodeUtf8("\xE4\xBD\xA0", 0, &cp), 3u);
+  EXPECT_EQ(cp, U'你');
+  EXPECT_EQ(decodeUtf8("\xF0\x9F\x98\x80", 0, &cp), 4u);
+  EXPECT_EQ(cp, U'😀');
+}
+
+TEST(Utf8, RefusesMalformedSequencesAtTheirOffset) {
+  EXPECT_EQ(firstInvalidUtf8("plain ascii"), std::string_view::npos);
+  EXPECT_EQ(firstInvalidUtf8("caf\xC3\xA9 \xF0\x9F\x98\x80"), std::string_view::npos);
+  EXPECT_EQ(firstInvalidUtf8("ab\xFF"), 2u);                  // never a UTF-8 byte
+  EXPECT_EQ(firstInvalidUtf8("ab\x80z"), 2u);                 // a lone continuation byte
+  EXPECT_EQ(firstInvalidUtf8("ab\xC3"), 2u);                  // truncated at the end
+  EXPECT_EQ(firstInvalidUtf8("ab\xC3z"), 2u);                 // truncated in the middle
+  EXPECT_EQ(firstInvalidUtf8("\xC0\xAF"), 0u);                // overlong '/'
+  EXPECT_EQ(firstInvalidUtf8("\xE0\x80\xAF"), 0u);            // overlong, 3 bytes
+  EXPECT_EQ(firstInvalidUtf8("x\xED\xA0\x80"), 1u);           // a surrogate (U+D800)
+  EXPECT_EQ(firstInvalidUtf8("xy\xF4\x90\x80\x80"), 2u);      // above U+10FFFF
+  EXPECT_EQ(firstInvalidUtf8("\xE9t\xE9"), 0u);               // Latin-1, not UTF-8
+}
+
+TEST(UnicodeClasses, LettersNumbersSpacesAndTheRest) {
+  for (char32_t c : {U'a', U'Z', U'é', U'ǅ', U'ʰ', U'ª', U'µ', U'Ж', U'你', U'한', U'ا', U'न', U'𝒜'}) {
+    EXPECT_EQ(classifyCodePoint(c), CharClass::kLetter) << static_cast<uint32_t>(c);
+  }
+  for (char32_t c : {U'0', U'9', U'½', U'²', U'Ⅻ', U'〇', U'٣', U'𝟘'}) {
+    EXPECT_EQ(classifyCodePoint(c), CharClass::kNumber) << static_cast<uint32_t>(c);
+  }
+  for (char32_t c : {U' ', U'\t', U'\n', U'\v', U'\f', U'\r', U'\u0085', U'\u00A0', U'\u2003', U'\u2028', U'\u3000'}) {
+    EXPECT_EQ(classifyCodePoint(c), CharClass::kSpace) << static_cast<uint32_t>(c);
+  }
+  // Marks, symbols, punctuation, format characters (U+FEFF is not
+  // White_Space), controls, unassigned and private-use code points.
+  for (char32_t c : {U'\u0301', U'\u0947', U'😀', U'!', U'€', U'\uFEFF', U'\u200D', U'\x1E', U'\U000E0001',
+                     U'\U0010FFFF', U'\uE000'}) {
+    EXPECT_EQ(classifyCodePoint(c), CharClass::kOther) << static_cast<uint32_t>(c);
+  }
+}
+
+TEST(Gpt2Pretokenizer, WordsLeadWithTheirSpace) {
+  EXPECT_EQ(pieces("Hello world"), (Pieces{"Hello", " world"}));
+  EXPECT_EQ(pieces("Hello, world!"), (Pieces{"Hello", ",", " world", "!"}));
+  EXPECT_EQ(pieces(""), Pieces{});
+}
+
+TEST(Gpt2Pretokenizer, Contractions) {
+  EXPECT_EQ(pieces("I'm you're it's can't we'll I'd they've"),
+            (Pieces{"I", "'m", " you", "'re", " it", "'s", " can", "'t", " we", "'ll", " I", "'d", " they", "'ve"}));
+  // Only lower case, only right after the apostrophe.
+  EXPECT_EQ(pieces("IT'S"), (Pieces{"IT", "'", "S"}));
+  EXPECT_EQ(pieces(" 's"), (Pieces{" '", "s"}));
+  EXPECT_EQ(pieces("'''s"), (Pieces{"'''", "s"}));
+}
+
+TEST(Gpt2Pretokenizer, SpaceRunsLeaveTheirLastSpaceToTheNextWord) {
+  EXPECT_EQ(pieces("a   b"), (Pieces{"a", "  ", " b"}));
+  EXPECT_EQ(pieces("a\n\nb"), (Pieces{"a", "\n", "\n", "b"}));
+  EXPECT_EQ(pieces("a\n\n b"), (Pieces{"a", "\n\n", " b"}));
+  EXPECT_EQ(pieces("a \tb"), (Pieces{"a", " ", "\t", "b"}));
+  EXPECT_EQ(pieces("end   "), (Pieces{"end", "   "}));
+  EXPECT_EQ(pieces("   "), (Pieces{"   "}));
+  EXPECT_EQ(pieces(" "), (Pieces{" "}));
+  // Only an ASCII space joins the next word; other spaces stand alone.
+  EXPECT_EQ(pieces("x\u3000y"), (Pieces{"x", "\u3000", "y"}));
+  EXPECT_EQ(pieces("x \u00A0y"), (Pieces{"x", " ", "\u00A0", "y"}));
+}
+
+TEST(Gpt2Pretokenizer, NumbersPunctuationAndScripts) {
+  EXPECT_EQ(pieces("pi is 3.14159!"), (Pieces{"pi", " is", " 3", ".", "14159", "!"}));
+  EXPECT_EQ(pieces("x2y"), (Pieces{"x", "2", "y"}));
+  EXPECT_EQ(pieces("<|endoftext|>"), (Pieces{"<|", "endoftext", "|>"}));
+  EXPECT_EQ(pieces("你好，世界"), (Pieces{"你好", "，", "世界"}));
+  EXPECT_EQ(pieces("cafe\u0301 ok"), (Pieces{"cafe", "\u0301", " ok"}));
+  EXPECT_EQ(pieces(" 😀👍"), (Pieces{" 😀👍"}));
+}
+
+TEST(Gpt2Pretokenizer, FollowsWhiteSpaceNotJavaScriptOnFeffAnd0085) {
+  EXPECT_EQ(pieces("\uFEFFHello"), (Pieces{"\uFEFF", "Hello"}));
+  EXPECT_EQ(pieces("a\u0085\u0085b"), (Pieces{"a", "\u0085", "\u0085", "b"}));
+}
+
+TEST(Gpt2Pretokenizer, InvalidBytesAreOtherCharactersAndNothingIsLost) {
+  EXPECT_EQ(pieces("ab\xFF\xFE cd"), (Pieces{"ab", "\xFF\xFE", " cd"}));
+  const std::string text = "mixed \xC3 bytes\x80\n\n  and text";
+  std::string joined;
+  for (const std::string& piece : pieces(text)) joined += piece;
+  EXPECT_EQ(joined, text);
+}
+
+}  // namespace
+}  // namespace dtrain::data
