@@ -1,0 +1,157 @@
+// Bias + GELU, SwiGLU and rotary embeddings as autograd functions over the
+// fused kernels (activation.h, rope.h).
+#include "models/fused_ops_cuda.h"
+#include "models/fused_ops_support.h"
+
+namespace dtrain::models::fused {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using namespace detail;
+
+// y = gelu(h + bias) over h [rows, cols] (the fc product without its bias)
+// and bias [cols] (empty: none; libtorch 2.x refuses undefined inputs to a
+// custom function). Saves h and bias; backward recomputes.
+class FusedGeluFunction : public torch::autograd::Function<FusedGeluFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h, const torch::Tensor& bias) {
+    KernelScope scope(h);
+    const torch::Tensor y = at::empty(h.sizes(), h.options());
+    const bool has_bias = bias.numel() > 0;
+    const kernels::DType param = has_bias ? kernelType(bias) : kernelType(h);
+    DTRAIN_CUDA_CHECK(kernels::gelu_forward(y.data_ptr(), h.data_ptr(), has_bias ? bias.data_ptr() : nullptr,
+                                            h.size(0), static_cast<int>(h.size(1)), kernelType(h), param,
+                                            streamOf(h)));
+    ctx->save_for_backward({h, bias});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &h = saved[0], &bias = saved[1];
+    KernelScope scope(h);
+    const bool has_bias = bias.numel() > 0;
+    const torch::Tensor dy = aligned(grads[0].to(h.scalar_type()));
+    const torch::Tensor dh = at::empty(h.sizes(), h.options());
+    const torch::Tensor dbias = has_bias ? at::empty(bias.sizes(), bias.options()) : torch::Tensor();
+    const int64_t rows = h.size(0);
+    const int cols = static_cast<int>(h.size(1));
+    const size_t ws_bytes = has_bias ? kernels::gelu_backward_workspace_size(rows, cols) : 0;
+    const torch::Tensor ws = workspace(ws_bytes, h);
+    const kernels::DType param = has_bias ? kernelType(bias) : kernelType(h);
+    DTRAIN_CUDA_CHECK(kernels::gelu_backward(dh.data_ptr(), mutablePtr(dbias), /*accumulate=*/false, ws.data_ptr(),
+                                             ws_bytes, dy.data_ptr(), h.data_ptr(),
+                                             has_bias ? bias.data_ptr() : nullptr, rows, cols, kernelType(h), param,
+                                             streamOf(h)));
+    return {dh, dbias};
+  }
+};
+
+// y = silu(gate) * up over two [rows, ffn] tensors of one dtype.
+class FusedSwigluFunction : public torch::autograd::Function<FusedSwigluFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
+    KernelScope scope(gate);
+    const int64_t ffn = gate.size(-1), rows = gate.numel() / ffn;
+    const torch::Tensor y = at::empty(gate.sizes(), gate.options());
+    DTRAIN_CUDA_CHECK(kernels::swiglu_forward(y.data_ptr(), gate.data_ptr(), up.data_ptr(), rows,
+                                              static_cast<int>(ffn), ffn, kernelType(gate), streamOf(gate)));
+    ctx->save_for_backward({gate, up});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &gate = saved[0], &up = saved[1];
+    KernelScope scope(gate);
+    const int64_t ffn = gate.size(-1), rows = gate.numel() / ffn;
+    const torch::Tensor dy = aligned(grads[0].to(gate.scalar_type()));
+    const torch::Tensor dgate = at::empty(gate.sizes(), gate.options());
+    const torch::Tensor dup = at::empty(up.sizes(), up.options());
+    DTRAIN_CUDA_CHECK(kernels::swiglu_backward(dgate.data_ptr(), dup.data_ptr(), dy.data_ptr(), gate.data_ptr(),
+                                               up.data_ptr(), rows, static_cast<int>(ffn), ffn, ffn,
+                                               kernelType(gate), streamOf(gate)));
+    return {dgate, dup};
+  }
+};
+
+// Rotates x [batch, seq, heads, head_dim] at positions 0..seq-1 of every
+// sequence by the angles position * inv_freq (rope.h: Meta's adjacent pairs).
+class FusedRotaryFunction : public torch::autograd::Function<FusedRotaryFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& inv_freq) {
+    KernelScope scope(x);
+    const torch::Tensor out = at::empty(x.sizes(), x.options());
+    DTRAIN_CUDA_CHECK(kernels::rope_forward(args(x, out, inv_freq), streamOf(x)));
+    ctx->save_for_backward({inv_freq});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const torch::Tensor inv_freq = ctx->get_saved_variables()[0];
+    const torch::Tensor dout = aligned(grads[0]);
+    KernelScope scope(dout);
+    const torch::Tensor dx = at::empty(dout.sizes(), dout.options());
+    // The rotation by -angle: the transpose of forward's.
+    DTRAIN_CUDA_CHECK(kernels::rope_backward(args(dout, dx, inv_freq), streamOf(dout)));
+    return {dx, torch::Tensor()};
+  }
+
+ private:
+  static kernels::RopeArgs args(const torch::Tensor& in, const torch::Tensor& out, const torch::Tensor& inv_freq) {
+    kernels::RopeArgs r;
+    r.q.in = in.data_ptr();
+    r.q.out = out.data_ptr();
+    r.q.heads = static_cast<int>(in.size(2));
+    r.inv_freq = inv_freq.data_ptr<float>();
+    r.tokens = in.size(0) * in.size(1);
+    r.seq_len = static_cast<int>(in.size(1));
+    r.head_dim = static_cast<int>(in.size(3));
+    r.dtype = kernelType(in);
+    return r;
+  }
+};
+
+}  // namespace
+
+std::optional<torch::Tensor> linearGelu(const torch::Tensor& x, const torch::Tensor& weight,
+                                        const torch::Tensor& bias) {
+  if (!activeFor(x) || x.dim() == 0 || x.numel() == 0 || weight.dim() != 2 || weight.size(1) != x.size(-1)) {
+    return std::nullopt;
+  }
+  // The product's dtype: autocast's (bf16 only), else the inputs' own.
+  const std::optional<torch::ScalarType> autocast = autocastType();
+  const torch::ScalarType act = autocast ? *autocast : x.scalar_type();
+  if (act != torch::kBFloat16 && (autocast || act != torch::kFloat)) return std::nullopt;
+  if (!autocast && weight.scalar_type() != act) return std::nullopt;
+  if (bias.defined() && (!isKernelType(bias.scalar_type()) || bias.numel() != weight.size(0))) return std::nullopt;
+  const torch::Tensor h = torch::mm(x.reshape({-1, x.size(-1)}).to(act), weight.to(act).t());
+  // fp32 activations take an fp32 bias; bf16 ones keep the bias's own dtype
+  // (an fp32 master bias is added in fp32 inside the kernel).
+  const torch::Tensor b = bias.defined() ? aligned(act == torch::kFloat ? bias.to(torch::kFloat) : bias)
+                                          : at::empty({0}, h.options());
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  return FusedGeluFunction::apply(aligned(h), b).view(shape);
+}
+
+std::optional<torch::Tensor> swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  if (!activeFor(gate) || gate.dim() == 0 || gate.numel() == 0 || !isKernelType(gate.scalar_type()) ||
+      up.scalar_type() != gate.scalar_type() || up.sizes() != gate.sizes() || up.device() != gate.device()) {
+    return std::nullopt;
+  }
+  return FusedSwigluFunction::apply(aligned(gate), aligned(up));
+}
+
+std::optional<torch::Tensor> applyRotary(const torch::Tensor& x, const ops::RotaryTable& table) {
+  const torch::Tensor& inv_freq = table.inv_freq;
+  if (!activeFor(x) || x.dim() != 4 || x.numel() == 0 || !isKernelType(x.scalar_type()) || x.size(3) % 2 != 0 ||
+      !inv_freq.defined() || inv_freq.scalar_type() != torch::kFloat || inv_freq.device() != x.device() ||
+      inv_freq.numel() != x.size(3) / 2 || table.cos.scalar_type() == torch::kDouble || x.size(1) > table.cos.size(0)) {
+    return std::nullopt;
+  }
+  return FusedRotaryFunction::apply(aligned(x), aligned(inv_freq));
+}
+
+}  // namespace dtrain::models::fused

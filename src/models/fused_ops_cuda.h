@@ -1,0 +1,65 @@
+// The fused CUDA kernels of models/kernels/ as differentiable torch
+// operations: the implementations transformer_ops.cc takes for CUDA tensors.
+// Each function returns the result of its namesake in transformer_ops.h
+// (same values up to rounding, same dtype, gradients to every input), or
+// std::nullopt when it declines the call; the caller then runs the libtorch
+// operation. A function declines when
+//   - this build has no fused kernels (a CPU libtorch, or no nvcc: the
+//     stand-ins of fused_ops_missing.cc decline everything),
+//   - DTRAIN_FUSED_KERNELS=0 (models/fused_kernels_setting.h),
+//   - its first tensor is not on a CUDA device,
+//   - its dtypes or shape are outside what the kernel takes: fp32 and bf16
+//     only (never double or fp16, nor fp16 autocast), rows of the norms up to
+//     16384 (bf16) / 8192 (fp32) columns, no empty tensors.
+// Under bf16 autocast the dtypes are those the libtorch operations get from
+// autocast: LayerNorm in fp32 (layer_norm is on autocast's fp32 list), the
+// MLP's and the classifier's matrix products in bf16 with the fp32 bias added
+// inside the kernel, RMSNorm/SwiGLU/rotary in their inputs' dtype.
+//
+// Every result is deterministic (fixed reduction orders, no atomics), every
+// workspace comes from torch's caching allocator, and nothing reads the
+// device on the host, so a forward + backward can be captured into a CUDA
+// graph. Differences from the libtorch operations beyond rounding:
+//   - applyRotary computes each angle as fp32 position x fp32 frequency (Meta's
+//     reference does the same); the libtorch table is computed in double, so
+//     the two drift apart by ~1e-3 rad at position 8192.
+//   - classifierCrossEntropy computes the gradients of hidden and weight in
+//     its forward (chunks of rows: logits in the compute dtype, the loss and
+//     dlogits by the kernel, then the two gradient products), so the full
+//     logits never exist; its backward scales them by the incoming gradient,
+//     in place: the graph can be run backward once (retain_graph is refused).
+#pragma once
+
+#include <optional>
+
+#include <torch/torch.h>
+
+#include "models/transformer_ops.h"
+
+namespace dtrain::models::fused {
+
+// Whether this build has the fused kernels (a CUDA libtorch and dtrain_kernels).
+bool compiledIn();
+// compiledIn(), the setting on, and x on a CUDA device.
+bool activeFor(const torch::Tensor& x);
+
+std::optional<torch::Tensor> layerNorm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                       double eps);
+std::optional<ops::ResidualAndNormed> addLayerNorm(const torch::Tensor& residual, const torch::Tensor& update,
+                                                   const torch::Tensor& weight, const torch::Tensor& bias, double eps);
+std::optional<torch::Tensor> rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+std::optional<ops::ResidualAndNormed> addRmsNorm(const torch::Tensor& residual, const torch::Tensor& update,
+                                                 const torch::Tensor& weight, double eps);
+
+// x Wᵀ by torch::mm (cuBLAS), then bias + GELU (tanh) in one kernel.
+std::optional<torch::Tensor> linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+std::optional<torch::Tensor> swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+// Needs the table's inv_freq (ops::rotaryTable fills it).
+std::optional<torch::Tensor> applyRotary(const torch::Tensor& x, const ops::RotaryTable& table);
+
+// Mean cross-entropy (ignore index -100, as torch's) of hidden Wᵀ against
+// int64 targets, chunk by chunk; a float32 scalar.
+std::optional<torch::Tensor> classifierCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                                    const torch::Tensor& targets);
+
+}  // namespace dtrain::models::fused

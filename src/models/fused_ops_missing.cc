@@ -1,0 +1,39 @@
+// The fused path in a build without it (a CPU libtorch, or no CUDA
+// compiler): every operation declines, so transformer_ops.cc runs libtorch's.
+#include "models/fused_ops_cuda.h"
+
+namespace dtrain::models::fused {
+
+bool compiledIn() { return false; }
+
+bool activeFor(const torch::Tensor&) { return false; }
+
+std::optional<torch::Tensor> layerNorm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, double) {
+  return std::nullopt;
+}
+
+std::optional<ops::ResidualAndNormed> addLayerNorm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                                   const torch::Tensor&, double) {
+  return std::nullopt;
+}
+
+std::optional<torch::Tensor> rmsNorm(const torch::Tensor&, const torch::Tensor&, double) { return std::nullopt; }
+
+std::optional<ops::ResidualAndNormed> addRmsNorm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                                 double) {
+  return std::nullopt;
+}
+
+std::optional<torch::Tensor> linearGelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  return std::nullopt;
+}
+
+std::optional<torch::Tensor> swiglu(const torch::Tensor&, const torch::Tensor&) { return std::nullopt; }
+
+std::optional<torch::Tensor> applyRotary(const torch::Tensor&, const ops::RotaryTable&) { return std::nullopt; }
+
+std::optional<torch::Tensor> classifierCrossEntropy(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  return std::nullopt;
+}
+
+}  // namespace dtrain::models::fused

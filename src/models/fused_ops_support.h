@@ -1,0 +1,51 @@
+// What the autograd functions over the fused kernels share (fused_*.cc;
+// CUDA builds of libtorch only): dtypes, streams, workspaces, alignment.
+#pragma once
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/torch.h>
+
+#include <optional>
+
+#include "gpu/cuda_check.h"
+#include "models/kernels/kernels.h"
+
+namespace dtrain::models::fused::detail {
+
+// fp32 and bf16: the dtypes the kernels take.
+bool isKernelType(torch::ScalarType t);
+kernels::DType kernelType(torch::ScalarType t);  // TORCH_CHECK: fp32 or bf16
+kernels::DType kernelType(const torch::Tensor& t);
+
+// CUDA autocast's dtype while it is enabled.
+std::optional<torch::ScalarType> autocastType();
+
+// The current stream of t's device: where forward and (the engine sets it
+// to the forward's) backward enqueue.
+cudaStream_t streamOf(const torch::Tensor& t);
+
+// `bytes` of scratch on t's device from the caching allocator (at least 16,
+// 256-byte aligned).
+torch::Tensor workspace(size_t bytes, const torch::Tensor& t);
+
+// t contiguous and 16-byte aligned (a copy when it is not), so the kernels
+// take their vector path; undefined stays undefined.
+torch::Tensor aligned(const torch::Tensor& t);
+
+// A raw pointer, null for an undefined tensor.
+inline const void* ptr(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+inline void* mutablePtr(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// Inside an autograd function: launches go to t's device, and autocast stays
+// out of the torch operations (their dtypes are chosen before the call).
+class KernelScope {
+ public:
+  explicit KernelScope(const torch::Tensor& t) : device_(t.device()), no_autocast_(c10::autocast_dispatch_keyset) {}
+
+ private:
+  c10::cuda::CUDAGuard device_;
+  c10::impl::ExcludeDispatchKeyGuard no_autocast_;
+};
+
+}  // namespace dtrain::models::fused::detail

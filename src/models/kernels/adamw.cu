@@ -1,0 +1,130 @@
+// The fused AdamW update of one fp32 slab (optimizer.h).
+#include "models/kernels/device_utils.cuh"
+#include "models/kernels/optimizer.h"
+
+namespace dtrain::kernels {
+namespace detail {
+namespace {
+
+constexpr int kAdamThreads = 256;
+// Blocks per multiprocessor of the grid-stride loop: enough loads in flight
+// to saturate HBM, few enough that each thread amortises the coefficients.
+constexpr int kAdamBlocksPerSm = 8;
+
+struct AdamWKernelArgs {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  int64_t n;
+  const float* lr;
+  const float* step;
+  const float* grad_scale;
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
+};
+
+// The per-step scalars, from the device-side lr and step count.
+struct AdamWCoefficients {
+  float decay;      // 1 - lr * weight_decay
+  float step_size;  // lr / bias_correction1
+  float bias_correction2_sqrt;
+  float grad_scale;
+};
+
+__device__ __forceinline__ AdamWCoefficients coefficients(const AdamWKernelArgs& a) {
+  const float lr = *a.lr;
+  const float step = *a.step;
+  AdamWCoefficients c;
+  c.decay = 1.f - lr * a.weight_decay;
+  c.step_size = lr / (1.f - powf(a.beta1, step));
+  c.bias_correction2_sqrt = sqrtf(1.f - powf(a.beta2, step));
+  c.grad_scale = a.grad_scale ? *a.grad_scale : 1.f;
+  return c;
+}
+
+// torch's lerp, whose two branches keep the result exact at either end.
+__device__ __forceinline__ float torch_lerp(float self, float end, float weight) {
+  return weight < 0.5f ? self + weight * (end - self) : end - (end - self) * (1.f - weight);
+}
+
+__device__ __forceinline__ void adamw_element(float& p, float g, float& m, float& v, const AdamWKernelArgs& a,
+                                              const AdamWCoefficients& c) {
+  if (a.grad_scale) g *= c.grad_scale;
+  // __fmul_rn where torch rounds a product in a kernel of its own (no fused
+  // multiply-add across what are separate torch ops).
+  if (a.weight_decay != 0.f) p = __fmul_rn(p, c.decay);
+  m = torch_lerp(m, g, a.one_minus_beta1);
+  v = __fmul_rn(v, a.beta2) + a.one_minus_beta2 * g * g;
+  const float denom = sqrtf(v) / c.bias_correction2_sqrt + a.eps;
+  p = p - __fmul_rn(c.step_size, m / denom);
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(kAdamThreads) adamw_kernel(const AdamWKernelArgs a) {
+  const AdamWCoefficients c = coefficients(a);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t scalar_from = 0;
+  if constexpr (VEC) {
+    const int64_t vectors = a.n / 4;
+    for (int64_t k = first; k < vectors; k += stride) {
+      float4 p = reinterpret_cast<const float4*>(a.param)[k];
+      const float4 g = reinterpret_cast<const float4*>(a.grad)[k];
+      float4 m = reinterpret_cast<const float4*>(a.exp_avg)[k];
+      float4 v = reinterpret_cast<const float4*>(a.exp_avg_sq)[k];
+      adamw_element(p.x, g.x, m.x, v.x, a, c);
+      adamw_element(p.y, g.y, m.y, v.y, a, c);
+      adamw_element(p.z, g.z, m.z, v.z, a, c);
+      adamw_element(p.w, g.w, m.w, v.w, a, c);
+      reinterpret_cast<float4*>(a.param)[k] = p;
+      reinterpret_cast<float4*>(a.exp_avg)[k] = m;
+      reinterpret_cast<float4*>(a.exp_avg_sq)[k] = v;
+    }
+    scalar_from = vectors * 4;
+  }
+  for (int64_t i = scalar_from + first; i < a.n; i += stride) {
+    float p = a.param[i], m = a.exp_avg[i], v = a.exp_avg_sq[i];
+    adamw_element(p, a.grad[i], m, v, a, c);
+    a.param[i] = p;
+    a.exp_avg[i] = m;
+    a.exp_avg_sq[i] = v;
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+cudaError_t adamw_step(const AdamWArgs& args, cudaStream_t stream) {
+  using namespace detail;
+  if (!args.param || !args.grad || !args.exp_avg || !args.exp_avg_sq || !args.lr || !args.step || args.n < 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (args.n == 0) return cudaSuccess;
+  const AdamWKernelArgs a{args.param,
+                          args.grad,
+                          args.exp_avg,
+                          args.exp_avg_sq,
+                          args.n,
+                          args.lr,
+                          args.step,
+                          args.grad_scale,
+                          static_cast<float>(args.beta1),
+                          static_cast<float>(args.beta2),
+                          static_cast<float>(1.0 - args.beta1),
+                          static_cast<float>(1.0 - args.beta2),
+                          static_cast<float>(args.eps),
+                          static_cast<float>(args.weight_decay)};
+  const bool vec = aligned16(args.param) && aligned16(args.grad) && aligned16(args.exp_avg) &&
+                   aligned16(args.exp_avg_sq);
+  const int64_t work = vec ? (args.n + 3) / 4 : args.n;
+  const int blocks = static_cast<int>(
+      std::min<int64_t>(ceil_div(work, kAdamThreads), int64_t{multiprocessor_count()} * kAdamBlocksPerSm));
+  if (vec) {
+    adamw_kernel<true><<<blocks, kAdamThreads, 0, stream>>>(a);
+  } else {
+    adamw_kernel<false><<<blocks, kAdamThreads, 0, stream>>>(a);
+  }
+  return launch_status();
+}
+
+}  // namespace dtrain::kernels

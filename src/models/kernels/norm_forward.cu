@@ -1,0 +1,172 @@
+// Forward of the fused residual add + LayerNorm / RMSNorm (normalization.h).
+
+#include "models/kernels/normalization.h"
+#include "models/kernels/row_layout.cuh"
+
+namespace dtrain::kernels {
+namespace detail {
+namespace {
+
+template <typename T, int VEC, int ITEMS>
+struct ForwardRow {
+  Pack<T, VEC> x[ITEMS], res[ITEMS];
+};
+
+template <typename T, int VEC, int ITEMS>
+__device__ __forceinline__ void load_forward_row(const NormForwardArgs& a, int64_t row, int tpr, int t,
+                                                 ForwardRow<T, VEC, ITEMS>& in) {
+  if (row >= a.rows) return;
+  const int64_t off = row * a.cols;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int c = (k * tpr + t) * VEC;
+    if (c >= a.cols) continue;
+    in.x[k] = load_pack<T, VEC>(static_cast<const T*>(a.x) + off + c);
+    if (a.residual) in.res[k] = load_pack<T, VEC>(static_cast<const T*>(a.residual) + off + c);
+  }
+}
+
+// Persistent: each row group walks rows base + slot, base += gridDim.x *
+// rows_per_block, loading the next row while it normalises this one; the
+// weight and bias stay in registers.
+template <typename T, typename W, int VEC, int ITEMS, bool RMS>
+__global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(NormForwardArgs a, int tpr, int rows_per_block) {
+  __shared__ float2 scratch[32];
+  const int slot = threadIdx.x / tpr;
+  const int t = threadIdx.x - slot * tpr;
+  const int cols = a.cols;
+  const W* weight = static_cast<const W*>(a.weight);
+  const W* bias = static_cast<const W*>(a.bias);
+  Raw<W, VEC> wp[ITEMS], bp[ITEMS];
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int c = (k * tpr + t) * VEC;
+    if (c >= cols) continue;
+    load_raw<W, VEC>(weight + c, wp[k]);
+    if (bias) load_raw<W, VEC>(bias + c, bp[k]);
+  }
+  const int64_t step = static_cast<int64_t>(gridDim.x) * rows_per_block;
+  ForwardRow<T, VEC, ITEMS> cur;
+  load_forward_row<T, VEC, ITEMS>(a, static_cast<int64_t>(blockIdx.x) * rows_per_block + slot, tpr, t, cur);
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < a.rows; base += step) {
+    const int64_t row = base + slot;
+    const bool valid = row < a.rows;
+    ForwardRow<T, VEC, ITEMS> next;
+    load_forward_row<T, VEC, ITEMS>(a, row + step, tpr, t, next);
+    const int64_t off = valid ? row * cols : 0;
+    T* res_out = a.residual_out ? static_cast<T*>(a.residual_out) + off : nullptr;
+    float h[ITEMS][VEC];
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int c = (k * tpr + t) * VEC;
+      const bool in = valid && c < cols;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        float v = 0.f;
+        if (in) {
+          // Round the sum to the stored dtype: the norm sees what backward reads.
+          v = a.residual ? to_float(from_float<T>(to_float(cur.x[k].v[j]) + to_float(cur.res[k].v[j])))
+                         : to_float(cur.x[k].v[j]);
+          cur.x[k].v[j] = from_float<T>(v);
+        }
+        h[k][j] = v;
+        sum += v;
+      }
+      if (in && res_out) store_pack<T, VEC>(res_out + c, cur.x[k]);
+    }
+    // Two passes over the registers: the mean, then the squared deviations.
+    float mean = 0.f;
+    if (!RMS) mean = row_sum(sum, tpr, scratch) / cols;
+    float sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const bool in = valid && (k * tpr + t) * VEC < cols;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = h[k][j] - mean;
+        sq += in ? d * d : 0.f;
+      }
+    }
+    const float rstd = rsqrtf(row_sum(sq, tpr, scratch) / cols + a.eps);
+    if (valid) {
+      if (t == 0) {
+        if (!RMS && a.mean) a.mean[row] = mean;
+        if (a.rstd) a.rstd[row] = rstd;
+      }
+      T* y = static_cast<T*>(a.y) + off;
+#pragma unroll
+      for (int k = 0; k < ITEMS; ++k) {
+        const int c = (k * tpr + t) * VEC;
+        if (c >= cols) continue;
+        float out[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          out[j] = (h[k][j] - mean) * rstd * to_float(wp[k].v[j]) + (bias ? to_float(bp[k].v[j]) : 0.f);
+        }
+        store_floats<T, VEC>(y + c, out);
+      }
+    }
+    cur = next;
+  }
+}
+
+template <typename T, typename W, int VEC, bool RMS>
+cudaError_t launch_norm_forward(const NormForwardArgs& a, const RowLayout& l, cudaStream_t stream) {
+  // As many blocks as fit at once (2048 threads per multiprocessor); the
+  // grid only bounds the work per block, so it needs no occupancy query.
+  const int blocks = std::min<int64_t>(ceil_div(a.rows, l.rows_per_block),
+                                       static_cast<int64_t>(multiprocessor_count()) * (2048 / l.threads()));
+  const dim3 block(l.threads());
+  switch (l.items) {
+    case 1:
+      norm_forward_kernel<T, W, VEC, 1, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      break;
+    case 2:
+      norm_forward_kernel<T, W, VEC, 2, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      break;
+    case 3:
+      norm_forward_kernel<T, W, VEC, 3, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      break;
+    case 4:
+      norm_forward_kernel<T, W, VEC, 4, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      break;
+    default:
+      if constexpr (VEC != 1) return cudaErrorInvalidValue;  // choose_row_layout gives 8 only when VEC == 1
+      norm_forward_kernel<T, W, 1, 8, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      break;
+  }
+  return launch_status();
+}
+
+template <bool RMS>
+cudaError_t norm_forward(const NormForwardArgs& a, cudaStream_t stream) {
+  if (!a.x || !a.y || !a.weight || a.rows < 0 || a.cols <= 0 || (RMS && a.bias)) return cudaErrorInvalidValue;
+  if (a.rows == 0) return cudaSuccess;
+  return dispatch_act_param(a.act_dtype, a.param_dtype, [&](auto act, auto param) -> cudaError_t {
+    using T = typename decltype(act)::type;
+    using W = typename decltype(param)::type;
+    constexpr int kVec = kVec16<T>;
+    const bool vec = a.cols % kVec == 0 && aligned16(a.x) && aligned16(a.residual) && aligned16(a.y) &&
+                     aligned16(a.residual_out) && aligned16(a.weight) && aligned16(a.bias);
+    RowLayout l;
+    // One 16-byte access per thread and row where the row allows (more
+    // threads, more rows in flight: measured fastest on an H100).
+    const int preferred = vec ? 1 : 4;
+    if (!choose_row_layout(a.cols, vec ? kVec : 1, preferred, &l)) return cudaErrorInvalidValue;
+    return vec ? launch_norm_forward<T, W, kVec, RMS>(a, l, stream) : launch_norm_forward<T, W, 1, RMS>(a, l, stream);
+  });
+}
+
+}  // namespace
+}  // namespace detail
+
+cudaError_t layer_norm_forward(const NormForwardArgs& args, cudaStream_t stream) {
+  return detail::norm_forward<false>(args, stream);
+}
+
+cudaError_t rms_norm_forward(const NormForwardArgs& args, cudaStream_t stream) {
+  return detail::norm_forward<true>(args, stream);
+}
+
+}  // namespace dtrain::kernels

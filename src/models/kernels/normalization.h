@@ -1,0 +1,88 @@
+// Fused residual add + LayerNorm / RMSNorm, forward and backward.
+//
+// Forward, per row r of [rows, cols] (all arithmetic fp32):
+//   h        = x + residual                 (residual may be null: h = x)
+//   h is rounded to the activation dtype and stored in residual_out; the
+//   norm reads that rounded value, so backward (which reads residual_out)
+//   sees exactly what forward normalised.
+//   LayerNorm: mean = sum(h)/cols, var = sum((h-mean)^2)/cols,
+//              rstd = 1/sqrt(var + eps),  y = (h-mean)*rstd*weight + bias
+//   RMSNorm:   rstd = 1/sqrt(sum(h^2)/cols + eps),  y = h*rstd*weight
+//              (Llama's form: the weight multiplies after normalisation)
+// Backward, given dy (the gradient of y) and dresidual (the gradient that
+// reaches h along the residual stream, from the blocks above):
+//   dx = dresidual + dnorm(dy)              = d(loss)/dh
+//   dweight = sum over rows of dy*hhat,  dbias = sum over rows of dy
+// where hhat = (h-mean)*rstd (LayerNorm) or h*rstd (RMSNorm). Since
+// h = x + residual, dx is the gradient of both x and residual: the caller
+// hands the same tensor to both.
+//
+// How the torch side calls them (one LayerNorm of a pre-norm block):
+//   forward:  layer_norm_forward(...) with residual_out, mean, rstd set;
+//             save residual_out (the new residual stream), weight, mean, rstd.
+//   backward: ws = workspace of norm_backward_workspace_size(rows, cols)
+//             bytes (fp32 partial sums; cache it, its size depends only on
+//             the shape), then layer_norm_backward(...) with x =
+//             residual_out, dresidual = the residual stream's incoming
+//             gradient (or null for the first norm of the stream).
+// The backward runs two kernels: a persistent one that writes dx and one
+// fp32 partial sum of dweight/dbias per block into the workspace, and a
+// small one that sums the partials column by column in a fixed order
+// (deterministic, no atomics).
+//
+// Aliasing: every output may alias an input of the same shape (y == x,
+// residual_out == residual, dx == dresidual or dy): each element is read and
+// written by the same thread. dweight/dbias must not alias anything.
+// Limits: cols <= 16384 (bf16) / 8192 (fp32) on the vector path, cols <=
+// 4096 on the scalar path (unaligned pointers, cols not divisible by 8/4);
+// larger rows are rejected with cudaErrorInvalidValue.
+#pragma once
+
+#include "models/kernels/kernel_types.h"
+
+namespace dtrain::kernels {
+
+struct NormForwardArgs {
+  const void* x = nullptr;         // [rows, cols], activation dtype
+  const void* residual = nullptr;  // [rows, cols] or null (no add)
+  const void* weight = nullptr;    // [cols], parameter dtype
+  const void* bias = nullptr;      // [cols] or null; LayerNorm only (must be null for RMSNorm)
+  void* y = nullptr;               // [rows, cols], activation dtype
+  void* residual_out = nullptr;    // [rows, cols] = x + residual (x when residual is null), or null
+  float* mean = nullptr;           // [rows] or null; LayerNorm only
+  float* rstd = nullptr;           // [rows] or null
+  int64_t rows = 0;
+  int cols = 0;
+  float eps = 1e-5f;
+  DType act_dtype = DType::kBFloat16;
+  DType param_dtype = DType::kBFloat16;
+};
+
+struct NormBackwardArgs {
+  const void* dy = nullptr;         // [rows, cols], activation dtype
+  const void* x = nullptr;          // [rows, cols]: what forward normalised (its residual_out, or its x)
+  const void* weight = nullptr;     // [cols], parameter dtype
+  const float* mean = nullptr;      // [rows] from forward; LayerNorm only
+  const float* rstd = nullptr;      // [rows] from forward
+  const void* dresidual = nullptr;  // [rows, cols] or null: added to dx
+  void* dx = nullptr;               // [rows, cols], activation dtype
+  void* dweight = nullptr;          // [cols], parameter dtype, or null (no parameter gradients)
+  void* dbias = nullptr;            // [cols] or null; LayerNorm only
+  bool accumulate = false;          // dweight/dbias += instead of =
+  void* workspace = nullptr;  // norm_backward_workspace_size(rows, cols) bytes (unused when dweight and dbias are null)
+  size_t workspace_bytes = 0;
+  int64_t rows = 0;
+  int cols = 0;
+  DType act_dtype = DType::kBFloat16;
+  DType param_dtype = DType::kBFloat16;
+};
+
+cudaError_t layer_norm_forward(const NormForwardArgs& args, cudaStream_t stream);
+cudaError_t layer_norm_backward(const NormBackwardArgs& args, cudaStream_t stream);
+cudaError_t rms_norm_forward(const NormForwardArgs& args, cudaStream_t stream);
+cudaError_t rms_norm_backward(const NormBackwardArgs& args, cudaStream_t stream);
+
+// Bytes of workspace the backward of either norm needs for this shape.
+size_t norm_backward_workspace_size(int64_t rows, int cols);
+
+}  // namespace dtrain::kernels

@@ -1,0 +1,169 @@
+// Bias + GELU and SwiGLU against the CPU reference.
+#include "models/kernels/activation.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernel_reference.h"
+#include "kernel_test_util.h"
+
+namespace dtrain::kernels::testing {
+namespace {
+
+struct GeluCase {
+  DType act;
+  DType param;
+  int64_t rows;
+  int cols;
+  bool bias = true;
+};
+
+std::string gelu_name(const ::testing::TestParamInfo<GeluCase>& info) {
+  const GeluCase& c = info.param;
+  return std::string(dtype_name(c.act)) + "_" + dtype_name(c.param) + "_r" + std::to_string(c.rows) + "_c" +
+         std::to_string(c.cols) + (c.bias ? "_bias" : "");
+}
+
+class GeluTest : public ::testing::TestWithParam<GeluCase> {};
+
+TEST_P(GeluTest, ForwardAndBackwardMatchReference) {
+  DTRAIN_SKIP_WITHOUT_GPU();
+  const GeluCase c = GetParam();
+  const size_t n = static_cast<size_t>(c.rows) * c.cols;
+  const auto x = random_values(n, 21, c.act, 2.f);
+  const auto bias = c.bias ? random_values(c.cols, 22, c.param, 0.5f) : std::vector<float>{};
+  const auto dy = random_values(n, 23, c.act);
+  DeviceTensor x_d(x, c.act), b_d(c.cols, c.param), y(n, c.act), dy_d(dy, c.act), dx(n, c.act), dbias(c.cols, c.param);
+  if (c.bias) b_d.upload(bias);
+  const void* bp = c.bias ? b_d.data() : nullptr;
+  DTRAIN_CUDA_OK(gelu_forward(y.data(), x_d.data(), bp, c.rows, c.cols, c.act, c.param, nullptr));
+  const size_t ws_bytes = gelu_backward_workspace_size(c.rows, c.cols);
+  DeviceBytes ws(ws_bytes);
+  DTRAIN_CUDA_OK(gelu_backward(dx.data(), c.bias ? dbias.data() : nullptr, false, ws.data(), ws_bytes, dy_d.data(),
+                               x_d.data(), bp, c.rows, c.cols, c.act, c.param, nullptr));
+  DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(all_close(y.download(), reference::gelu_forward(x, bias, c.rows, c.cols), rtol_for(c.act))) << "y";
+  const auto ref = reference::gelu_backward(dy, x, bias, c.rows, c.cols);
+  EXPECT_TRUE(all_close(dx.download(), ref.dx, rtol_for(c.act))) << "dx";
+  if (c.bias) {
+    // dbias sums dx as computed: with bf16 activations, to bf16 accuracy
+    // (the hardware tanh), even when dbias itself is fp32.
+    const double dbias_rtol = std::max(rtol_for(c.act), rtol_for(c.param));
+    EXPECT_TRUE(all_close(dbias.download(), ref.dbias, dbias_rtol, &ref.dbias_abs)) << "dbias";
+    const auto first = dbias.bytes();  // deterministic
+    dbias.fill_nan();
+    DTRAIN_CUDA_OK(gelu_backward(dx.data(), dbias.data(), false, ws.data(), ws_bytes, dy_d.data(), x_d.data(), bp,
+                                 c.rows, c.cols, c.act, c.param, nullptr));
+    DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(dbias.bytes(), first);
+  }
+}
+
+std::vector<GeluCase> gelu_cases() {
+  std::vector<GeluCase> out;
+  const std::pair<DType, DType> types[] = {
+      {DType::kFloat32, DType::kFloat32}, {DType::kBFloat16, DType::kBFloat16}, {DType::kBFloat16, DType::kFloat32}};
+  for (auto [act, param] : types) {
+    for (int cols : {64, 768, 3072, 6400}) out.push_back({act, param, 333, cols});
+    out.push_back({act, param, 1, 3072});
+    out.push_back({act, param, 129, 1001});  // scalar path
+    out.push_back({act, param, 77, 3072, false});
+  }
+  out.push_back({DType::kBFloat16, DType::kBFloat16, 8200, 3072});  // more rows than row groups
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GeluTest, ::testing::ValuesIn(gelu_cases()), gelu_name);
+
+struct SwigluCase {
+  DType dtype;
+  int64_t rows;
+  int ffn;
+  bool packed;  // a and b halves of one [rows, 2 * ffn] buffer (and so are da, db)
+};
+
+std::string swiglu_name(const ::testing::TestParamInfo<SwigluCase>& info) {
+  const SwigluCase& c = info.param;
+  return std::string(dtype_name(c.dtype)) + "_r" + std::to_string(c.rows) + "_f" + std::to_string(c.ffn) +
+         (c.packed ? "_packed" : "_separate");
+}
+
+class SwigluTest : public ::testing::TestWithParam<SwigluCase> {};
+
+TEST_P(SwigluTest, ForwardAndBackwardMatchReference) {
+  DTRAIN_SKIP_WITHOUT_GPU();
+  const SwigluCase c = GetParam();
+  const size_t n = static_cast<size_t>(c.rows) * c.ffn;
+  const auto a = random_values(n, 31, c.dtype, 2.f), b = random_values(n, 32, c.dtype),
+             dy = random_values(n, 33, c.dtype);
+  const int64_t stride = c.packed ? 2 * c.ffn : c.ffn;
+  // Packed: [rows, 2 ffn] = [a | b] per row. Separate: two [rows, ffn] tensors.
+  DeviceTensor in(2 * n, c.dtype), grad(2 * n, c.dtype), y(n, c.dtype), dy_d(dy, c.dtype);
+  const size_t es = dtype_size(c.dtype);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const std::vector<float> ar(a.begin() + r * c.ffn, a.begin() + (r + 1) * c.ffn);
+    const std::vector<float> br(b.begin() + r * c.ffn, b.begin() + (r + 1) * c.ffn);
+    in.upload(ar, c.packed ? r * stride : r * c.ffn);
+    in.upload(br, c.packed ? r * stride + c.ffn : n + r * c.ffn);
+  }
+  char* base = static_cast<char*>(in.data());
+  const void* a_p = base;
+  const void* b_p = base + (c.packed ? c.ffn : n) * es;
+  char* gbase = static_cast<char*>(grad.data());
+  void* da_p = gbase;
+  void* db_p = gbase + (c.packed ? c.ffn : n) * es;
+  DTRAIN_CUDA_OK(swiglu_forward(y.data(), a_p, b_p, c.rows, c.ffn, stride, c.dtype, nullptr));
+  DTRAIN_CUDA_OK(swiglu_backward(da_p, db_p, dy_d.data(), a_p, b_p, c.rows, c.ffn, stride, stride, c.dtype, nullptr));
+  DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(all_close(y.download(), reference::swiglu_forward(a, b), rtol_for(c.dtype))) << "y";
+  std::vector<double> da_ref, db_ref;
+  reference::swiglu_backward(dy, a, b, &da_ref, &db_ref);
+  std::vector<float> da, db;
+  const auto g = grad.download();
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int j = 0; j < c.ffn; ++j) {
+      da.push_back(g[c.packed ? r * stride + j : r * c.ffn + j]);
+      db.push_back(g[c.packed ? r * stride + c.ffn + j : n + r * c.ffn + j]);
+    }
+  }
+  EXPECT_TRUE(all_close(da, da_ref, rtol_for(c.dtype))) << "da";
+  EXPECT_TRUE(all_close(db, db_ref, rtol_for(c.dtype))) << "db";
+
+  // In place: da over a, db over b.
+  DTRAIN_CUDA_OK(swiglu_backward(base, base + (c.packed ? c.ffn : n) * es, dy_d.data(), a_p, b_p, c.rows, c.ffn, stride,
+                                 stride, c.dtype, nullptr));
+  DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(in.download(), g);
+}
+
+std::vector<SwigluCase> swiglu_cases() {
+  std::vector<SwigluCase> out;
+  for (DType t : {DType::kFloat32, DType::kBFloat16}) {
+    for (bool packed : {true, false}) {
+      for (int ffn : {64, 2048, 5632, 8192}) out.push_back({t, 129, ffn, packed});
+      out.push_back({t, 33, 1001, packed});  // scalar path
+    }
+  }
+  out.push_back({DType::kBFloat16, 4100, 8192, true});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SwigluTest, ::testing::ValuesIn(swiglu_cases()), swiglu_name);
+
+TEST(ActivationKernels, RejectBadArgumentsWithoutTouchingTheDevice) {
+  void* p = reinterpret_cast<void*>(0x10000);
+  EXPECT_EQ(gelu_backward(p, p, false, p, gelu_backward_workspace_size(10, 64) - 4, p, p, p, 10, 64, DType::kBFloat16,
+                          DType::kBFloat16, nullptr),
+            cudaErrorInvalidValue);  // workspace too small
+  EXPECT_EQ(gelu_backward(p, p, false, p, 1 << 20, p, p, nullptr, 10, 64, DType::kBFloat16, DType::kBFloat16, nullptr),
+            cudaErrorInvalidValue);  // dbias without a bias
+  EXPECT_EQ(gelu_forward(p, p, p, 10, 64, DType::kFloat32, DType::kBFloat16, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(swiglu_forward(p, p, p, 10, 64, 32, DType::kBFloat16, nullptr), cudaErrorInvalidValue);  // stride < ffn
+  EXPECT_EQ(swiglu_backward(p, p, p, p, p, 0, 64, 64, 64, DType::kBFloat16, nullptr), cudaSuccess);
+  EXPECT_EQ(gelu_backward_workspace_size(16384, 3072), gelu_backward_workspace_size(1 << 20, 3072));
+}
+
+}  // namespace
+}  // namespace dtrain::kernels::testing
