@@ -2,11 +2,11 @@
 // only): data/, models/ and train/ compile against Debian's libtorch 1.13
 // and the 2.x shipped with PyTorch, and share this header.
 //
-// The model zoo uses only the torch::nn C++ API that is identical across
-// 1.13 and 2.x; the differences so far are train/'s autocast state
-// functions and CUDA graph capture (below). A future difference goes here
-// as a macro or inline shim guarded by DTRAIN_TORCH_AT_LEAST, never as an
-// #if in a model or training file.
+// The model zoo uses the torch::nn C++ API that is identical across 1.13
+// and 2.x, plus causal attention (below); the other differences so far are
+// train/'s autocast state functions and CUDA graph capture. A future
+// difference goes here as a macro or inline shim guarded by
+// DTRAIN_TORCH_AT_LEAST, never as an #if in a model or training file.
 #pragma once
 
 #include <torch/version.h>
@@ -79,6 +79,39 @@ inline void setAutocastDtype(c10::DeviceType device_type, at::ScalarType dtype) 
 // CPU autocast to float16 exists from libtorch 2.x on; 1.13's CPU autocast
 // knows bfloat16 only (and its CPU kernels lack most float16 ops).
 inline constexpr bool kCpuAutocastSupportsFp16 = DTRAIN_TORCH_AT_LEAST(2, 4);
+
+}  // namespace dtrain::compat
+
+// Causal scaled-dot-product attention, softmax(q kᵀ / sqrt(head dim) +
+// causal mask) v, for q, k, v of [batch, heads, seq, head dim] (as many key
+// heads as query heads). libtorch 2.x has the fused op (flash or
+// memory-efficient kernels on CUDA); 1.13 gets the same mathematics spelled
+// out, with the scores and softmax in float32 (double stays double) and
+// autocast kept out so it cannot lower them, the result in q's dtype.
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <cmath>
+#include <limits>
+
+namespace dtrain::compat {
+
+inline at::Tensor causalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if DTRAIN_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const at::ScalarType compute = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t queries = q.size(-2), keys = k.size(-2);
+  at::Tensor scores = at::matmul(q.to(compute), k.to(compute).transpose(-2, -1)) /
+                      std::sqrt(static_cast<double>(q.size(-1)));
+  // Query i sees keys 0..i: SDPA's is_causal mask (aligned top-left when
+  // the lengths differ).
+  const at::Tensor future = at::ones({queries, keys}, q.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  return at::matmul(at::softmax(scores, -1), v.to(compute)).to(q.scalar_type());
+#endif
+}
 
 }  // namespace dtrain::compat
 

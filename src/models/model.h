@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "models/catalog.h"
+#include "models/lm_config.h"
 #include "libtorch/compat.h"
 
 #include <cstdint>
@@ -38,6 +39,9 @@ struct ModelOptions {
   // torchvision's zero_init_residual: zero the last BN gamma of each
   // residual branch so every block starts as the identity.
   bool zero_init_residual = false;
+  // Language models only (catalog.h's languageModelNames()): what replaces
+  // the named size's shape. The image fields above do not apply to them.
+  LanguageModelOverrides language_model;
 };
 
 // A network trained by the runtime, image classifier or language model
@@ -57,6 +61,9 @@ class Model : public torch::nn::Module {
   // convolutions and matrix products (backward computes two products per
   // forward one). Normalisation, activations and pooling are not counted.
   double trainingFlopsPerSample() const { return 3 * forward_flops_; }
+  // Parameters the optimizer's weight decay must leave alone (GPT recipes:
+  // norms, biases and embeddings). Default: none, every parameter decays.
+  virtual std::vector<torch::Tensor> noWeightDecayParameters() { return {}; }
 
  protected:
   // Set by the constructor: the forward's FLOPs per sample.
@@ -76,9 +83,10 @@ inline int64_t convOutSize(int64_t in_size, int64_t kernel, int64_t stride, int6
   return (in_size + 2 * padding - kernel) / stride + 1;
 }
 
-// Builds the named model (mlp|cnn|resnet18|resnet34|resnet50). Throws
-// ConfigError naming the valid models for an unknown name, and for
-// non-positive sizes or an unknown stem.
+// Builds the named model (mlp|cnn|resnet18|resnet34|resnet50, or a language
+// model of languageModelNames(): then a LanguageModel of
+// models/language_model.h). Throws ConfigError naming the valid models for
+// an unknown name, and for non-positive sizes or an unknown stem.
 std::shared_ptr<Model> createModel(const std::string& name,
                                    const ModelOptions& options);
 

@@ -1,6 +1,7 @@
 #include "models/model.h"
 
 #include "common/error.h"
+#include "models/language_model.h"
 #include "models/mlp_cnn.h"
 #include "models/resnet.h"
 
@@ -11,9 +12,11 @@ namespace {
 
 std::string joinedNames() {
   std::string joined;
-  for (const auto& name : modelNames()) {
-    if (!joined.empty()) joined += ", ";
-    joined += name;
+  for (const auto* names : {&modelNames(), &languageModelNames()}) {
+    for (const auto& name : *names) {
+      if (!joined.empty()) joined += ", ";
+      joined += name;
+    }
   }
   return joined;
 }
@@ -65,6 +68,7 @@ torch::Tensor Model::loss(const torch::Tensor& input, const torch::Tensor& targe
 
 std::shared_ptr<Model> createModel(const std::string& name,
                                    const ModelOptions& options) {
+  if (isLanguageModelName(name)) return createLanguageModel(namedLanguageModel(name, options.language_model));
   if (std::find(modelNames().begin(), modelNames().end(), name) ==
       modelNames().end()) {
     throw ConfigError("unknown model '" + name + "' (valid: " + joinedNames() +

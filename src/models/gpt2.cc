@@ -1,0 +1,160 @@
+#include "models/gpt2.h"
+
+#include <cmath>
+
+#include "models/cached_attention.h"
+
+namespace dtrain::models {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::LayerNorm layerNorm(const LanguageModelConfig& c) {
+  return nn::LayerNorm(nn::LayerNormOptions({c.dim}).eps(c.norm_eps));
+}
+
+class Gpt2Attention : public nn::Module {
+ public:
+  explicit Gpt2Attention(const LanguageModelConfig& c)
+      : heads_(c.heads),
+        c_attn(register_module("c_attn", nn::Linear(c.dim, 3 * c.dim))),
+        c_proj(register_module("c_proj", nn::Linear(c.dim, c.dim))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const std::vector<torch::Tensor> qkv = byHead(x);
+    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), x);
+  }
+
+  // forward for new positions, earlier keys and values from the slot.
+  torch::Tensor forwardCached(const torch::Tensor& x, KvSlot& slot) {
+    const std::vector<torch::Tensor> qkv = byHead(x);
+    const auto [keys, values] = slot.append(qkv[1], qkv[2]);
+    return output(ops::cachedAttention(qkv[0], keys, values, slot.offset()), x);
+  }
+
+ private:
+  // q, k, v of x [B, T, dim], each [B, heads, T, head_dim].
+  std::vector<torch::Tensor> byHead(const torch::Tensor& x) {
+    const int64_t batch = x.size(0), seq = x.size(1), dim = x.size(2);
+    std::vector<torch::Tensor> qkv = c_attn->forward(x).split(dim, -1);
+    for (torch::Tensor& t : qkv) t = t.view({batch, seq, heads_, dim / heads_}).transpose(1, 2);
+    return qkv;
+  }
+  // The heads' outputs y [B, heads, T, head_dim] back to x's shape, projected.
+  torch::Tensor output(const torch::Tensor& y, const torch::Tensor& x) {
+    return c_proj->forward(y.transpose(1, 2).reshape({x.size(0), x.size(1), x.size(2)}));
+  }
+
+  int64_t heads_;
+
+ public:
+  nn::Linear c_attn;
+  nn::Linear c_proj;
+};
+
+class Gpt2Mlp : public nn::Module {
+ public:
+  explicit Gpt2Mlp(const LanguageModelConfig& c)
+      : c_fc(register_module("c_fc", nn::Linear(c.dim, c.ffn_dim))),
+        c_proj(register_module("c_proj", nn::Linear(c.ffn_dim, c.dim))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    return c_proj->forward(ops::linearGelu(x, c_fc->weight, c_fc->bias));
+  }
+
+  nn::Linear c_fc;
+  nn::Linear c_proj;
+};
+
+class Gpt2Block : public TransformerBlock {
+ public:
+  explicit Gpt2Block(const LanguageModelConfig& c)
+      : eps_(c.norm_eps),
+        ln_1(register_module("ln_1", layerNorm(c))),
+        attn(register_module("attn", std::make_shared<Gpt2Attention>(c))),
+        ln_2(register_module("ln_2", layerNorm(c))),
+        mlp(register_module("mlp", std::make_shared<Gpt2Mlp>(c))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return around(x, [&](const torch::Tensor& normed) { return attn->forward(normed); });
+  }
+
+  torch::Tensor forwardCached(const torch::Tensor& x, KvSlot slot) override {
+    return around(x, [&](const torch::Tensor& normed) { return attn->forwardCached(normed, slot); });
+  }
+
+ private:
+  // The block around its attention `attend` (of the normed stream).
+  template <typename Attend>
+  torch::Tensor around(const torch::Tensor& x, Attend attend) {
+    const torch::Tensor attended = attend(ops::layerNorm(x, ln_1->weight, ln_1->bias, eps_));
+    const ops::ResidualAndNormed mid = ops::addLayerNorm(x, attended, ln_2->weight, ln_2->bias, eps_);
+    return mid.residual + mlp->forward(mid.normed);
+  }
+
+  double eps_;
+
+ public:
+  nn::LayerNorm ln_1;
+  std::shared_ptr<Gpt2Attention> attn;
+  nn::LayerNorm ln_2;
+  std::shared_ptr<Gpt2Mlp> mlp;
+};
+
+}  // namespace
+
+Gpt2::Gpt2(const LanguageModelConfig& c) : LanguageModel(c) {
+  transformer_ = register_module("transformer", std::make_shared<nn::Module>());
+  wte_ = transformer_->register_module("wte", nn::Embedding(c.vocab_size, c.dim));
+  wpe_ = transformer_->register_module("wpe", nn::Embedding(c.max_seq_len, c.dim));
+  auto h = transformer_->register_module("h", nn::ModuleList());
+  for (int64_t i = 0; i < c.layers; ++i) {
+    auto block = std::make_shared<Gpt2Block>(c);
+    h->push_back(block);
+    addBlock(block);
+  }
+  ln_f_ = transformer_->register_module("ln_f", layerNorm(c));
+  if (!c.tie_embeddings) {
+    lm_head_ = register_module("lm_head", nn::Linear(nn::LinearOptions(c.dim, c.vocab_size).bias(false)));
+  }
+  initWeights();
+}
+
+void Gpt2::initWeights() {
+  torch::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config().layers));
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    if (name.ends_with(".bias")) {
+      p.zero_();
+    } else if (name.find(".ln_") != std::string::npos) {
+      p.fill_(1.0);
+    } else {
+      p.normal_(0.0, name.ends_with("c_proj.weight") ? residual_std : 0.02);
+    }
+  }
+}
+
+torch::Tensor Gpt2::embed(const torch::Tensor& tokens) { return embedAt(tokens, 0); }
+
+torch::Tensor Gpt2::embedAt(const torch::Tensor& tokens, int64_t first_position) {
+  const torch::Tensor positions = torch::arange(first_position, first_position + tokens.size(1), tokens.options());
+  return wte_->forward(tokens) + wpe_->forward(positions);
+}
+
+torch::Tensor Gpt2::finalNorm(const torch::Tensor& x) {
+  return ops::layerNorm(x, ln_f_->weight, ln_f_->bias, config().norm_eps);
+}
+
+torch::Tensor Gpt2::outputWeight() { return lm_head_ ? lm_head_->weight : wte_->weight; }
+
+std::vector<torch::Tensor> Gpt2::embeddingParameters() { return {wte_->weight, wpe_->weight}; }
+
+std::vector<torch::Tensor> Gpt2::headParameters() {
+  std::vector<torch::Tensor> head = {ln_f_->weight, ln_f_->bias};
+  if (lm_head_) head.push_back(lm_head_->weight);
+  return head;
+}
+
+}  // namespace dtrain::models

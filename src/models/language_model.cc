@@ -1,0 +1,98 @@
+#include "models/language_model.h"
+
+#include "common/error.h"
+#include "models/gpt2.h"
+#include "models/llama.h"
+#include "models/lm_counts.h"
+
+namespace dtrain::models {
+namespace {
+
+std::string shapeText(const torch::Tensor& t) {
+  std::string text = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) text += (i ? ", " : "") + std::to_string(t.size(i));
+  return text + "]";
+}
+
+}  // namespace
+
+torch::Tensor TransformerBlock::forwardCached(const torch::Tensor&, KvSlot) {
+  throw ConfigError("this transformer block has no cached decoding (forwardCached)");
+}
+
+LanguageModel::LanguageModel(LanguageModelConfig config) : config_(std::move(config)) {
+  validateLanguageModel(config_);
+  // Model reports training FLOPs as three forwards.
+  forward_flops_ = static_cast<double>(config_.seq_len) * trainingFlopsPerToken(config_.seq_len) / 3;
+}
+
+double LanguageModel::trainingFlopsPerToken(int64_t seq_len) const {
+  return models::trainingFlopsPerToken(config_, seq_len);
+}
+
+std::vector<torch::Tensor> LanguageModel::noWeightDecayParameters() {
+  std::vector<torch::Tensor> exempt = embeddingParameters();
+  for (const torch::Tensor& p : parameters()) {
+    if (p.dim() < 2) exempt.push_back(p);
+  }
+  return exempt;
+}
+
+void LanguageModel::checkTokens(const torch::Tensor& tokens) const {
+  if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong) {
+    throw ConfigError("language model '" + config_.name + "': input tokens must be int64 [batch, seq], got " +
+                      std::string(c10::toString(tokens.scalar_type())) + " " + shapeText(tokens));
+  }
+}
+
+torch::Tensor LanguageModel::hidden(const torch::Tensor& tokens) {
+  checkTokens(tokens);
+  if (tokens.size(1) > config_.max_seq_len) {
+    throw ConfigError("language model '" + config_.name + "': input has " + std::to_string(tokens.size(1)) +
+                      " tokens per sequence, more than its " + std::to_string(config_.max_seq_len) + " positions");
+  }
+  torch::Tensor x = embed(tokens);
+  for (const auto& block : blocks_) x = block->forward(x);
+  return finalNorm(x);
+}
+
+torch::Tensor LanguageModel::forward(torch::Tensor tokens) {
+  return ops::classifier(hidden(tokens), outputWeight());
+}
+
+torch::Tensor LanguageModel::forwardCached(const torch::Tensor& tokens, KvCache& cache) {
+  checkTokens(tokens);
+  const int64_t t = tokens.size(1), end = cache.length() + t;
+  if (tokens.size(0) != cache.batch() || cache.blocks() != static_cast<int64_t>(blocks_.size())) {
+    throw ConfigError("language model '" + config_.name + "': a KV cache of batch " + std::to_string(cache.batch()) +
+                      " and " + std::to_string(cache.blocks()) + " blocks cannot serve tokens " + shapeText(tokens) +
+                      " of a model with " + std::to_string(blocks_.size()) + " blocks");
+  }
+  if (end > cache.capacity() || end > config_.max_seq_len) {
+    throw ConfigError("language model '" + config_.name + "': positions up to " + std::to_string(end) +
+                      " exceed the KV cache's capacity of " + std::to_string(cache.capacity()) +
+                      " or the model's " + std::to_string(config_.max_seq_len) + " positions");
+  }
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = embedAt(tokens, cache.length());
+  for (size_t b = 0; b < blocks_.size(); ++b) x = blocks_[b]->forwardCached(x, cache.slot(static_cast<int64_t>(b)));
+  cache.advance(t);
+  return ops::classifier(finalNorm(x), outputWeight());
+}
+
+torch::Tensor LanguageModel::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  if (!targets.sizes().equals(tokens.sizes()) || targets.scalar_type() != torch::kLong) {
+    throw ConfigError("language model '" + config_.name + "': targets must be int64 of the tokens' shape " +
+                      shapeText(tokens) + ", got " + std::string(c10::toString(targets.scalar_type())) + " " +
+                      shapeText(targets));
+  }
+  return ops::classifierCrossEntropy(hidden(tokens), outputWeight(), targets);
+}
+
+std::shared_ptr<LanguageModel> createLanguageModel(const LanguageModelConfig& config) {
+  validateLanguageModel(config);
+  if (config.family == LmFamily::kGpt2) return std::make_shared<Gpt2>(config);
+  return std::make_shared<Llama>(config);
+}
+
+}  // namespace dtrain::models

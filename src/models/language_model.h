@@ -1,0 +1,101 @@
+// Transformer language models (gpt2 and llama families) behind Model.
+//
+//   auto config = namedLanguageModel("llama", tiny_overrides);  // lm_config.h
+//   std::shared_ptr<LanguageModel> lm = createLanguageModel(config);
+//   torch::Tensor logits = lm->forward(tokens);      // int64 [B, T] -> [B, T, vocab]
+//   torch::Tensor loss = lm->loss(tokens, targets);  // float32 scalar
+//
+// The forward is assembled from public pieces so that a sharding wrapper
+// (ZeRO-3 gathers one unit at a time) can run it unit by unit:
+//   x = embed(tokens); for (block : blocks()) x = block->forward(x);
+//   h = finalNorm(x); logits = ops::classifier(h, outputWeight());
+// Sampling feeds each new token once through forwardCached (kv_cache.h),
+// the blocks reading earlier positions' keys and values from the cache.
+// The units' parameters: embeddingParameters(), each block's parameters(),
+// headParameters(). A tied output weight is the token embedding: it is
+// listed with the embedding unit alone, and used again by the head.
+//
+// Parameter names are those PyTorch users know (state dicts load 1:1 into
+// bench/peers/lm_models.py, nanoGPT and torchtitan): gpt2 as nanoGPT
+// (transformer.wte, transformer.h.<i>.attn.c_attn, lm_head, ...), llama as
+// Meta/torchtitan (tok_embeddings, layers.<i>.attention.wq, output, ...).
+#pragma once
+
+#include "models/kv_cache.h"
+#include "models/lm_config.h"
+#include "models/model.h"
+#include "models/transformer_ops.h"
+
+#include <memory>
+#include <vector>
+
+namespace dtrain::models {
+
+// One transformer block: the residual stream [B, T, dim] in, the same
+// shape out. Whatever else it needs (rotary tables) it holds itself.
+class TransformerBlock : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // forward for the new positions slot.offset().. of x [B, t, dim], the
+  // earlier ones' keys and values read from the slot, this chunk's
+  // appended to it. The default throws ConfigError (no cached decoding).
+  virtual torch::Tensor forwardCached(const torch::Tensor& x, KvSlot slot);
+};
+
+class LanguageModel : public Model {
+ public:
+  const LanguageModelConfig& config() const { return config_; }
+
+  // Logits [B, T, vocab] of int64 tokens [B, T], T <= max_seq_len; under
+  // autocast they come out in its dtype.
+  torch::Tensor forward(torch::Tensor tokens) override;
+  // Logits [B, t, vocab] of the new positions cache.length() ..
+  // cache.length() + t - 1 for tokens int64 [B, t], the earlier positions
+  // read from the cache, which then holds these too. Equal to forward's
+  // logits at those positions of the whole sequence. Inference only (runs
+  // without autograd). ConfigError for tokens not int64 [cache.batch(), t]
+  // or positions past cache.capacity() or the model's max_seq_len.
+  torch::Tensor forwardCached(const torch::Tensor& tokens, KvCache& cache);
+  // Mean cross-entropy over all B x T positions of targets (int64, the
+  // shape of tokens), computed in float32 whatever the logits' dtype.
+  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets) override;
+
+  // The pieces of forward, in order.
+  virtual torch::Tensor embed(const torch::Tensor& tokens) = 0;  // -> [B, T, dim]
+  // embed for tokens at positions first_position.. (cached decoding).
+  virtual torch::Tensor embedAt(const torch::Tensor& tokens, int64_t first_position) = 0;
+  const std::vector<std::shared_ptr<TransformerBlock>>& blocks() const { return blocks_; }
+  virtual torch::Tensor finalNorm(const torch::Tensor& x) = 0;
+  virtual torch::Tensor outputWeight() = 0;  // [vocab, dim]
+
+  // The sharding units' parameters besides the blocks'.
+  virtual std::vector<torch::Tensor> embeddingParameters() = 0;
+  virtual std::vector<torch::Tensor> headParameters() = 0;
+
+  // lm_counts.h's trainingFlopsPerToken for this model; trainingFlopsPerSample()
+  // is config().seq_len times trainingFlopsPerToken(config().seq_len).
+  double trainingFlopsPerToken(int64_t seq_len) const;
+  // Norm weights, biases and the embedding tables (a tied head with them),
+  // as nanoGPT's and llm.c's AdamW groups leave them undecayed.
+  std::vector<torch::Tensor> noWeightDecayParameters() override;
+
+ protected:
+  explicit LanguageModel(LanguageModelConfig config);
+  // Subclasses add their blocks in order while registering them.
+  void addBlock(std::shared_ptr<TransformerBlock> block) { blocks_.push_back(std::move(block)); }
+
+ private:
+  // finalNorm(blocks(embed(tokens))), after checking the tokens.
+  torch::Tensor hidden(const torch::Tensor& tokens);
+  // ConfigError unless tokens are int64 [batch, seq].
+  void checkTokens(const torch::Tensor& tokens) const;
+
+  LanguageModelConfig config_;
+  std::vector<std::shared_ptr<TransformerBlock>> blocks_;
+};
+
+// Builds the family's model for a config (validated again here), its
+// weights drawn from torch's default generator (seed with torch::manual_seed).
+std::shared_ptr<LanguageModel> createLanguageModel(const LanguageModelConfig& config);
+
+}  // namespace dtrain::models

@@ -1,0 +1,178 @@
+#include "models/llama.h"
+
+#include <cmath>
+
+#include "models/cached_attention.h"
+
+namespace dtrain::models {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Linear projection(int64_t in, int64_t out) { return nn::Linear(nn::LinearOptions(in, out).bias(false)); }
+
+class RmsNorm : public nn::Module {
+ public:
+  explicit RmsNorm(int64_t dim) : weight(register_parameter("weight", torch::ones({dim}))) {}
+  torch::Tensor weight;
+};
+
+class LlamaAttention : public nn::Module {
+ public:
+  LlamaAttention(const LanguageModelConfig& c, std::shared_ptr<RotaryCache> rotary)
+      : heads_(c.heads),
+        kv_heads_(c.kv_heads),
+        rotary_(std::move(rotary)),
+        wq(register_module("wq", projection(c.dim, c.heads * c.headDim()))),
+        wk(register_module("wk", projection(c.dim, c.kvDim()))),
+        wv(register_module("wv", projection(c.dim, c.kvDim()))),
+        wo(register_module("wo", projection(c.heads * c.headDim(), c.dim))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const std::vector<torch::Tensor> qkv = byHead(x, rotary_->tableFor(x));
+    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), x);
+  }
+
+  // forward for new positions slot.offset().., earlier keys and values from
+  // the slot: the rotary table's rows from the offset on.
+  torch::Tensor forwardCached(const torch::Tensor& x, KvSlot& slot) {
+    const ops::RotaryTable& table = rotary_->tableFor(x);
+    const int64_t seq = x.size(1);
+    const ops::RotaryTable rows{table.cos.narrow(0, slot.offset(), seq), table.sin.narrow(0, slot.offset(), seq)};
+    const std::vector<torch::Tensor> qkv = byHead(x, rows);
+    const auto [keys, values] = slot.append(qkv[1], qkv[2]);
+    return output(ops::cachedAttention(qkv[0], keys, values, slot.offset()), x);
+  }
+
+ private:
+  // q, k (rotated by the table's first rows) and v of x [B, T, dim], each
+  // [B, heads or kv_heads, T, head_dim].
+  std::vector<torch::Tensor> byHead(const torch::Tensor& x, const ops::RotaryTable& table) {
+    const int64_t batch = x.size(0), seq = x.size(1), head_dim = x.size(2) / heads_;
+    const torch::Tensor q = ops::applyRotary(wq->forward(x).view({batch, seq, heads_, head_dim}), table);
+    const torch::Tensor k = ops::applyRotary(wk->forward(x).view({batch, seq, kv_heads_, head_dim}), table);
+    const torch::Tensor v = wv->forward(x).view({batch, seq, kv_heads_, head_dim});
+    return {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)};
+  }
+  // The heads' outputs y [B, heads, T, head_dim] back to [B, T, dim], projected.
+  torch::Tensor output(const torch::Tensor& y, const torch::Tensor& x) {
+    return wo->forward(y.transpose(1, 2).reshape({x.size(0), x.size(1), y.size(1) * y.size(3)}));
+  }
+
+  int64_t heads_;
+  int64_t kv_heads_;
+  std::shared_ptr<RotaryCache> rotary_;
+
+ public:
+  nn::Linear wq, wk, wv, wo;
+};
+
+class LlamaFeedForward : public nn::Module {
+ public:
+  explicit LlamaFeedForward(const LanguageModelConfig& c)
+      : w1(register_module("w1", projection(c.dim, c.ffn_dim))),
+        w2(register_module("w2", projection(c.ffn_dim, c.dim))),
+        w3(register_module("w3", projection(c.dim, c.ffn_dim))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    return w2->forward(ops::swiglu(w1->forward(x), w3->forward(x)));
+  }
+
+  nn::Linear w1, w2, w3;
+};
+
+class LlamaBlock : public TransformerBlock {
+ public:
+  LlamaBlock(const LanguageModelConfig& c, std::shared_ptr<RotaryCache> rotary)
+      : eps_(c.norm_eps),
+        attention_norm(register_module("attention_norm", std::make_shared<RmsNorm>(c.dim))),
+        attention(register_module("attention", std::make_shared<LlamaAttention>(c, std::move(rotary)))),
+        ffn_norm(register_module("ffn_norm", std::make_shared<RmsNorm>(c.dim))),
+        feed_forward(register_module("feed_forward", std::make_shared<LlamaFeedForward>(c))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return around(x, [&](const torch::Tensor& normed) { return attention->forward(normed); });
+  }
+
+  torch::Tensor forwardCached(const torch::Tensor& x, KvSlot slot) override {
+    return around(x, [&](const torch::Tensor& normed) { return attention->forwardCached(normed, slot); });
+  }
+
+ private:
+  // The block around its attention `attend` (of the normed stream).
+  template <typename Attend>
+  torch::Tensor around(const torch::Tensor& x, Attend attend) {
+    const torch::Tensor attended = attend(ops::rmsNorm(x, attention_norm->weight, eps_));
+    const ops::ResidualAndNormed mid = ops::addRmsNorm(x, attended, ffn_norm->weight, eps_);
+    return mid.residual + feed_forward->forward(mid.normed);
+  }
+
+  double eps_;
+
+ public:
+  std::shared_ptr<RmsNorm> attention_norm;
+  std::shared_ptr<LlamaAttention> attention;
+  std::shared_ptr<RmsNorm> ffn_norm;
+  std::shared_ptr<LlamaFeedForward> feed_forward;
+};
+
+}  // namespace
+
+RotaryCache::RotaryCache(int64_t max_seq_len, int64_t head_dim, double theta)
+    : max_seq_len_(max_seq_len), head_dim_(head_dim), theta_(theta) {}
+
+const ops::RotaryTable& RotaryCache::tableFor(const torch::Tensor& x) {
+  const torch::ScalarType dtype = x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  if (!table_.cos.defined() || table_.cos.device() != x.device() || table_.cos.scalar_type() != dtype) {
+    table_ = ops::rotaryTable(max_seq_len_, head_dim_, theta_, x.device(), dtype);
+  }
+  return table_;
+}
+
+Llama::Llama(const LanguageModelConfig& c) : LanguageModel(c) {
+  tok_embeddings_ = register_module("tok_embeddings", nn::Embedding(c.vocab_size, c.dim));
+  auto rotary = std::make_shared<RotaryCache>(c.max_seq_len, c.headDim(), c.rope_theta);
+  auto layers = register_module("layers", nn::ModuleList());
+  for (int64_t i = 0; i < c.layers; ++i) {
+    auto block = std::make_shared<LlamaBlock>(c, rotary);
+    layers->push_back(block);
+    addBlock(block);
+  }
+  norm_weight_ = register_module("norm", std::make_shared<RmsNorm>(c.dim))->weight;
+  if (!c.tie_embeddings) output_ = register_module("output", projection(c.dim, c.vocab_size));
+  initWeights();
+}
+
+void Llama::initWeights() {
+  torch::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config().layers));
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    if (name.ends_with("norm.weight")) {
+      p.fill_(1.0);
+    } else {
+      const bool residual = name.ends_with("attention.wo.weight") || name.ends_with("feed_forward.w2.weight");
+      p.normal_(0.0, residual ? residual_std : 0.02);
+    }
+  }
+}
+
+torch::Tensor Llama::embed(const torch::Tensor& tokens) { return tok_embeddings_->forward(tokens); }
+
+// Rotary positions enter in the attention, not here.
+torch::Tensor Llama::embedAt(const torch::Tensor& tokens, int64_t) { return embed(tokens); }
+
+torch::Tensor Llama::finalNorm(const torch::Tensor& x) { return ops::rmsNorm(x, norm_weight_, config().norm_eps); }
+
+torch::Tensor Llama::outputWeight() { return output_ ? output_->weight : tok_embeddings_->weight; }
+
+std::vector<torch::Tensor> Llama::embeddingParameters() { return {tok_embeddings_->weight}; }
+
+std::vector<torch::Tensor> Llama::headParameters() {
+  std::vector<torch::Tensor> head = {norm_weight_};
+  if (output_) head.push_back(output_->weight);
+  return head;
+}
+
+}  // namespace dtrain::models

@@ -1,0 +1,99 @@
+#include "models/transformer_ops.h"
+
+#include "libtorch/compat.h"
+#include "models/fused_ops_cuda.h"
+
+namespace dtrain::models::ops {
+namespace {
+
+namespace F = torch::nn::functional;
+
+// Reductions and the loss run in at least float32; double (gradient checks)
+// keeps its precision.
+torch::ScalarType atLeastFloat(const torch::Tensor& x) {
+  return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
+}  // namespace
+
+torch::Tensor layerNorm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, double eps) {
+  if (auto result = fused::layerNorm(x, weight, bias, eps)) return *result;
+  return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+}
+
+ResidualAndNormed addLayerNorm(const torch::Tensor& residual, const torch::Tensor& update,
+                               const torch::Tensor& weight, const torch::Tensor& bias, double eps) {
+  if (auto result = fused::addLayerNorm(residual, update, weight, bias, eps)) return *result;
+  torch::Tensor sum = residual + update;
+  return {sum, layerNorm(sum, weight, bias, eps)};
+}
+
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  if (auto result = fused::rmsNorm(x, weight, eps)) return *result;
+  const torch::Tensor wide = x.to(atLeastFloat(x));
+  const torch::Tensor normed = wide * torch::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * weight;
+}
+
+ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor& update,
+                             const torch::Tensor& weight, double eps) {
+  if (auto result = fused::addRmsNorm(residual, update, weight, eps)) return *result;
+  torch::Tensor sum = residual + update;
+  return {sum, rmsNorm(sum, weight, eps)};
+}
+
+torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (auto result = fused::linearGelu(x, weight, bias)) return *result;
+  return torch::gelu(F::linear(x, weight, bias), "tanh");
+}
+
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  if (auto result = fused::swiglu(gate, up)) return *result;
+  return torch::silu(gate) * up;
+}
+
+RotaryTable rotaryTable(int64_t seq_len, int64_t head_dim, double theta, torch::Device device,
+                        torch::ScalarType dtype) {
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  const torch::Tensor exponents = torch::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim);
+  const torch::Tensor frequencies = torch::pow(theta, -exponents);
+  const torch::Tensor angles = torch::outer(torch::arange(seq_len, f64), frequencies);
+  return {angles.cos().to(device, dtype), angles.sin().to(device, dtype), frequencies.to(device, torch::kFloat)};
+}
+
+torch::Tensor applyRotary(const torch::Tensor& x, const RotaryTable& table) {
+  if (auto result = fused::applyRotary(x, table)) return *result;
+  const int64_t seq = x.size(1), half = x.size(3) / 2;
+  const torch::Tensor pairs = x.to(table.cos.scalar_type()).reshape({x.size(0), seq, x.size(2), half, 2});
+  const torch::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
+  // [seq, half] broadcast over batch and heads.
+  const torch::Tensor cos = table.cos.narrow(0, 0, seq).unsqueeze(1);
+  const torch::Tensor sin = table.sin.narrow(0, 0, seq).unsqueeze(1);
+  const torch::Tensor rotated = torch::stack({even * cos - odd * sin, even * sin + odd * cos}, -1);
+  return rotated.flatten(-2).to(x.scalar_type());
+}
+
+torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t group = q.size(1) / k.size(1);
+  if (group == 1) return compat::causalScaledDotProductAttention(q, k, v);
+  // Each key/value head serves `group` consecutive query heads.
+  auto widen = [group](const torch::Tensor& t) {
+    return t.unsqueeze(2)
+        .expand({t.size(0), t.size(1), group, t.size(2), t.size(3)})
+        .reshape({t.size(0), t.size(1) * group, t.size(2), t.size(3)});
+  };
+  return compat::causalScaledDotProductAttention(q, widen(k), widen(v));
+}
+
+torch::Tensor classifier(const torch::Tensor& hidden, const torch::Tensor& weight) {
+  return F::linear(hidden, weight);
+}
+
+torch::Tensor classifierCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                     const torch::Tensor& targets) {
+  if (auto result = fused::classifierCrossEntropy(hidden, weight, targets)) return *result;
+  const torch::Tensor logits = classifier(hidden, weight);
+  return F::cross_entropy(logits.to(atLeastFloat(logits)).reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+}  // namespace dtrain::models::ops

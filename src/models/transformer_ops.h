@@ -1,0 +1,81 @@
+// The operations of the transformer blocks that a fused kernel may replace,
+// one function each. gpt2 and llama call these and nothing else for them,
+// so the CUDA implementations (fused residual + norm, bias + GELU, SwiGLU,
+// rotary, chunked classifier + cross-entropy: fused_ops_cuda.h) swap in here
+// without a change to the models. Each is differentiable and runs on any
+// device and under autocast: CUDA tensors take the fused kernels in builds
+// that have them (unless DTRAIN_FUSED_KERNELS=0, or the kernel declines the
+// shape or dtype), everything else plain libtorch.
+//
+// Shapes: x is [..., dim]; heads are laid out [batch, seq, heads, head_dim]
+// before attention's transpose and [batch, heads, seq, head_dim] inside it.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace dtrain::models::ops {
+
+// The residual stream after an update and its normalisation, as the fused
+// "add + norm" kernels return them: residual = residual + update,
+// normed = norm(residual).
+struct ResidualAndNormed {
+  torch::Tensor residual;
+  torch::Tensor normed;
+};
+
+// LayerNorm over the last dimension with gain and bias.
+torch::Tensor layerNorm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, double eps);
+ResidualAndNormed addLayerNorm(const torch::Tensor& residual, const torch::Tensor& update,
+                               const torch::Tensor& weight, const torch::Tensor& bias, double eps);
+
+// RMSNorm as Meta's Llama: x / sqrt(mean(x²) + eps), computed in float32
+// (double stays double), cast back to x's dtype, then times the gain.
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor& update,
+                             const torch::Tensor& weight, double eps);
+
+// GELU (tanh approximation, as GPT-2) of x Wᵀ + b: the MLP's first layer.
+torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+// SwiGLU's gate: silu(gate) * up, gate = x W1ᵀ and up = x W3ᵀ.
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+
+// cos and sin of the rotary angles, [seq, head_dim / 2]: position t and
+// pair i turn by t * theta^(-2i / head_dim). Computed in float64 (a float32
+// t * frequency is off by ~1e-3 rad at t = 8192) and stored as `dtype`
+// (float32, or float64 for double models).
+struct RotaryTable {
+  torch::Tensor cos;
+  torch::Tensor sin;
+  // [head_dim / 2] float32: theta^(-2i / head_dim), from which the fused
+  // kernel computes the angles of positions 0..seq-1 itself. Leave it
+  // undefined for a table whose rows start elsewhere (a KV cache's offset):
+  // applyRotary then uses cos and sin.
+  torch::Tensor inv_freq{};
+};
+RotaryTable rotaryTable(int64_t seq_len, int64_t head_dim, double theta, torch::Device device,
+                        torch::ScalarType dtype = torch::kFloat);
+
+// Rotates x [batch, seq, heads, head_dim] by the table's first seq rows.
+// Pairs are interleaved (x[2i], x[2i+1]) as in Meta's Llama checkpoints
+// (not Hugging Face's rotate-half layout). Computed in the table's dtype,
+// returned in x's.
+torch::Tensor applyRotary(const torch::Tensor& x, const RotaryTable& table);
+
+// Causal self-attention of q [batch, heads, seq, head_dim] over k, v
+// [batch, kv_heads, seq, head_dim] (kv_heads divides heads: each key/value
+// head serves heads / kv_heads consecutive query heads, as in Llama's
+// grouped-query attention). Through compat.h: SDPA on libtorch 2.x.
+torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// The output head: logits = hidden Wᵀ, [..., vocab].
+torch::Tensor classifier(const torch::Tensor& hidden, const torch::Tensor& weight);
+
+// Mean cross-entropy of classifier(hidden, weight) against targets (same
+// leading shape as hidden, int64 class ids), in float32 (double stays
+// double) whatever the logits' dtype. The seam for a chunked kernel that
+// never materialises the logits.
+torch::Tensor classifierCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                     const torch::Tensor& targets);
+
+}  // namespace dtrain::models::ops
