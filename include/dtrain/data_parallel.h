@@ -10,10 +10,11 @@
 //
 // Contract:
 // - Construction moves every trainable parameter into one flat buffer per
-//   dtype (the "slab"); each parameter and its .grad become views into the
-//   slab and its gradient slab, so an optimizer updates whole slabs. The
-//   slab holds parameters in reverse registration order (the order backward
-//   produces gradients), each padded to 16 bytes.
+//   dtype (the "slab"; per dtype and weight-decay group when
+//   no_weight_decay names parameters); each parameter and its .grad become
+//   views into the slab and its gradient slab, so an optimizer updates whole
+//   slabs. The slab holds parameters in reverse registration order (the
+//   order backward produces gradients), each padded to 16 bytes.
 // - Construction broadcasts parameters and buffers from rank 0, so every
 //   rank starts from rank 0's model.
 // - Buckets are contiguous slices of the gradient slab: the first ~1 MiB
@@ -63,6 +64,9 @@ struct DataParallelOptions {
   // Broadcast parameters and buffers from rank 0 at construction.
   bool broadcast_at_start = true;
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  // Parameters the optimizer must not decay (norms, biases, embeddings):
+  // they get slabs of their own, whose FlatSlab::weight_decay is false.
+  std::vector<torch::Tensor> no_weight_decay;
 };
 
 // One bucket: a contiguous slice [offset, offset + numel) of slab `slab`'s

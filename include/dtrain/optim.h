@@ -11,7 +11,9 @@
 //   at construction with ConfigError naming the slab.
 // - step() updates each slab with a few whole-slab in-place kernels (never
 //   one per parameter), exactly by torch.optim.SGD / torch.optim.AdamW's
-//   formulas. It runs under NoGradGuard and never reads the device.
+//   formulas. It runs under NoGradGuard and never reads the device. Weight
+//   decay applies to the slabs whose weight_decay flag is set (a parameter
+//   group with weight_decay 0 in torch.optim terms for the others).
 // - Optimizer state lives on the slab's device. stateDict() returns the live
 //   state tensors (no copies: clone them to keep a snapshot) plus a CPU int64
 //   step count; loadStateDict() copies into the live state after checking
@@ -42,6 +44,10 @@ namespace dtrain {
 struct FlatSlab {
   torch::Tensor param;
   torch::Tensor grad;
+  // Whether the optimizer's weight decay applies to this slab (GPT recipes
+  // exempt norms, biases and embeddings: DataParallel gives them slabs of
+  // their own).
+  bool weight_decay = true;
 };
 
 struct SGDOptions {
@@ -118,5 +124,10 @@ std::unique_ptr<Optimizer> makeAdamW(std::vector<FlatSlab> slabs, const AdamWOpt
 // device read). Non-finite norms leave the grads as they are (GradScaler
 // skips such a step). ConfigError unless max_norm > 0.
 double clipGradNorm(const std::vector<FlatSlab>& slabs, double max_norm);
+// The same without reading the device: the norm and the decision to clip
+// stay on the device (the coefficient is min(1, max_norm / (total + 1e-6)),
+// 1 when total is not finite), so it can be captured into a CUDA graph.
+// Returns the total norm before clipping, a float64 scalar on the device.
+torch::Tensor clipGradNormOnDevice(const std::vector<FlatSlab>& slabs, double max_norm);
 
 }  // namespace dtrain

@@ -9,6 +9,7 @@
 // set) without --gpus it measures the group it runs in.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -70,14 +71,35 @@ void declareBenchTrainCli(OptionSet& set, BenchTrainCli& o) {
 std::string describe(const BenchTrainOptions& c) {
   std::ostringstream out;
   out << c.model.name;
-  if (c.model.name.rfind("resnet", 0) == 0) out << " (" << c.model.stem << " stem)";
-  out << ", " << c.input.channels << "x" << c.input.image_size << "x" << c.input.image_size << ", batch "
-      << c.input.batch_size << "/GPU, " << c.execution.precision << ", "
-      << (c.model.channels_last ? "channels-last" : "NCHW") << ", "
-      << (c.execution.cuda_graphs ? "CUDA graphs" : "eager") << ", cudnn.benchmark "
-      << (c.execution.cudnn_benchmark ? "on" : "off") << ", " << c.steps << " steps after " << c.warmup
-      << " warm-up";
+  if (isLanguageModel(c.model)) {
+    const models::LanguageModelConfig lm = languageModelConfig(c.model);
+    out << " (" << lm.layers << " layers, dim " << lm.dim << ", vocab " << lm.vocab_size << "), seq " << lm.seq_len
+        << ", batch " << c.input.batch_size << "/GPU, " << c.execution.precision << ", AdamW";
+    if (c.clip_grad_norm > 0) out << ", clip " << c.clip_grad_norm;
+  } else {
+    if (c.model.name.rfind("resnet", 0) == 0) out << " (" << c.model.stem << " stem)";
+    out << ", " << c.input.channels << "x" << c.input.image_size << "x" << c.input.image_size << ", batch "
+        << c.input.batch_size << "/GPU, " << c.execution.precision << ", "
+        << (c.model.channels_last ? "channels-last" : "NCHW") << ", cudnn.benchmark "
+        << (c.execution.cudnn_benchmark ? "on" : "off");
+  }
+  out << ", " << (c.execution.cuda_graphs ? "CUDA graphs" : "eager") << ", " << c.steps << " steps after "
+      << c.warmup << " warm-up";
   return out.str();
+}
+
+// A language model's row: tokens/s, MFU and peak memory besides step time.
+void printLanguageModelRows(const std::vector<nlohmann::json>& rows) {
+  std::printf("#%6s %12s %10s %7s %9s %11s %10s  %s\n", "gpus", "tokens/s", "step_ms", "MFU", "scaling",
+              "memory_GiB", "loss", "graphs");
+  for (const auto& r : rows) {
+    char mfu[16] = "    n/a";
+    if (r.contains("mfu")) std::snprintf(mfu, sizeof(mfu), "%6.1f%%", 100.0 * r["mfu"].get<double>());
+    std::printf(" %6d %12.0f %10.3f %7s %8.1f%% %11.2f %10.4f  %s\n", r["gpus"].get<int>(),
+                r["tokens_per_s"].get<double>(), r["step_ms"].get<double>(), mfu,
+                100.0 * r["scaling_efficiency"].get<double>(), r.value("peak_memory_bytes", int64_t{0}) / 1073741824.0,
+                r["loss"].get<double>(), r["graphs"].get<std::string>().c_str());
+  }
 }
 
 void printTable(const BenchTrainOptions& c, const std::vector<nlohmann::json>& rows) {
@@ -86,11 +108,18 @@ void printTable(const BenchTrainOptions& c, const std::vector<nlohmann::json>& r
     const auto& v = rows.front()["versions"];
     std::printf("# %s\n", v.dump().c_str());
   }
-  std::printf("#%6s %12s %10s %9s %10s  %s\n", "gpus", "samples/s", "step_ms", "scaling", "loss", "graphs");
+  if (isLanguageModel(c.model)) {
+    printLanguageModelRows(rows);
+  } else {
+    std::printf("#%6s %12s %10s %9s %10s  %s\n", "gpus", "samples/s", "step_ms", "scaling", "loss", "graphs");
+    for (const auto& r : rows) {
+      std::printf(" %6d %12.1f %10.3f %8.1f%% %10.4f  %s\n", r["gpus"].get<int>(),
+                  r["samples_per_s"].get<double>(), r["step_ms"].get<double>(),
+                  100.0 * r["scaling_efficiency"].get<double>(), r["loss"].get<double>(),
+                  r["graphs"].get<std::string>().c_str());
+    }
+  }
   for (const auto& r : rows) {
-    std::printf(" %6d %12.1f %10.3f %8.1f%% %10.4f  %s\n", r["gpus"].get<int>(), r["samples_per_s"].get<double>(),
-                r["step_ms"].get<double>(), 100.0 * r["scaling_efficiency"].get<double>(), r["loss"].get<double>(),
-                r["graphs"].get<std::string>().c_str());
     if (r.contains("breakdown")) std::printf("#   time split (eager, ms): %s\n", r["breakdown"].dump().c_str());
   }
 }
@@ -100,6 +129,7 @@ nlohmann::json jsonReport(const BenchTrainOptions& c, const std::vector<nlohmann
   out["bench"] = "train";
   out["config"] = {{"model", c.model.name},
                    {"stem", c.model.stem},
+                   {"language_model", isLanguageModel(c.model)},
                    {"image_size", c.input.image_size},
                    {"batch_size", c.input.batch_size},
                    {"precision", c.execution.precision},

@@ -32,6 +32,10 @@ int runMain(int argc, char** argv) {
   dtrain::cli::registerSlurm(app, exit_code);
 #if DTRAIN_WITH_TRAIN
   dtrain::cli::registerTrain(app, exit_code);
+  dtrain::cli::registerGenerate(app, exit_code);
+#endif
+#if DTRAIN_WITH_TOKENIZE
+  dtrain::cli::registerTokenize(app, exit_code);
 #endif
   dtrain::cli::registerSettings(app, exit_code);
 

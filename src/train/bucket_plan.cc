@@ -5,14 +5,16 @@
 
 namespace dtrain {
 
-SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket_mb, double bucket_mb) {
+SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket_mb, double bucket_mb,
+                   const std::vector<bool>& decayed) {
   SlabPlan plan;
   plan.bucket_of_param.assign(params.size(), -1);
-  std::map<torch::ScalarType, int> slab_of_dtype;
+  std::map<std::pair<torch::ScalarType, bool>, int> slab_of_group;
   for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
     const torch::ScalarType dtype = params[i].scalar_type();
-    auto [it, inserted] = slab_of_dtype.emplace(dtype, static_cast<int>(plan.slabs.size()));
-    if (inserted) plan.slabs.push_back(SlabLayout{dtype, 0, {}, {}});
+    const bool decay = decayed.empty() || decayed[static_cast<size_t>(i)];
+    auto [it, inserted] = slab_of_group.emplace(std::make_pair(dtype, decay), static_cast<int>(plan.slabs.size()));
+    if (inserted) plan.slabs.push_back(SlabLayout{dtype, decay, 0, {}, {}});
     SlabLayout& slab = plan.slabs[it->second];
     const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
     const int64_t align = std::max<int64_t>(1, 16 / element);

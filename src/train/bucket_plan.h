@@ -1,8 +1,9 @@
 // The layout of DataParallel's flat slabs and the bucket plan over them
 // (private to train/).
 //
-// Parameters are grouped by dtype (one slab each, in order of first
-// appearance); inside a slab they lie in reverse registration order, which
+// Parameters are grouped by dtype and weight-decay group (one slab each, in
+// order of first appearance); inside a slab they lie in reverse
+// registration order, which
 // is roughly the order backward produces their gradients. Each parameter
 // starts at a 16-byte boundary. Buckets tile each slab without gaps: a
 // bucket takes whole parameters until adding the next would pass its cap
@@ -21,6 +22,7 @@ namespace dtrain {
 
 struct SlabLayout {
   torch::ScalarType dtype = torch::kFloat;
+  bool weight_decay = true;
   int64_t numel = 0;             // including alignment padding
   std::vector<int> params;       // indices into the parameter list, in slab order
   std::vector<int64_t> offsets;  // element offset of each, same order
@@ -32,6 +34,8 @@ struct SlabPlan {
   std::vector<int> bucket_of_param;  // indexed like the parameter list
 };
 
-SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket_mb, double bucket_mb);
+// `decayed[i]`: whether params[i] is weight-decayed (empty: all are).
+SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket_mb, double bucket_mb,
+                   const std::vector<bool>& decayed = {});
 
 }  // namespace dtrain

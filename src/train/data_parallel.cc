@@ -140,13 +140,20 @@ torch::Device DataParallel::collectParameters() {
 // Moves every parameter into its slab (a view), its .grad into the gradient
 // slab, and plans the buckets.
 void DataParallel::buildSlabs(torch::Device device) {
-  const SlabPlan plan = planSlabs(params_, options_.first_bucket_mb, options_.bucket_mb);
+  std::unordered_set<const void*> exempt;
+  for (const torch::Tensor& p : options_.no_weight_decay) exempt.insert(p.unsafeGetTensorImpl());
+  std::vector<bool> decayed;
+  if (!exempt.empty()) {
+    for (const torch::Tensor& p : params_) decayed.push_back(exempt.count(p.unsafeGetTensorImpl()) == 0);
+  }
+  const SlabPlan plan = planSlabs(params_, options_.first_bucket_mb, options_.bucket_mb, decayed);
   buckets_ = plan.buckets;
   bucket_of_param_ = plan.bucket_of_param;
   torch::NoGradGuard no_grad;
   for (const SlabLayout& layout : plan.slabs) {
     auto tensor_options = torch::TensorOptions().dtype(layout.dtype).device(device);
-    FlatSlab slab{torch::zeros({layout.numel}, tensor_options), torch::zeros({layout.numel}, tensor_options)};
+    FlatSlab slab{torch::zeros({layout.numel}, tensor_options), torch::zeros({layout.numel}, tensor_options),
+                  layout.weight_decay};
     for (size_t k = 0; k < layout.params.size(); ++k) {
       torch::Tensor& p = params_[layout.params[k]];
       const int64_t offset = layout.offsets[k];

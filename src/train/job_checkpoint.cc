@@ -18,8 +18,6 @@ namespace {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
 
-std::string slabKey(size_t i) { return "model.slab." + std::to_string(i); }
-
 // What rank 0 tells the others about --resume. It travels as a vector that
 // only rank 0 fills and every rank sums (all values are small integers,
 // exact in a double).
@@ -59,9 +57,13 @@ void broadcastMap(TensorMap& tensors, Context& ctx) {
   }
 }
 
+// The model's parameters by name (views into DataParallel's slabs, so a
+// checkpoint does not depend on how the slabs are laid out) and buffers.
 TensorMap modelTensors(DataParallel& dp) {
   TensorMap tensors;
-  for (size_t i = 0; i < dp.slabs().size(); ++i) tensors[slabKey(i)] = dp.slabs()[i].param;
+  for (const auto& item : dp.module()->named_parameters(/*recurse=*/true)) {
+    tensors["model.param." + item.key()] = item.value();
+  }
   for (const auto& item : dp.module()->named_buffers(/*recurse=*/true)) {
     tensors["model.buffer." + item.key()] = item.value();
   }
@@ -162,6 +164,10 @@ CheckpointState JobCheckpoint::pack(const TrainPosition& position) const {
               {"dataset", identity_.dataset},
               {"optimizer", job_.optimizer().name()},
               {"seed", identity_.seed}};
+  if (!identity_.model_config.empty()) out.meta["model_config"] = identity_.model_config;
+  if (!identity_.tokenizer.empty()) {
+    out.meta["tokenizer"] = {{"kind", identity_.tokenizer}, {"path", identity_.tokenizer_path}};
+  }
   return out;
 }
 

@@ -1,11 +1,14 @@
 // JobCheckpoint: what a `dtrain train` checkpoint holds, how a job writes
 // one, and how it resumes from one (private to train/).
 //
-// Tensors: "model.slab.<i>" (the flat parameter slabs), "model.buffer.<name>"
-// (BatchNorm statistics, rank 0's), the optimizer's and the scaler's state,
-// "rng.cpu" (the default CPU generator). Meta: step, epoch, batch (the next
-// batch of that epoch), world_size, batch_size, model, dataset, optimizer,
-// seed.
+// Tensors: "model.param.<name>" (every parameter by its module path, e.g.
+// "model.param.transformer.h.0.attn.c_attn.weight"), "model.buffer.<name>"
+// (BatchNorm statistics, rank 0's), the optimizer's and the scaler's state
+// (per slab), "rng.cpu" (the default CPU generator). Meta: step, epoch,
+// batch (the next batch of that epoch), world_size, batch_size, model,
+// dataset, optimizer, seed; a language model's "model_config" (the string
+// pairs of models::languageModelMetadata) and, when it trained on the
+// embedded corpus, "tokenizer" {kind, path}: what `dtrain generate` needs.
 //
 // Rank 0 writes checkpoints, and reads one and broadcasts it, so only rank 0
 // needs the checkpoint directory. A checkpoint from a job with another world
@@ -14,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -38,6 +42,8 @@ struct CheckpointIdentity {
   std::string dataset;
   int64_t batch_size = 0;  // per rank
   uint64_t seed = 0;
+  std::map<std::string, std::string> model_config;  // language models
+  std::string tokenizer, tokenizer_path;            // language models on the embedded corpus
 };
 
 class JobCheckpoint {

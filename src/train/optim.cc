@@ -5,6 +5,15 @@
 
 #include "common/error.h"
 
+#if DTRAIN_FUSED_ADAMW
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "gpu/cuda_check.h"
+#include "models/fused_kernels_setting.h"
+#include "models/kernels/optimizer.h"
+#endif
+
 namespace dtrain {
 namespace {
 
@@ -30,6 +39,63 @@ void requireAtLeast(const std::string& who, const char* field, double value, dou
 }
 
 torch::Tensor stepTensor(int64_t step) { return torch::tensor(step, torch::kLong); }
+
+#if DTRAIN_FUSED_ADAMW
+// CUDA fp32 slabs take the fused kernels (models/kernels/optimizer.h) in
+// builds that have them, unless DTRAIN_FUSED_KERNELS=0.
+bool fusedSlab(const torch::Tensor& t) {
+  return t.is_cuda() && t.scalar_type() == torch::kFloat && models::fusedKernelsSetting();
+}
+#endif
+
+// The capturable AdamW step of one slab in one kernel (lr and the step
+// count, this step included, read on the device); false where the kernel
+// does not apply and the torch operations must run.
+bool fusedAdamWStep(const FlatSlab& slab, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
+                    const torch::Tensor& lr, const torch::Tensor& step, const AdamWOptions& options) {
+#if DTRAIN_FUSED_ADAMW
+  if (!fusedSlab(slab.param) || lr.device() != slab.param.device()) return false;
+  const c10::cuda::CUDAGuard device(slab.param.device());
+  kernels::AdamWArgs a;
+  a.param = slab.param.data_ptr<float>();
+  a.grad = slab.grad.data_ptr<float>();
+  a.exp_avg = exp_avg.data_ptr<float>();
+  a.exp_avg_sq = exp_avg_sq.data_ptr<float>();
+  a.n = slab.param.numel();
+  a.lr = lr.data_ptr<float>();
+  a.step = step.data_ptr<float>();
+  a.beta1 = options.beta1;
+  a.beta2 = options.beta2;
+  a.eps = options.eps;
+  a.weight_decay = slab.weight_decay ? options.weight_decay : 0.0;
+  DTRAIN_CUDA_CHECK(kernels::adamw_step(a, c10::cuda::getCurrentCUDAStream(slab.param.device().index()).stream()));
+  return true;
+#else
+  (void)slab, (void)exp_avg, (void)exp_avg_sq, (void)lr, (void)step, (void)options;
+  return false;
+#endif
+}
+
+// The squared L2 norm of a gradient slab, a float64 scalar on its device,
+// by the fused kernel (fixed order, float64 sums); undefined where it does
+// not apply.
+torch::Tensor fusedSquaredNorm(const torch::Tensor& grad) {
+#if DTRAIN_FUSED_ADAMW
+  if (!fusedSlab(grad)) return torch::Tensor();
+  const c10::cuda::CUDAGuard device(grad.device());
+  const size_t bytes = kernels::squared_norm_workspace_size(grad.numel());
+  const torch::Tensor workspace =
+      torch::empty({static_cast<int64_t>(bytes < 16 ? 16 : bytes)}, grad.options().dtype(torch::kByte));
+  torch::Tensor out = torch::empty({}, grad.options().dtype(torch::kDouble));
+  DTRAIN_CUDA_CHECK(kernels::squared_norm(out.data_ptr<double>(), false, grad.data_ptr<float>(), grad.numel(),
+                                          workspace.data_ptr(), bytes,
+                                          c10::cuda::getCurrentCUDAStream(grad.device().index()).stream()));
+  return out;
+#else
+  (void)grad;
+  return torch::Tensor();
+#endif
+}
 
 // Checks that `state` holds every key of `live` with the same shape and dtype.
 void requireSameKeys(const std::string& who, const TensorMap& live, const TensorMap& state) {
@@ -70,7 +136,7 @@ class SGD final : public Optimizer {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < slabs_.size(); ++i) {
       torch::Tensor d_p = slabs_[i].grad;
-      if (options_.weight_decay != 0) d_p = d_p.add(slabs_[i].param, options_.weight_decay);
+      if (options_.weight_decay != 0 && slabs_[i].weight_decay) d_p = d_p.add(slabs_[i].param, options_.weight_decay);
       if (options_.momentum != 0) {
         torch::Tensor& buf = momentum_[i];
         if (steps_ == 0 && !capturable_) {
@@ -137,7 +203,7 @@ class AdamW final : public Optimizer {
     for (size_t i = 0; i < slabs_.size(); ++i) {
       torch::Tensor& param = slabs_[i].param;
       const torch::Tensor& grad = slabs_[i].grad;
-      param.mul_(1 - lr_ * options_.weight_decay);
+      if (slabs_[i].weight_decay) param.mul_(1 - lr_ * options_.weight_decay);
       exp_avg_[i].lerp_(grad, 1 - options_.beta1);
       exp_avg_sq_[i].mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
       torch::Tensor denom = exp_avg_sq_[i].sqrt().div_(bias_correction2_sqrt).add_(options_.eps);
@@ -170,16 +236,24 @@ class AdamW final : public Optimizer {
 
  private:
   // torch.optim.AdamW(capturable=True)'s arithmetic: the step count and the
-  // bias corrections stay on the device.
+  // bias corrections stay on the device. One fused kernel per slab where it
+  // applies, else ~8 torch operations.
   void stepOnDevice() {
     step_tensor_.add_(1);
+    std::vector<size_t> unfused;
+    for (size_t i = 0; i < slabs_.size(); ++i) {
+      if (!fusedAdamWStep(slabs_[i], exp_avg_[i], exp_avg_sq_[i], lrTensor(), step_tensor_, options_)) {
+        unfused.push_back(i);
+      }
+    }
+    if (unfused.empty()) return;
     const torch::Tensor bias_correction1 = 1 - torch::pow(options_.beta1, step_tensor_);
     const torch::Tensor bias_correction2_sqrt = (1 - torch::pow(options_.beta2, step_tensor_)).sqrt_();
     const torch::Tensor step_size = lrTensor() / bias_correction1;
-    for (size_t i = 0; i < slabs_.size(); ++i) {
+    for (size_t i : unfused) {
       torch::Tensor& param = slabs_[i].param;
       const torch::Tensor& grad = slabs_[i].grad;
-      param.addcmul_(param, lrTensor(), -options_.weight_decay);  // param *= 1 - lr * wd
+      if (slabs_[i].weight_decay) param.addcmul_(param, lrTensor(), -options_.weight_decay);  // param *= 1 - lr * wd
       exp_avg_[i].lerp_(grad, 1 - options_.beta1);
       exp_avg_sq_[i].mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
       torch::Tensor denom = (exp_avg_sq_[i].sqrt() / bias_correction2_sqrt).add_(options_.eps);
@@ -263,23 +337,30 @@ std::unique_ptr<Optimizer> makeAdamW(std::vector<FlatSlab> slabs, const AdamWOpt
   return std::make_unique<AdamW>(std::move(slabs), options);
 }
 
-double clipGradNorm(const std::vector<FlatSlab>& slabs, double max_norm) {
+torch::Tensor clipGradNormOnDevice(const std::vector<FlatSlab>& slabs, double max_norm) {
   if (!(max_norm > 0)) throw ConfigError("clipGradNorm: invalid max_norm " + num(max_norm) + " (expected > 0)");
-  if (slabs.empty()) return 0;
+  if (slabs.empty()) return torch::zeros({}, torch::kDouble);
   torch::NoGradGuard no_grad;
   // Slabs may differ in dtype: sum the squares in float64 on the first
-  // slab's device, so that only the final value is read back.
+  // slab's device.
   torch::Tensor squares;
   for (const FlatSlab& slab : slabs) {
-    torch::Tensor square = slab.grad.norm().to(slabs.front().grad.device(), torch::kDouble).square();
+    torch::Tensor square = fusedSquaredNorm(slab.grad);
+    square = square.defined() ? square.to(slabs.front().grad.device())
+                              : slab.grad.norm().to(slabs.front().grad.device(), torch::kDouble).square();
     squares = squares.defined() ? squares + square : square;
   }
-  const double total = std::sqrt(squares.item<double>());
-  if (std::isfinite(total) && total > max_norm) {
-    const double coefficient = max_norm / (total + 1e-6);
-    for (const FlatSlab& slab : slabs) slab.grad.mul_(coefficient);
-  }
+  const torch::Tensor total = squares.sqrt();
+  // min(1, max_norm / (total + 1e-6)), and 1 for a non-finite norm: the
+  // decision is arithmetic on the device, never a branch on the host.
+  const torch::Tensor coefficient =
+      torch::where(torch::isfinite(total), (max_norm / (total + 1e-6)).clamp_max(1.0), torch::ones_like(total));
+  for (const FlatSlab& slab : slabs) slab.grad.mul_(coefficient.to(slab.grad.dtype()));
   return total;
+}
+
+double clipGradNorm(const std::vector<FlatSlab>& slabs, double max_norm) {
+  return clipGradNormOnDevice(slabs, max_norm).item<double>();
 }
 
 }  // namespace dtrain

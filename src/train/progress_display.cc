@@ -59,21 +59,28 @@ void ProgressDisplay::writeMetrics(const std::string& json_line) {
 }
 
 void ProgressDisplay::intervalEnded(const StepReport& r, const BackwardTimeline* /*sampled*/) {
-  writeMetrics(nlohmann::json{{"event", "step"},
-                              {"step", r.step},
-                              {"epoch", r.epoch},
-                              {"loss", r.loss},
-                              {"lr", r.lr},
-                              {"samples_per_s", r.samples_per_s},
-                              {"elapsed_s", r.elapsed_s}}
-                   .dump());
+  nlohmann::json record{{"event", "step"}, {"step", r.step},
+                        {"epoch", r.epoch}, {"loss", r.loss},
+                        {"lr", r.lr},       {"samples_per_s", r.samples_per_s},
+                        {"elapsed_s", r.elapsed_s}};
+  if (r.tokens_per_s > 0) record["tokens_per_s"] = r.tokens_per_s;
+  if (r.mfu >= 0) record["mfu"] = r.mfu;
+  writeMetrics(record.dump());
   const double fraction = r.total_steps > 0 ? static_cast<double>(r.step) / static_cast<double>(r.total_steps) : 0;
   const double eta = fraction > 0 ? r.elapsed_s * (1 - fraction) / fraction : NAN;
-  char head[256];
-  std::snprintf(head, sizeof(head), "epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g %.0f samples/s eta %s",
+  char rate[64];
+  if (r.tokens_per_s > 0) {
+    std::snprintf(rate, sizeof(rate), "%.0f tokens/s", r.tokens_per_s);
+  } else {
+    std::snprintf(rate, sizeof(rate), "%.0f samples/s", r.samples_per_s);
+  }
+  char mfu[32] = "";
+  if (r.mfu >= 0) std::snprintf(mfu, sizeof(mfu), " MFU %.1f%%", r.mfu * 100);
+  char head[320];
+  std::snprintf(head, sizeof(head), "epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g %s%s eta %s",
                 static_cast<long long>(r.epoch + 1), static_cast<long long>(r.epochs),
-                static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss, r.lr,
-                r.samples_per_s, formatDuration(eta).c_str());
+                static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss, r.lr, rate, mfu,
+                formatDuration(eta).c_str());
   if (bar_) {
     const int width = 24;
     const int filled = static_cast<int>(fraction * width);
@@ -89,6 +96,10 @@ void ProgressDisplay::intervalEnded(const StepReport& r, const BackwardTimeline*
 
 void ProgressDisplay::evaluated(const EvalReport& r) {
   const Evaluation& e = r.result;
+  if (!e.classifier()) {
+    languageModelEvaluated(r);
+    return;
+  }
   writeMetrics(nlohmann::json{{"event", "eval"},
                               {"epoch", r.epoch},
                               {"step", r.step},
@@ -104,7 +115,52 @@ void ProgressDisplay::evaluated(const EvalReport& r) {
                static_cast<long long>(e.samples), e.loss);
 }
 
+void ProgressDisplay::languageModelEvaluated(const EvalReport& r) {
+  const Evaluation& e = r.result;
+  nlohmann::json record{{"event", "eval"}, {"epoch", r.epoch}, {"step", r.step}, {"tokens", e.samples}};
+  if (e.samples > 0) {
+    record["val_loss"] = e.loss;
+    record["perplexity"] = std::exp(e.loss);
+  }
+  writeMetrics(record.dump());
+  if (!bar_ && !lines_) return;
+  endBar();
+  if (e.samples == 0) {
+    std::fprintf(stderr, "eval step %lld: no validation data\n", static_cast<long long>(r.step));
+    return;
+  }
+  std::fprintf(stderr, "eval step %lld: val loss %.4f perplexity %.2f (%lld tokens)\n",
+               static_cast<long long>(r.step), e.loss, std::exp(e.loss), static_cast<long long>(e.samples));
+}
+
+void ProgressDisplay::languageModelFinished(const RunSummary& s) {
+  const Evaluation& e = s.final_eval;
+  const double rate = s.train_s > 0 ? static_cast<double>(s.tokens) / s.train_s : 0;
+  nlohmann::json record{{"event", "summary"}, {"steps", s.steps},   {"tokens", s.tokens},
+                        {"wall_s", s.wall_s}, {"train_s", s.train_s}, {"tokens_per_s", rate},
+                        {"world_size", s.world_size}};
+  if (e.samples > 0) {
+    record["val_loss"] = e.loss;
+    record["perplexity"] = std::exp(e.loss);
+  }
+  if (s.mfu >= 0) record["mfu"] = s.mfu;
+  writeMetrics(record.dump());
+  endBar();
+  char judged[96] = "no validation data";
+  if (e.samples > 0) std::snprintf(judged, sizeof(judged), "val loss %.4f perplexity %.2f", e.loss, std::exp(e.loss));
+  char mfu[32] = "";
+  if (s.mfu >= 0) std::snprintf(mfu, sizeof(mfu), ", MFU %.1f%%", s.mfu * 100);
+  std::fprintf(stdout, "dtrain train: %s, %lld steps, %lld tokens on %d rank(s), wall %.1f s, %.0f tokens/s%s\n",
+               judged, static_cast<long long>(s.steps), static_cast<long long>(s.tokens), s.world_size, s.wall_s,
+               rate, mfu);
+  std::fflush(stdout);
+}
+
 void ProgressDisplay::finished(const RunSummary& s) {
+  if (!s.final_eval.classifier()) {
+    languageModelFinished(s);
+    return;
+  }
   const Evaluation& e = s.final_eval;
   const double rate = s.wall_s > 0 ? static_cast<double>(s.samples) / s.wall_s : 0;
   writeMetrics(nlohmann::json{{"event", "summary"},

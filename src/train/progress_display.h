@@ -2,7 +2,9 @@
 // TrainObserver): a progress bar on a terminal, plain periodic lines
 // otherwise (logs, CI), and one JSON object per line in --metrics-jsonl for
 // machines; the evaluations, the final summary line and, on request, the
-// bucket table of the last backward. (private to train/)
+// bucket table of the last backward. Language models report tokens/s, MFU
+// (when the GPU's peak is known), validation loss and perplexity instead of
+// samples/s and accuracy. (private to train/)
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,9 @@ class ProgressDisplay : public TrainObserver {
   void bucketTable(const BackwardTimeline& timeline);
 
  private:
+  // Language models: validation loss and perplexity, tokens/s and MFU.
+  void languageModelEvaluated(const EvalReport& report);
+  void languageModelFinished(const RunSummary& summary);
   void endBar();
   void writeMetrics(const std::string& json_line);
 

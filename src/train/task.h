@@ -44,10 +44,11 @@ class BatchSource {
 
 // The result of one evaluation over every rank's share of the held-out data.
 struct Evaluation {
-  double loss = 0;       // mean per sample
-  int64_t samples = 0;   // over all ranks
+  double loss = 0;       // mean per sample (language models: per token)
+  int64_t samples = 0;   // over all ranks (language models: tokens)
   int64_t correct = -1;  // classification: samples classified right (-1: not a classifier)
   double accuracy() const { return samples > 0 && correct >= 0 ? double(correct) / double(samples) : 0; }
+  bool classifier() const { return correct >= 0; }
 };
 
 class Task {
@@ -61,6 +62,9 @@ class Task {
   // Evaluates `model` on this rank's share of the held-out data and sums
   // over every rank (a collective: every rank calls it).
   virtual Evaluation evaluate(models::Model& model, Context& ctx, Precision precision) = 0;
+  // Tokens in one sample (a language model's sequence length); 0 for tasks
+  // whose samples are not token sequences.
+  virtual int64_t tokensPerSample() const { return 0; }
 };
 
 }  // namespace dtrain

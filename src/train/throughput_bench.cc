@@ -12,11 +12,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "metrics/gpu_peak.h"
+#include "models/language_model.h"
 #include "train/bucket_timer.h"
 #include "train/training_job.h"
 
 #if DTRAIN_TORCH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
@@ -142,6 +145,87 @@ nlohmann::json timeSplit(TrainingJob& job, const torch::Tensor& inputs, const to
 }
 #endif
 
+// Language models train with the GPT recipe's AdamW (betas 0.9/0.95, weight
+// decay 0.1 off norms, biases and embeddings); image models with SGD.
+OptimizerOptions benchOptimizer(const BenchTrainOptions& o) {
+  OptimizerOptions opt;
+  if (isLanguageModel(o.model)) {
+    opt.kind = "adamw";
+    opt.lr = 6e-4;
+    opt.beta2 = 0.95;
+    opt.weight_decay = 0.1;
+  } else {
+    opt.kind = "sgd";
+    opt.lr = 0.1;
+    opt.momentum = 0.9;
+    opt.weight_decay = 5e-4;
+  }
+  opt.clip_grad_norm = o.clip_grad_norm;
+  return opt;
+}
+
+ModelFactory benchModel(const BenchTrainOptions& o) {
+  if (isLanguageModel(o.model)) {
+    const models::LanguageModelConfig config = languageModelConfig(o.model);
+    return [config] { return models::createLanguageModel(config); };
+  }
+  return [&o] {
+    models::ModelOptions m;
+    m.in_channels = o.input.channels;
+    m.num_classes = o.input.classes;
+    m.image_size = o.input.image_size;
+    m.stem = o.model.stem;
+    return models::createModel(o.model.name, m);
+  };
+}
+
+// One fixed synthetic batch per rank, resident on the device: random tokens
+// for a language model, random images and labels otherwise.
+struct BenchBatch {
+  torch::Tensor inputs, targets;
+  int64_t tokens_per_sample = 0;
+};
+
+BenchBatch benchBatch(const BenchTrainOptions& o, torch::Device device) {
+  const SyntheticBatchOptions& in = o.input;
+  const auto longs = torch::TensorOptions().dtype(torch::kLong).device(device);
+  BenchBatch b;
+  if (isLanguageModel(o.model)) {
+    const models::LanguageModelConfig config = languageModelConfig(o.model);
+    b.inputs = torch::randint(config.vocab_size, {in.batch_size, config.seq_len}, longs);
+    b.targets = torch::randint(config.vocab_size, {in.batch_size, config.seq_len}, longs);
+    b.tokens_per_sample = config.seq_len;
+    return b;
+  }
+  b.inputs = torch::randn({in.batch_size, in.channels, in.image_size, in.image_size},
+                          torch::TensorOptions().device(device));
+  if (o.model.channels_last) b.inputs = b.inputs.contiguous(at::MemoryFormat::ChannelsLast);
+  b.targets = torch::randint(in.classes, {in.batch_size}, longs);
+  return b;
+}
+
+void resetPeakMemory(const torch::Device& device) {
+#if DTRAIN_TORCH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#else
+  (void)device;
+#endif
+}
+
+// The most memory the caching allocator handed out to tensors since the
+// last reset (0 on the CPU): comparable to torch.cuda.max_memory_allocated().
+int64_t peakMemoryBytes(const torch::Device& device) {
+#if DTRAIN_TORCH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[0].peak;  // [0]: StatType::AGGREGATE (its namespace moved in 2.x)
+  }
+#else
+  (void)device;
+#endif
+  return 0;
+}
+
 void writeResult(const nlohmann::json& result, const std::string& path) {
   if (path.empty()) {
     std::cout << result.dump() << std::endl;
@@ -156,32 +240,20 @@ void writeResult(const nlohmann::json& result, const std::string& path) {
 
 int runThroughputBench(const BenchTrainOptions& o) {
   checkBenchTrainOptions(o);
-  OptimizerOptions sgd;
-  sgd.kind = "sgd";
-  sgd.lr = 0.1;
-  sgd.momentum = 0.9;
-  sgd.weight_decay = 5e-4;
-  const SyntheticBatchOptions& in = o.input;
-  TrainingJob job(JobParts{o.parallel, o.execution, sgd, o.model.channels_last, /*seed=*/1234}, [&] {
-    models::ModelOptions m;
-    m.in_channels = in.channels;
-    m.num_classes = in.classes;
-    m.image_size = in.image_size;
-    m.stem = o.model.stem;
-    return models::createModel(o.model.name, m);
-  });
+  TrainingJob job(JobParts{o.parallel, o.execution, benchOptimizer(o), o.model.channels_last, /*seed=*/1234},
+                  benchModel(o));
   Context& ctx = job.context();
   const torch::Device device = job.device();
   job.model().train();
-
-  // One fixed synthetic batch per rank, resident on the device.
-  torch::Tensor inputs = torch::randn({in.batch_size, in.channels, in.image_size, in.image_size},
-                                      torch::TensorOptions().device(device));
-  if (o.model.channels_last) inputs = inputs.contiguous(at::MemoryFormat::ChannelsLast);
-  torch::Tensor targets =
-      torch::randint(in.classes, {in.batch_size}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  const BenchBatch batch = benchBatch(o, device);
+  const torch::Tensor& inputs = batch.inputs;
+  const torch::Tensor& targets = batch.targets;
 
   TrainStep& step = job.step();
+  // The peak covers the warm-up too: the eager steps and the capture are
+  // where a step's activations are allocated; graph replays reuse the
+  // graph's private pool and allocate nothing new.
+  resetPeakMemory(device);
   for (int64_t i = 0; i < o.warmup; ++i) step.run(inputs, targets);
   synchronize(device);
   ctx.barrier();
@@ -198,8 +270,19 @@ int runThroughputBench(const BenchTrainOptions& o) {
   result["device_type"] = device.is_cuda() ? "cuda" : "cpu";
   result["backend"] = ctx.backend();
   result["step_ms"] = elapsed * 1e3 / static_cast<double>(o.steps);
-  result["samples_per_s"] = static_cast<double>(in.batch_size * ctx.size() * o.steps) / std::max(elapsed, 1e-12);
+  const double samples_per_s =
+      static_cast<double>(o.input.batch_size * ctx.size() * o.steps) / std::max(elapsed, 1e-12);
+  result["samples_per_s"] = samples_per_s;
   result["flops_per_sample"] = job.model().trainingFlopsPerSample();
+  const double peak = metrics::peakDenseFlops(job.deviceName(), o.execution.precision);
+  const double mfu = metrics::modelFlopsUtilisation(samples_per_s * job.model().trainingFlopsPerSample(),
+                                                    ctx.size(), peak);
+  if (mfu >= 0) result["mfu"] = mfu;
+  if (batch.tokens_per_sample > 0) {
+    result["tokens_per_s"] = samples_per_s * static_cast<double>(batch.tokens_per_sample);
+    result["seq_len"] = batch.tokens_per_sample;
+  }
+  result["peak_memory_bytes"] = static_cast<int64_t>(maxOverRanks(ctx, static_cast<double>(peakMemoryBytes(device))));
   result["loss"] = loss;
   result["graphs"] = step.graphStatus();
   result["graphed_steps"] = step.graphedSteps();

@@ -60,7 +60,17 @@ void TrainMetrics::dataWaited(int64_t /*step*/, Clock::time_point begin, Clock::
 }
 
 void TrainMetrics::intervalEnded(const StepReport& report, const BackwardTimeline* sampled) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tokens_per_s_ = report.tokens_per_s;
+    mfu_ = report.mfu;
+  }
   logInterval(report.samples_per_s, report.loss, sampled, allreduce_bytes_per_step_, report.steps_in_interval);
+}
+
+void TrainMetrics::evaluated(const EvalReport& report) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (report.result.samples > 0) eval_loss_ = report.result.loss;
 }
 
 TrainMetrics::TrainMetrics(int rank, int world_size, std::string job, torch::Device device)
@@ -164,6 +174,8 @@ void TrainMetrics::writeStatusFile() const {
   nlohmann::json status{{"job", job_},          {"world_size", world_size_}, {"samples_per_s", samples_per_s_},
                         {"step_ms", last_step_ms_}, {"loss", loss_},            {"steps", step_count_},
                         {"t", unixSeconds()},   {"pid", ::getpid()},         {"restarts", restarts_}};
+  if (tokens_per_s_ > 0) status["tokens_per_s"] = tokens_per_s_;
+  if (mfu_ >= 0) status["mfu"] = mfu_;
   if (!metrics::writeJobStatus(status_path_, status.dump())) {
     DTRAIN_LOG_DEBUG("cannot write the job status file " << status_path_);
   }
@@ -183,6 +195,20 @@ std::string TrainMetrics::render() const {
   add("dtrain_train_samples_per_second", "Samples per second of the whole job over the last log interval.",
       MetricType::kGauge, samples_per_s_);
   add("dtrain_train_loss", "Mean training loss over the last log interval.", MetricType::kGauge, loss_);
+  if (tokens_per_s_ > 0) {
+    add("dtrain_train_tokens_per_second", "Tokens per second of the whole job over the last log interval "
+                                          "(language models).",
+        MetricType::kGauge, tokens_per_s_);
+  }
+  if (mfu_ >= 0) {
+    add("dtrain_train_mfu", "Model FLOPs utilisation of the last log interval: the model's training FLOPs per "
+                            "second over the GPUs' peak dense FLOP/s (0..1).",
+        MetricType::kGauge, mfu_);
+  }
+  if (eval_loss_) {
+    add("dtrain_train_eval_loss", "Loss of the last evaluation on held-out data (per token for language models).",
+        MetricType::kGauge, *eval_loss_);
+  }
   add("dtrain_train_allreduce_bytes_total", "Gradient bytes all-reduced by this rank.", MetricType::kCounter,
       allreduce_bytes_);
   add("dtrain_train_allreduce_seconds_total",

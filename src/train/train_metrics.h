@@ -11,7 +11,10 @@
 //   dtrain_train_allreduce_seconds_total and dtrain_train_overlap_ratio
 //   (from one backward sampled per log interval, eager steps only),
 //   dtrain_train_data_wait_seconds_total, dtrain_train_gpu_memory_bytes
-//   (used on the device), dtrain_train_restarts_total.
+//   (used on the device), dtrain_train_restarts_total; language models also
+//   dtrain_train_tokens_per_second and dtrain_train_mfu (when the GPU's
+//   peak is known), and every task dtrain_train_eval_loss (the last
+//   evaluation: per token for language models, per sample for classifiers).
 // - Rank 0 keeps a status file of the job in the jobs directory
 //   (DTRAIN_JOBS_DIR, default /tmp/dtrain-jobs): <job>.json with job, world
 //   size, samples/s, step time, loss, time and pid, rewritten atomically at
@@ -24,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +62,7 @@ class TrainMetrics : public TrainObserver {
   void dataWaited(int64_t step, Clock::time_point begin, Clock::time_point end) override;
   void stepStarting(int64_t step, int64_t samples) override { stepStarted(samples); }
   void intervalEnded(const StepReport& report, const BackwardTimeline* sampled) override;
+  void evaluated(const EvalReport& report) override;
 
   std::string render() const;
   const std::string& job() const { return job_; }
@@ -82,6 +87,8 @@ class TrainMetrics : public TrainObserver {
   std::chrono::steady_clock::time_point last_step_start_;
   bool have_last_step_ = false;
   double samples_per_s_ = 0, loss_ = 0, last_step_ms_ = 0;
+  double tokens_per_s_ = 0, mfu_ = -1;      // language models; mfu_ -1: unknown
+  std::optional<double> eval_loss_;
   double allreduce_seconds_ = 0, allreduce_bytes_ = 0, overlap_ratio_ = 0, data_wait_seconds_ = 0;
   bool overlap_known_ = false;
   struct Server;

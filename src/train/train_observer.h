@@ -30,6 +30,8 @@ struct StepReport {
   double loss = 0;           // mean over the steps since the last report
   double lr = 0;
   double samples_per_s = 0;  // all ranks, since the last report
+  double tokens_per_s = 0;   // language models (else 0): samples_per_s x tokens per sample
+  double mfu = -1;           // model FLOPs utilisation, 0..1 (-1: unknown peak or not a GPU)
   double elapsed_s = 0;
   int64_t steps_in_interval = 0;
 };
@@ -44,7 +46,10 @@ struct RunSummary {
   Evaluation final_eval;
   int64_t steps = 0;
   int64_t samples = 0;  // approximate: the last batch of an epoch may be smaller on some ranks
+  int64_t tokens = 0;   // language models: samples x tokens per sample (else 0)
   double wall_s = 0;
+  double train_s = 0;   // the training steps alone (evaluations and checkpoints excluded)
+  double mfu = -1;      // over train_s (-1: unknown)
   int world_size = 1;
 };
 

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/options.h"
 #include "models/catalog.h"
+#include "models/lm_config.h"
 
 namespace dtrain {
 namespace {
@@ -14,8 +15,38 @@ constexpr int64_t kMaxEpochs = 1'000'000;
 constexpr int64_t kMaxSteps = int64_t{1} << 40;
 constexpr int64_t kMaxTimeoutSeconds = 7 * 24 * 3600;
 
+std::vector<std::string> allModelNames() {
+  std::vector<std::string> names = models::modelNames();
+  for (const std::string& name : models::languageModelNames()) names.push_back(name);
+  return names;
+}
+
+void declareLanguageModel(OptionSet& set, LanguageModelSpec& o) {
+  const auto dimension = [&](const char* name, int64_t& field, const char* help) {
+    set.integer(name, field, help).range(0, int64_t{1} << 20).defaultMeans("the model's");
+  };
+  dimension("--layers", o.layers, "Language models: transformer blocks");
+  dimension("--dim", o.dim, "Language models: width of the residual stream");
+  dimension("--heads", o.heads, "Language models: attention heads");
+  dimension("--kv-heads", o.kv_heads, "Language models: key/value heads (llama: grouped-query attention)");
+  dimension("--ffn-dim", o.ffn_dim, "Language models: hidden width of the MLP");
+  dimension("--seq-len", o.seq_len, "Language models: tokens per training sequence");
+  set.integer("--vocab-size", o.vocab_size,
+              "Language models: rows of the embedding (e.g. 50304: GPT-2's 50257 padded as llm.c does); must "
+              "cover the tokenizer's ids")
+      .range(0, int64_t{1} << 24)
+      .defaultMeans("the model's");
+  set.choice("--tie-embeddings", o.tie_embeddings, {"auto", "on", "off"},
+             "Language models: the output head reuses the token embedding (auto: as the named size does)");
+  set.number("--rope-theta", o.rope_theta, "Llama: base of the rotary embedding frequencies")
+      .atLeast(0)
+      .atMost(1e12)
+      .defaultMeans("the model's");
+}
+
 void declareModel(OptionSet& set, ModelSpec& o, bool with_stem) {
-  set.choice("--model", o.name, models::modelNames(), "The network to train");
+  set.choice("--model", o.name, allModelNames(), "The network to train");
+  declareLanguageModel(set, o.lm);
   if (with_stem) {
     set.choice("--stem", o.stem, {"auto", "cifar", "imagenet"},
                "ResNet stem: imagenet (as torchvision) | cifar (3x3, no max-pool) | auto (cifar up to 64 pixels)");
@@ -58,10 +89,27 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
 }
 
 void declareData(OptionSet& set, DataOptions& o) {
-  set.choice("--dataset", o.dataset, {"fashion-mnist", "mnist", "cifar10", "synthetic"}, "The data set");
+  set.choice("--dataset", o.dataset, {"fashion-mnist", "mnist", "cifar10", "synthetic", "text"},
+             "The data set (text: token shards for language models)");
   set.path("--data-dir", o.data_dir,
-           "Directory of the data set's files (fashion-mnist default: /usr/share/datasets/fashion-mnist)")
+           "Directory of the data set's files (fashion-mnist default: /usr/share/datasets/fashion-mnist; text: "
+           "token shards in llm.c's format, default: the embedded corpus)")
       .existingDirectory();
+  set.path("--val-data", o.val_data,
+           "Text: validation token shards (a directory, a shard or a glob; default: the *_val_* shards of "
+           "--data-dir)");
+  set.choice("--tokenizer", o.tokenizer, {"byte", "gpt2", "sentencepiece"},
+             "Text without --data-dir: how the embedded corpus is tokenized");
+  set.path("--tokenizer-dir", o.tokenizer_dir,
+           "gpt2: the directory of encoder.json and vocab.bpe; sentencepiece: the .model file");
+  set.path("--cache-dir", o.cache_dir,
+           "Where the tokenized embedded corpus is kept (default: $XDG_CACHE_HOME/dtrain, else ~/.cache/dtrain)");
+  set.integer("--tokens-per-step", o.tokens_per_step,
+              "Language models: tokens of one optimizer step over all ranks; gradients accumulate over "
+              "micro-batches to reach it (0: one micro-batch per rank)")
+      .range(0, int64_t{1} << 40);
+  set.integer("--eval-batches", o.eval_batches, "Validation batches per rank per evaluation (0: all)")
+      .range(0, int64_t{1} << 40);
   set.integer("--batch-size", o.batch_size, "Samples per rank per step").range(1, kMaxBatch);
   set.integer("--loader-workers", o.loader_workers, "Background threads assembling batches").range(0, 256);
   set.toggle("--data-on-gpu", o.on_gpu,
@@ -80,7 +128,11 @@ void declareOptimizer(OptionSet& set, OptimizerOptions& o) {
   set.number("--lr", o.lr, "Peak learning rate").range(0, 100);
   set.number("--momentum", o.momentum, "SGD momentum").atLeast(0).below(1);
   set.toggle("--nesterov", o.nesterov, "Nesterov momentum (SGD)");
-  set.number("--weight-decay", o.weight_decay, "Weight decay (decoupled for AdamW)").range(0, 10);
+  set.number("--weight-decay", o.weight_decay,
+             "Weight decay (decoupled for AdamW; language models leave norms, biases and embeddings undecayed)")
+      .range(0, 10);
+  set.number("--beta1", o.beta1, "AdamW: decay of the first moment").atLeast(0).below(1);
+  set.number("--beta2", o.beta2, "AdamW: decay of the second moment (GPT recipes use 0.95)").atLeast(0).below(1);
   set.number("--clip-grad-norm", o.clip_grad_norm, "Clip gradients to this global L2 norm (0: off)").atLeast(0);
 }
 
@@ -91,6 +143,10 @@ void declareSchedule(OptionSet& set, ScheduleOptions& o) {
   set.number("--warmup", o.warmup_epochs, "Linear warmup, in epochs (fractions allowed)")
       .range(0, static_cast<double>(kMaxEpochs))
       .unit("epochs");
+  set.integer("--warmup-steps", o.warmup_steps, "Linear warmup, in steps (instead of --warmup epochs)")
+      .range(-1, kMaxSteps)
+      .defaultMeans("--warmup epochs");
+  set.number("--min-lr", o.min_lr, "Cosine schedule: the learning rate it decays to").range(0, 100);
   set.number("--step-epochs", o.step_epochs, "Step schedule: multiply the LR by --gamma every N epochs")
       .above(0)
       .atMost(static_cast<double>(kMaxEpochs))
@@ -119,6 +175,7 @@ void declareCheckpoint(OptionSet& set, CheckpointOptions& o) {
 void declareObservability(OptionSet& set, ObservabilityOptions& o) {
   set.integer("--eval-every", o.eval_every, "Evaluate on the test set every N epochs (0: at the end only)")
       .range(0, kMaxEpochs);
+  set.integer("--eval-steps", o.eval_steps, "Also evaluate every N steps (0: off)").range(0, kMaxSteps);
   set.integer("--log-every", o.log_every, "Progress every N steps").range(1, kMaxSteps);
   set.path("--metrics-jsonl", o.metrics_jsonl, "Append step/eval/summary records as JSON lines here").creatable();
   set.choice("--progress", o.progress, {"auto", "bar", "lines", "none"},
@@ -153,7 +210,9 @@ void declareTrainOptions(OptionSet& set, TrainOptions& o) {
 void declareBenchTrainOptions(OptionSet& set, BenchTrainOptions& o) {
   declareModel(set, o.model, /*with_stem=*/true);
   set.integer("--image-size", o.input.image_size, "Height = width of the synthetic images").range(4, 4096);
-  set.integer("--batch-size", o.input.batch_size, "Samples per GPU per step").range(1, kMaxBatch);
+  set.integer("--batch-size", o.input.batch_size, "Samples (language models: sequences) per GPU per step")
+      .range(1, kMaxBatch);
+  set.number("--clip-grad-norm", o.clip_grad_norm, "Clip gradients to this global L2 norm (0: off)").atLeast(0);
   set.integer("--classes", o.input.classes, "Classes of the synthetic labels").range(2, 1'000'000);
   declareExecution(set, o.execution, /*bench=*/true);
   declareParallel(set, o.parallel);
@@ -167,6 +226,55 @@ void declareBenchTrainOptions(OptionSet& set, BenchTrainOptions& o) {
       .hide();
 }
 
+bool isLanguageModel(const ModelSpec& model) { return models::isLanguageModelName(model.name); }
+
+models::LanguageModelOverrides languageModelOverrides(const LanguageModelSpec& o) {
+  models::LanguageModelOverrides out;
+  const auto set = [](std::optional<int64_t>& field, int64_t value) {
+    if (value > 0) field = value;
+  };
+  set(out.layers, o.layers);
+  set(out.dim, o.dim);
+  set(out.heads, o.heads);
+  set(out.kv_heads, o.kv_heads);
+  set(out.ffn_dim, o.ffn_dim);
+  set(out.seq_len, o.seq_len);
+  set(out.vocab_size, o.vocab_size);
+  if (o.tie_embeddings != "auto") out.tie_embeddings = o.tie_embeddings == "on";
+  if (o.rope_theta > 0) out.rope_theta = o.rope_theta;
+  return out;
+}
+
+models::LanguageModelConfig languageModelConfig(const ModelSpec& model) {
+  return models::namedLanguageModel(model.name, languageModelOverrides(model.lm));
+}
+
+namespace {
+
+// The language-model flags make no sense for an image model, and the image
+// data sets none for a language model.
+void checkModelAndData(const ModelSpec& model, const std::string& dataset) {
+  if (isLanguageModel(model)) {
+    languageModelConfig(model);  // names the flag that is out of range
+    if (dataset != "text" && dataset != "synthetic") {
+      throw ConfigError("--model " + model.name + " is a language model: it trains on --dataset text (token "
+                        "shards in --data-dir, or the embedded corpus) or --dataset synthetic, not '" + dataset + "'");
+    }
+    return;
+  }
+  if (dataset == "text") {
+    throw ConfigError("--dataset text is for language models (--model gpt2, llama, ...), not --model " + model.name);
+  }
+  const LanguageModelSpec& lm = model.lm;
+  if (lm.layers || lm.dim || lm.heads || lm.kv_heads || lm.ffn_dim || lm.seq_len || lm.vocab_size ||
+      lm.tie_embeddings != "auto" || lm.rope_theta > 0) {
+    throw ConfigError("--layers, --dim, --heads, --kv-heads, --ffn-dim, --seq-len, --vocab-size, --tie-embeddings "
+                      "and --rope-theta shape language models; --model " + model.name + " is an image model");
+  }
+}
+
+}  // namespace
+
 void checkTrainOptions(const TrainOptions& options) {
   TrainOptions copy = options;
   OptionSet set("dtrain train");
@@ -176,6 +284,10 @@ void checkTrainOptions(const TrainOptions& options) {
   if (resume == "auto" && options.checkpoint.dir.empty()) {
     throw ConfigError("--resume auto needs --checkpoint-dir (where to look for checkpoints)");
   }
+  checkModelAndData(options.model, options.data.dataset);
+  if (!isLanguageModel(options.model) && options.data.tokens_per_step > 0) {
+    throw ConfigError("--tokens-per-step is for language models, not --model " + options.model.name);
+  }
 }
 
 void checkBenchTrainOptions(const BenchTrainOptions& options) {
@@ -183,6 +295,7 @@ void checkBenchTrainOptions(const BenchTrainOptions& options) {
   OptionSet set("dtrain bench train");
   declareBenchTrainOptions(set, copy);
   set.checkAll();
+  checkModelAndData(options.model, isLanguageModel(options.model) ? "synthetic" : "synthetic");
   if (options.execution.cuda_graphs && options.warmup <= options.execution.graph_warmup) {
     throw ConfigError("--warmup " + std::to_string(options.warmup) +
                       " leaves no room to capture the CUDA graph after " +

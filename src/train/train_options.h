@@ -17,22 +17,48 @@ class OptionSet;
 
 // Where the batches come from.
 struct DataOptions {
-  std::string dataset = "fashion-mnist";  // fashion-mnist | mnist | cifar10 | synthetic
-  std::string data_dir;                   // default per data set (fashion-mnist: Debian's path)
-  int64_t batch_size = 64;                // per rank
+  // fashion-mnist | mnist | cifar10 | synthetic (images) | text (language models)
+  std::string dataset = "fashion-mnist";
+  std::string data_dir;                   // default per data set (fashion-mnist: Debian's path; text: the
+                                          // embedded corpus); text: token shards (a directory or glob)
+  int64_t batch_size = 64;                // per rank (language models: sequences per micro-batch)
   int loader_workers = 2;
   bool on_gpu = false;                    // keep the data set on the GPU, build batches there
   bool on_device = false;                 // the same on whatever device the job runs (tests: the CPU)
   int64_t synthetic_samples = 4096;       // synthetic training set size (test: a quarter)
   int64_t synthetic_image_size = 32;
+  // Language models.
+  std::string val_data;                   // validation shards; default: the *_val_* shards of --data-dir
+  std::string tokenizer = "byte";         // byte | gpt2 | sentencepiece: how the embedded corpus is tokenized
+  std::string tokenizer_dir;              // gpt2: encoder.json + vocab.bpe; sentencepiece: the .model file
+  std::string cache_dir;                  // where the tokenized embedded corpus is kept
+  int64_t tokens_per_step = 0;            // global tokens per optimizer step (0: one micro-batch per rank)
+  int64_t eval_batches = 0;               // validation batches per rank per evaluation (0: all)
+};
+
+// A language model's shape over its named size (0: the size's own value).
+struct LanguageModelSpec {
+  int64_t layers = 0;
+  int64_t dim = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t ffn_dim = 0;
+  int64_t seq_len = 0;
+  int64_t vocab_size = 0;
+  std::string tie_embeddings = "auto";  // auto (the named size's) | on | off
+  double rope_theta = 0;
 };
 
 // Which network, and its memory format.
 struct ModelSpec {
-  std::string name = "cnn";     // mlp | cnn | resnet18 | resnet34 | resnet50
+  std::string name = "cnn";     // mlp | cnn | resnet18 | resnet34 | resnet50 | gpt2[-size] | llama[-size]
   std::string stem = "auto";    // resnets: auto | cifar | imagenet
   bool channels_last = false;
+  LanguageModelSpec lm;         // gpt2 / llama only
 };
+
+// Whether the model is a language model (gpt2 and llama families).
+bool isLanguageModel(const ModelSpec& model);
 
 // The optimizer and its hyper-parameters.
 struct OptimizerOptions {
@@ -41,6 +67,8 @@ struct OptimizerOptions {
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 5e-4;
+  double beta1 = 0.9;           // AdamW
+  double beta2 = 0.999;         // AdamW (GPT recipes: 0.95)
   double clip_grad_norm = 0;    // 0 = off
 };
 
@@ -50,6 +78,8 @@ struct ScheduleOptions {
   int64_t max_steps = 0;        // 0 = all epochs
   std::string kind = "cosine";  // constant | cosine | step
   double warmup_epochs = 0.2;
+  int64_t warmup_steps = -1;    // >= 0: linear warm-up over this many steps instead of --warmup epochs
+  double min_lr = 0;            // cosine: the floor it decays to
   double step_epochs = 0;       // step schedule: decay every this many epochs (0: epochs / 3)
   double gamma = 0.1;
 };
@@ -81,6 +111,7 @@ struct CheckpointOptions {
 struct ObservabilityOptions {
   int64_t log_every = 50;            // steps
   int64_t eval_every = 1;            // epochs; 0 = at the end only
+  int64_t eval_steps = 0;            // also every N steps (0: off)
   std::string progress = "auto";     // auto | bar | lines | none
   std::string metrics_jsonl;         // rank 0 appends one JSON object per line
   int metrics_port = 0;              // Prometheus on this port + LOCAL_RANK (0: off)
@@ -116,7 +147,8 @@ struct BenchTrainOptions {
     execution.cuda_graphs = true;
   }
   ModelSpec model;
-  SyntheticBatchOptions input;
+  SyntheticBatchOptions input;  // language models: batch_size sequences of model.lm.seq_len tokens
+  double clip_grad_norm = 0;    // language models train with clipping as recipes do
   ExecutionOptions execution;
   ParallelOptions parallel;
   int64_t steps = 100;       // timed
@@ -124,6 +156,17 @@ struct BenchTrainOptions {
   bool breakdown = false;    // time forward / backward / all-reduce / optimizer of eager steps
   std::string result_file;   // rank 0 writes its JSON result here; empty: stdout
 };
+
+}  // namespace dtrain
+
+#include "models/lm_config.h"
+
+namespace dtrain {
+
+// The language model's shape: the named size with the flags over it.
+// ConfigError naming the flag that is out of range.
+models::LanguageModelOverrides languageModelOverrides(const LanguageModelSpec& spec);
+models::LanguageModelConfig languageModelConfig(const ModelSpec& model);
 
 // The declarations. Cross-option rules (--resume auto needs
 // --checkpoint-dir, ...) are checked by checkTrainOptions.

@@ -15,17 +15,15 @@
 
 namespace dtrain {
 
-std::string cudaGraphsUnsupportedReason(torch::Device device, Precision precision, double clip_grad_norm,
-                                        bool communicator_capturable) {
+std::string cudaGraphsUnsupportedReason(torch::Device device, Precision precision, bool communicator_capturable) {
 #if !DTRAIN_TORCH_CUDA
-  (void)device, (void)precision, (void)clip_grad_norm, (void)communicator_capturable;
+  (void)device, (void)precision, (void)communicator_capturable;
   return "this build of dtrain has no CUDA support";
 #else
   if (!device.is_cuda()) return "CUDA graphs need a CUDA device (training runs on " + device.str() + ")";
   if (precision == Precision::kFp16) {
     return "fp16 loss scaling decides on the host whether a step is skipped; use bf16 or fp32 with CUDA graphs";
   }
-  if (clip_grad_norm > 0) return "--clip-grad-norm reads the gradient norm on the host every step";
   if (!communicator_capturable) return "the communicator cannot be captured into a CUDA graph (use NCCL)";
   return "";
 #endif
@@ -60,17 +58,29 @@ TrainStep::TrainStep(models::Model& model, DataParallel& dp, Optimizer& optimize
       device_(device),
       options_(options),
       loss_sum_(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device))) {
+  if (options_.accumulation < 1) {
+    throw ConfigError("TrainStep: accumulation must be >= 1 micro-batch per step, got " +
+                      std::to_string(options_.accumulation));
+  }
   if (options_.warmup_steps < 1) {
     throw ConfigError("TrainStep: warmup_steps must be >= 1 (cuDNN and NCCL settle before a capture), got " +
                       std::to_string(options_.warmup_steps));
   }
   if (options_.cuda_graphs) {
-    fallback_ = cudaGraphsUnsupportedReason(device, options_.precision, options_.clip_grad_norm,
-                                            options_.communicator_capturable);
+    fallback_ = cudaGraphsUnsupportedReason(device, options_.precision, options_.communicator_capturable);
   }
 }
 
 TrainStep::~TrainStep() = default;
+
+void TrainStep::setAccumulation(int64_t micro_batches) {
+  if (micro_batches < 1) {
+    throw ConfigError("TrainStep: accumulation must be >= 1 micro-batch per step, got " +
+                      std::to_string(micro_batches));
+  }
+  if (eager_steps_ + graphed_steps_ > 0) throw ConfigError("TrainStep: accumulation is set before the first step");
+  options_.accumulation = micro_batches;
+}
 
 std::string TrainStep::graphStatus() const {
   if (!options_.cuda_graphs) return "";
@@ -79,24 +89,57 @@ std::string TrainStep::graphStatus() const {
   return "captured " + std::to_string(graphs_.size()) + " graph(s)";
 }
 
-void TrainStep::body(const torch::Tensor& inputs, const torch::Tensor& targets) {
-  mark("forward");
-  optimizer_.zeroGrad();
-  torch::Tensor loss;
-  {
-    AutocastGuard autocast(device_, options_.precision);
-    loss = model_.loss(inputs, targets);
+torch::Tensor TrainStep::forwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  const int64_t parts = options_.accumulation;
+  if (parts == 1) {
+    mark("forward");
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(device_, options_.precision);
+      loss = model_.loss(inputs, targets);
+    }
+    mark("backward");
+    scaler_.scale(loss).backward();
+    return loss.detach();
   }
-  mark("backward");
-  scaler_.scale(loss).backward();
+  const int64_t rows = inputs.size(0);
+  if (rows % parts != 0) {
+    throw ConfigError("a batch of " + std::to_string(rows) + " rows cannot be split into " + std::to_string(parts) +
+                      " equal micro-batches");
+  }
+  const std::vector<torch::Tensor> input_parts = inputs.chunk(parts);
+  const std::vector<torch::Tensor> target_parts = targets.chunk(parts);
+  torch::Tensor loss_sum;
+  for (int64_t k = 0; k < parts; ++k) {
+    mark("forward");
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(device_, options_.precision);
+      loss = model_.loss(input_parts[k], target_parts[k]) / static_cast<double>(parts);
+    }
+    mark("backward");
+    if (k + 1 < parts) {
+      auto no_sync = dp_.noSync();
+      scaler_.scale(loss).backward();
+    } else {
+      scaler_.scale(loss).backward();
+    }
+    loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+  }
+  return loss_sum;
+}
+
+void TrainStep::body(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  optimizer_.zeroGrad();
+  const torch::Tensor loss = forwardBackward(inputs, targets);
   mark("optimizer");
   if (options_.clip_grad_norm > 0) {
     scaler_.unscale(dp_.slabs());
-    clipGradNorm(dp_.slabs(), options_.clip_grad_norm);
+    clipGradNormOnDevice(dp_.slabs(), options_.clip_grad_norm);
   }
   scaler_.step(optimizer_);
   torch::NoGradGuard no_grad;
-  loss_sum_.add_(loss.detach());
+  loss_sum_.add_(loss);
   mark("end");
 }
 
@@ -104,7 +147,7 @@ void TrainStep::eager(const torch::Tensor& inputs, const torch::Tensor& targets)
   body(inputs, targets);
   if (optimizer_.capturable()) {
     optimizer_.countStep();
-  } else if (device_.is_cuda() && options_.clip_grad_norm == 0 && !scaler_.enabled()) {
+  } else if (device_.is_cuda() && !scaler_.enabled()) {
     // From the second step on, a CUDA job updates with the device-side lr
     // whether it replays graphs or not, so eager and graphed training do
     // the same arithmetic (and the lr costs no host-to-device copy).

@@ -7,6 +7,13 @@
 // - run(inputs, targets) trains on one batch and adds its loss to lossSum(),
 //   a float32 scalar on the device; nothing in run() reads the device, so
 //   the host never waits for the GPU (read lossSum() at log intervals).
+// - With accumulation K > 1 the batch's rows are split into K equal
+//   micro-batches (ConfigError when K does not divide them); the first K-1
+//   backwards only accumulate (DataParallel::noSync), the last all-reduces,
+//   and the update sees the mean of the K micro-batch gradients, exactly as
+//   one batch of all rows would (for a loss that is a mean over rows).
+// - Gradient clipping computes the global norm and the clip coefficient on
+//   the device (clipGradNormOnDevice), so it is part of a captured step.
 // - With cuda_graphs on a CUDA device: each batch size is run eagerly for
 //   warmup_steps steps (cuDNN picks its algorithms, NCCL and the allocator
 //   settle), then one step is captured into a CUDA graph together with the
@@ -21,12 +28,12 @@
 //   a step is captured: DataParallel's observer is detached for the capture
 //   and put back after it.
 // - Where a graph cannot be used (CPU, a build without CUDA, fp16 loss
-//   scaling or gradient clipping, which decide on the host, a communicator
-//   that cannot be captured, or a capture that fails), graphStatus() says
-//   why and every step runs eagerly.
-// - On a CUDA device (without clipping or fp16 scaling) the optimizer is in
-//   capturable mode from the second step on, graphs or not, so eager and
-//   graphed steps compute the same arithmetic.
+//   scaling, which decides on the host, a communicator that cannot be
+//   captured, or a capture that fails), graphStatus() says why and every
+//   step runs eagerly.
+// - On a CUDA device (without fp16 scaling) the optimizer is in capturable
+//   mode from the second step on, graphs or not, so eager and graphed steps
+//   compute the same arithmetic.
 // - All GPU work runs on the caller's current stream. A graph cannot be
 //   captured on the default (legacy) stream, and autograd runs each
 //   parameter's gradient accumulation on the stream that was current when
@@ -64,6 +71,10 @@ struct TrainStepOptions {
   Precision precision = Precision::kFp32;
   double clip_grad_norm = 0;       // 0 = off
   bool communicator_capturable = true;  // false for Gloo
+  // Micro-batches per step: a batch of rows is split into this many equal
+  // parts, each forward and backward in turn (gradients all-reduced after
+  // the last only), then one optimizer update with the mean loss.
+  int64_t accumulation = 1;
 };
 
 class TrainStep {
@@ -75,6 +86,9 @@ class TrainStep {
   TrainStep& operator=(const TrainStep&) = delete;
 
   void run(const torch::Tensor& inputs, const torch::Tensor& targets);
+  // Micro-batches per step (see the contract); before the first run().
+  void setAccumulation(int64_t micro_batches);
+  int64_t accumulation() const { return options_.accumulation; }
 
   // Sum of the losses of the steps since the last zeroLossSum().
   const torch::Tensor& lossSum() const { return loss_sum_; }
@@ -93,6 +107,8 @@ class TrainStep {
   struct Graph;
   void eager(const torch::Tensor& inputs, const torch::Tensor& targets);
   void body(const torch::Tensor& inputs, const torch::Tensor& targets);
+  // Forward and backward of every micro-batch; the mean loss (detached).
+  torch::Tensor forwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets);
   void replay(Graph& graph, const torch::Tensor& inputs, const torch::Tensor& targets);
   bool capture(int64_t batch, const torch::Tensor& inputs, const torch::Tensor& targets);
   bool captureInto(Graph& graph);
@@ -131,7 +147,6 @@ class JobStreamGuard {
 };
 
 // The reason CUDA graphs cannot be used for this configuration, or "".
-std::string cudaGraphsUnsupportedReason(torch::Device device, Precision precision, double clip_grad_norm,
-                                        bool communicator_capturable);
+std::string cudaGraphsUnsupportedReason(torch::Device device, Precision precision, bool communicator_capturable);
 
 }  // namespace dtrain

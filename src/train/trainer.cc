@@ -6,8 +6,11 @@
 #include "common/log.h"
 #include "train/bucket_timer.h"
 #include "train/fault_drill.h"
+#include "metrics/gpu_peak.h"
+#include "models/lm_config.h"
 #include "train/image_classification.h"
 #include "train/job_checkpoint.h"
+#include "train/language_modeling.h"
 #include "train/progress_display.h"
 #include "train/step_timeline.h"
 #include "train/train_metrics.h"
@@ -68,11 +71,44 @@ Watchers makeWatchers(const TrainOptions& o, TrainingJob& job, int64_t first_ste
   return w;
 }
 
+// The task the options describe: a language model's, or image classification.
+std::unique_ptr<Task> makeTask(const TrainOptions& o) {
+  if (isLanguageModel(o.model)) return std::make_unique<LanguageModelTask>(o.data, o.model, o.seed);
+  return std::make_unique<ImageClassificationTask>(o.data, o.model, o.seed);
+}
+
+CheckpointIdentity identityOf(const TrainOptions& o, const Task& task) {
+  CheckpointIdentity id{o.model.name, o.data.dataset, o.data.batch_size, o.seed, {}, {}, {}};
+  if (const auto* lm = dynamic_cast<const LanguageModelTask*>(&task)) {
+    id.model_config = models::languageModelMetadata(lm->config());
+    id.tokenizer = lm->tokenizer();
+    id.tokenizer_path = lm->tokenizerPath();
+  }
+  return id;
+}
+
+// Language models: the micro-batches of one step on this many ranks.
+void setAccumulation(const Task& task, TrainingJob& job) {
+  if (const auto* lm = dynamic_cast<const LanguageModelTask*>(&task)) {
+    job.step().setAccumulation(lm->accumulation(job.context().size()));
+  }
+}
+
+LoopSettings loopSettings(const TrainOptions& o, TrainingJob& job) {
+  LoopSettings s{o.schedule.epochs, o.schedule.max_steps, o.observe.log_every, o.observe.eval_every,
+                 o.observe.eval_steps, o.checkpoint.every};
+  s.flops_per_sample = job.model().trainingFlopsPerSample();
+  s.peak_flops_per_device = metrics::peakDenseFlops(job.deviceName(), o.execution.precision);
+  return s;
+}
+
 std::string startLine(const TrainOptions& o, const Task& task, TrainingJob& job, const BatchSource& batches,
                       const TrainPosition& position) {
   Context& ctx = job.context();
+  const int64_t micro = job.step().accumulation();
   return "dtrain train: " + task.describe() + ", " + std::to_string(ctx.size()) + " rank(s) x batch " +
-         std::to_string(o.data.batch_size) + ", " + ctx.backend() + " on " + ctx.device().str() + ", " +
+         std::to_string(o.data.batch_size) + (micro > 1 ? " x " + std::to_string(micro) + " micro-batches" : "") +
+         ", " + ctx.backend() + " on " + ctx.device().str() + ", " +
          precisionName(job.precision()) +
          (position.step > 0 ? ", resumed at step " + std::to_string(position.step) : std::string()) +
          batches.describe();
@@ -100,13 +136,14 @@ int runTraining(const TrainOptions& o) {
   checkTrainOptions(o);
   const auto wall_start = Clock::now();
   // Data errors name the data set and files before any rank waits on another.
-  ImageClassificationTask task(o.data, o.model, o.seed);
+  std::unique_ptr<Task> made = makeTask(o);
+  Task& task = *made;
   TrainingJob job(JobParts{o.parallel, o.execution, o.optimizer, o.model.channels_last, o.seed},
                   [&task] { return task.makeModel(); });
   Context& ctx = job.context();
+  setAccumulation(task, job);
   std::unique_ptr<BatchSource> batches = task.trainBatches(ctx.rank(), ctx.size(), ctx.device());
-  JobCheckpoint checkpoint(job, o.checkpoint,
-                           CheckpointIdentity{o.model.name, o.data.dataset, o.data.batch_size, o.seed});
+  JobCheckpoint checkpoint(job, o.checkpoint, identityOf(o, task));
   const TrainPosition start = checkpoint.resume();
 
   Watchers watchers = makeWatchers(o, job, start.step);
@@ -116,8 +153,7 @@ int runTraining(const TrainOptions& o) {
     watchers.all.message("CUDA graphs off: " + graphs);
   }
   const int64_t steps_per_epoch = batches->batchesPerEpoch();
-  const LoopSettings settings{o.schedule.epochs, o.schedule.max_steps, o.observe.log_every, o.observe.eval_every,
-                              o.checkpoint.every};
+  const LoopSettings settings = loopSettings(o, job);
   TrainingLoop loop(job, task, *batches, checkpoint, watchers.all, watchers.buckets.get(), settings,
                     scheduleFor(o.schedule, o.optimizer.lr, steps_per_epoch));
   loop.run(start, wall_start);

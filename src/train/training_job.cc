@@ -4,6 +4,10 @@
 #include <cstdlib>
 #include <thread>
 
+#if DTRAIN_TORCH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "common/error.h"
 
 namespace dtrain {
@@ -49,6 +53,8 @@ std::unique_ptr<Optimizer> makeOptimizer(const OptimizerOptions& options, const 
   if (options.kind == "adamw") {
     AdamWOptions o;
     o.lr = options.lr;
+    o.beta1 = options.beta1;
+    o.beta2 = options.beta2;
     o.weight_decay = options.weight_decay;
     return makeAdamW(slabs, o);
   }
@@ -73,6 +79,7 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   DataParallelOptions dp_options;
   dp_options.bucket_mb = parts.parallel.bucket_mb;
   dp_options.timeout = ctx_->collectiveTimeout();
+  dp_options.no_weight_decay = model_->noWeightDecayParameters();
   dp_ = std::make_unique<DataParallel>(model_, ctx_->communicator(), dp_options);
   optimizer_ = makeOptimizer(parts.optimizer, dp_->slabs());
   GradScalerOptions scaler_options;
@@ -91,6 +98,16 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
 // Members go in reverse order: the step, optimizer and DataParallel before
 // the model, the stream guard and the group they use.
 TrainingJob::~TrainingJob() = default;
+
+std::string TrainingJob::deviceName() const {
+#if DTRAIN_TORCH_CUDA
+  if (ctx_->device().is_cuda()) {
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, ctx_->device().index()) == cudaSuccess) return properties.name;
+  }
+#endif
+  return ctx_->device().str();
+}
 
 int64_t TrainingJob::allreduceBytesPerStep() const {
   int64_t bytes = 0;

@@ -52,6 +52,8 @@ class TrainingJob {
   TrainStep& step() { return *step_; }
   // Bytes of gradients one step all-reduces.
   int64_t allreduceBytesPerStep() const;
+  // The device's name as the driver reports it ("NVIDIA H100 80GB HBM3"), "cpu" on the CPU.
+  std::string deviceName() const;
 
  private:
   std::shared_ptr<Context> ctx_;

@@ -9,8 +9,17 @@ LrScheduleOptions scheduleFor(const ScheduleOptions& options, double base_lr, in
   LrScheduleOptions s;
   s.kind = options.kind;
   s.base_lr = base_lr;
-  s.warmup_steps = static_cast<int64_t>(std::llround(options.warmup_epochs * static_cast<double>(steps_per_epoch)));
+  s.min_lr = options.min_lr;
+  // The run's length: its epochs, or --max-steps when that ends it sooner.
   s.total_steps = steps_per_epoch * options.epochs;
+  if (options.max_steps > 0) s.total_steps = std::min(s.total_steps, options.max_steps);
+  if (options.warmup_steps >= 0) {
+    s.warmup_steps = options.warmup_steps;
+  } else {
+    // A warm-up in epochs is cut short by a run shorter than it.
+    s.warmup_steps = static_cast<int64_t>(std::llround(options.warmup_epochs * static_cast<double>(steps_per_epoch)));
+    if (s.kind == "cosine") s.warmup_steps = std::min(s.warmup_steps, std::max<int64_t>(0, s.total_steps - 1));
+  }
   const double step_epochs =
       options.step_epochs > 0 ? options.step_epochs : std::max(1.0, static_cast<double>(options.epochs) / 3.0);
   s.step_size =
@@ -47,7 +56,9 @@ void TrainingLoop::run(const TrainPosition& start, Clock::time_point wall_start)
     if (more && settings_.checkpoint_every == 0) {
       checkpoint_.save(nextPosition(epoch + 1, 0, step_, steps_per_epoch_));
     }
-    if ((settings_.eval_every > 0 && (epoch + 1) % settings_.eval_every == 0) || last_epoch) evaluate(epoch);
+    if (!evaluated_last_ && ((settings_.eval_every > 0 && (epoch + 1) % settings_.eval_every == 0) || last_epoch)) {
+      evaluate(epoch);
+    }
   }
 }
 
@@ -82,6 +93,15 @@ void TrainingLoop::trainStep(const TrainBatch& batch, int64_t epoch, Clock::time
     checkpoint_.save(nextPosition(epoch, batch.index + 1, step_, steps_per_epoch_));
   }
   if (step_ % settings_.log_every == 0 || step_ == total_steps_) endInterval(epoch, lr);
+  if (settings_.eval_steps > 0 && step_ % settings_.eval_steps == 0) {
+    evaluate(epoch);
+  }
+}
+
+double TrainingLoop::mfu(double samples_per_s) const {
+  if (settings_.peak_flops_per_device <= 0 || settings_.flops_per_sample <= 0) return -1;
+  return samples_per_s * settings_.flops_per_sample /
+         (settings_.peak_flops_per_device * static_cast<double>(job_.context().size()));
 }
 
 // Every rank: its metrics; rank 0 also the progress line.
@@ -96,6 +116,9 @@ void TrainingLoop::endInterval(int64_t epoch, double lr) {
   r.loss = job_.step().lossSum().item<double>() / static_cast<double>(std::max<int64_t>(1, steps_in_interval_));
   r.lr = lr;
   r.samples_per_s = seconds > 0 ? static_cast<double>(interval_samples_) / seconds : 0;
+  r.tokens_per_s = r.samples_per_s * static_cast<double>(task_.tokensPerSample());
+  r.mfu = mfu(r.samples_per_s);
+  train_seconds_ += seconds;
   r.elapsed_s = std::chrono::duration<double>(now - wall_start_).count();
   r.steps_in_interval = steps_in_interval_;
   const bool sampled = timer_ != nullptr && timer_->backwards() > 0 && !job_.step().lastStepGraphed();
@@ -108,23 +131,27 @@ void TrainingLoop::endInterval(int64_t epoch, double lr) {
 }
 
 void TrainingLoop::evaluate(int64_t epoch) {
+  const auto begin = Clock::now();
   job_.dataParallel().syncBuffers();
   last_eval_ = task_.evaluate(job_.model(), job_.context(), job_.precision());
   evaluated_last_ = true;
   observers_.evaluated(EvalReport{epoch, step_, last_eval_});
+  interval_start_ += Clock::now() - begin;  // an evaluation is not training time
 }
 
 RunSummary TrainingLoop::finish() {
-  if (!evaluated_last_) {
-    job_.dataParallel().syncBuffers();
-    last_eval_ = task_.evaluate(job_.model(), job_.context(), job_.precision());
-  }
+  // A run that stops at --max-steps mid-epoch is judged like one that
+  // finished its epochs.
+  if (!evaluated_last_) evaluate(std::max<int64_t>(0, (step_ - 1) / std::max<int64_t>(1, steps_per_epoch_)));
   checkpoint_.save(TrainPosition{settings_.epochs, 0, step_});
   RunSummary summary;
   summary.final_eval = last_eval_;
   summary.steps = step_;
   summary.samples = samples_trained_;
+  summary.tokens = samples_trained_ * task_.tokensPerSample();
   summary.wall_s = std::chrono::duration<double>(Clock::now() - wall_start_).count();
+  summary.train_s = train_seconds_;
+  summary.mfu = train_seconds_ > 0 ? mfu(static_cast<double>(samples_trained_) / train_seconds_) : -1;
   summary.world_size = job_.context().size();
   return summary;
 }

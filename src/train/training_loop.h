@@ -32,11 +32,17 @@ struct LoopSettings {
   int64_t max_steps = 0;         // 0: all epochs
   int64_t log_every = 50;
   int64_t eval_every = 1;        // epochs; 0: at the end only
+  int64_t eval_steps = 0;        // also every N steps; 0: off
   int64_t checkpoint_every = 0;  // steps; 0: at each epoch's end
+  // For MFU: the model's training FLOPs per sample and one device's peak
+  // FLOP/s (0: unknown, MFU not reported).
+  double flops_per_sample = 0;
+  double peak_flops_per_device = 0;
 };
 
-// The schedule of `options` over epochs of `steps_per_epoch` steps
-// (warm-up and step size given in epochs). ConfigError when it is invalid.
+// The schedule of `options` over epochs of `steps_per_epoch` steps (warm-up
+// in epochs or --warmup-steps, step size in epochs), over --max-steps when
+// that ends the run first. ConfigError when it is invalid.
 LrScheduleOptions scheduleFor(const ScheduleOptions& options, double base_lr, int64_t steps_per_epoch);
 
 class TrainingLoop {
@@ -59,6 +65,7 @@ class TrainingLoop {
   void trainStep(const TrainBatch& batch, int64_t epoch, Clock::time_point wait_begin, Clock::time_point wait_end);
   void endInterval(int64_t epoch, double lr);
   void evaluate(int64_t epoch);
+  double mfu(double samples_per_s) const;
 
   TrainingJob& job_;
   Task& task_;
@@ -78,6 +85,7 @@ class TrainingLoop {
   int64_t interval_samples_ = 0;
   Clock::time_point interval_start_;
   int64_t samples_trained_ = 0;
+  double train_seconds_ = 0;  // summed over intervals: evaluations and checkpoints excluded
   bool evaluated_last_ = false;
   Evaluation last_eval_;
 };

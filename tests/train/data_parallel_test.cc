@@ -3,6 +3,8 @@
 // `dtrain launch`, Gloo on loopback).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <fstream>
 #include <vector>
@@ -112,6 +114,44 @@ TEST(DataParallelTest, OneRankGradientsEqualPlainAutograd) {
   EXPECT_EQ(dp.syncedBackwards(), 2) << "noSync must not all-reduce";
 }
 
+// GPT recipes leave norms, biases and embeddings undecayed: those parameters
+// get slabs of their own, and AdamW's decay skips them.
+TEST(DataParallelTest, NoWeightDecayParametersGetSlabsOfTheirOwnThatAdamWDoesNotDecay) {
+  auto net = std::make_shared<Net>();
+  std::vector<torch::Tensor> biases;
+  for (const auto& item : net->named_parameters()) {
+    if (item.key().find("bias") != std::string::npos) biases.push_back(item.value());
+  }
+  ASSERT_FALSE(biases.empty());
+  DataParallelOptions options;
+  options.no_weight_decay = biases;
+  DataParallel dp(net, soloComm(), options);
+  ASSERT_EQ(dp.slabs().size(), 2u);
+  int64_t exempt_numel = 0;
+  for (const auto& b : biases) exempt_numel += b.numel();
+  const FlatSlab& exempt = dp.slabs()[0].weight_decay ? dp.slabs()[1] : dp.slabs()[0];
+  EXPECT_FALSE(exempt.weight_decay);
+  EXPECT_GE(exempt.param.numel(), exempt_numel);
+  EXPECT_LT(exempt.param.numel(), exempt_numel + 4 * static_cast<int64_t>(biases.size()));  // 16-byte padding
+
+  std::vector<torch::Tensor> before;
+  for (const auto& p : net->parameters()) before.push_back(p.detach().clone());
+  auto adamw = makeAdamW(dp.slabs(), {.lr = 0.1, .weight_decay = 0.5});
+  dp.zeroGrad();
+  adamw->step();  // zero gradients: only the decay moves anything
+  const auto after = net->parameters();
+  for (size_t i = 0; i < after.size(); ++i) {
+    const bool is_bias = std::any_of(biases.begin(), biases.end(), [&](const torch::Tensor& b) {
+      return b.unsafeGetTensorImpl() == after[i].unsafeGetTensorImpl();
+    });
+    if (is_bias) {
+      EXPECT_TRUE(torch::equal(after[i], before[i])) << "bias " << i << " was decayed";
+    } else {
+      EXPECT_TRUE(torch::allclose(after[i], before[i] * (1 - 0.1 * 0.5))) << "weight " << i << " was not decayed";
+    }
+  }
+}
+
 TEST(DataParallelTest, BadInputIsAConfigError) {
   auto empty = std::make_shared<torch::nn::Module>();
   try {
@@ -196,7 +236,11 @@ INSTANTIATE_TEST_SUITE_P(
                       EquivalenceCase{"adamw_many_buckets", "--optimizer adamw --bucket-mb 0.004", 2},
                       EquivalenceCase{"adamw_three_ranks", "--optimizer adamw --bucket-mb 1", 3},
                       EquivalenceCase{"sgd_accumulation", "--optimizer sgd --bucket-mb 0.004 --accum 2", 2},
-                      EquivalenceCase{"adamw_accumulation", "--optimizer adamw --bucket-mb 0.01 --accum 4", 3}),
+                      EquivalenceCase{"adamw_accumulation", "--optimizer adamw --bucket-mb 0.01 --accum 4", 3},
+                      EquivalenceCase{"gpt2_adamw", "--model gpt2 --optimizer adamw --bucket-mb 0.01", 2},
+                      EquivalenceCase{"gpt2_adamw_accumulation",
+                                      "--model gpt2 --optimizer adamw --bucket-mb 0.004 --accum 2", 3},
+                      EquivalenceCase{"llama_sgd_three_ranks", "--model llama --optimizer sgd --bucket-mb 0.01", 3}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

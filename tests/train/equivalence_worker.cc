@@ -1,11 +1,15 @@
-// A training worker for the equivalence tests: K steps of an MLP on a fixed
+// A training worker for the equivalence tests: K steps of an MLP (or, with
+// --model gpt2|llama, a tiny language model on random tokens, whose norms,
+// biases and embeddings sit in slabs without weight decay) on a fixed
 // stream of random global batches. Each rank trains on its slice of the
 // global batch (optionally as several micro-batches under noSync); rank 0
 // writes the final parameters as raw float32 to --out. With N ranks x B it
 // must end where 1 rank x N*B ends.
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -13,6 +17,7 @@
 #include "dtrain/data_parallel.h"
 #include "dtrain/init.h"
 #include "dtrain/optim.h"
+#include "models/language_model.h"
 
 namespace {
 
@@ -26,6 +31,52 @@ struct Net : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) { return c(torch::relu(b(torch::relu(a(x))))); }
 };
+
+// The model under test: the MLP, or a tiny language model of the family.
+struct Subject {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> loss;
+  std::vector<torch::Tensor> no_weight_decay;
+  // A global batch of inputs and targets for step s.
+  std::function<std::pair<torch::Tensor, torch::Tensor>(int64_t batch, int step)> batch;
+};
+
+Subject makeSubject(const std::string& model) {
+  Subject subject;
+  if (model == "mlp") {
+    auto net = std::make_shared<Net>();
+    subject.module = net;
+    subject.loss = [net](const torch::Tensor& x, const torch::Tensor& y) {
+      return torch::nn::functional::cross_entropy(net->forward(x), y);
+    };
+    subject.batch = [](int64_t batch, int step) {
+      auto generator = at::detail::createCPUGenerator(1000 + step);
+      torch::Tensor x = torch::randn({batch, 20}, generator);
+      torch::Tensor y = torch::randint(0, 5, {batch}, generator);
+      return std::make_pair(x, y);
+    };
+    return subject;
+  }
+  dtrain::models::LanguageModelOverrides tiny;
+  tiny.layers = 2;
+  tiny.dim = 32;
+  tiny.heads = 4;
+  tiny.kv_heads = model == "llama" ? 2 : 4;
+  tiny.seq_len = 16;
+  tiny.vocab_size = 64;
+  const auto config = dtrain::models::namedLanguageModel(model, tiny);
+  auto lm = dtrain::models::createLanguageModel(config);
+  subject.module = lm;
+  subject.loss = [lm](const torch::Tensor& x, const torch::Tensor& y) { return lm->loss(x, y); };
+  subject.no_weight_decay = lm->noWeightDecayParameters();
+  subject.batch = [config](int64_t batch, int step) {
+    auto generator = at::detail::createCPUGenerator(1000 + step);
+    torch::Tensor tokens = torch::randint(0, config.vocab_size, {batch, config.seq_len + 1}, generator);
+    return std::make_pair(tokens.narrow(1, 0, config.seq_len).contiguous(),
+                          tokens.narrow(1, 1, config.seq_len).contiguous());
+  };
+  return subject;
+}
 
 std::string arg(int argc, char** argv, const std::string& name, const std::string& fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -44,18 +95,20 @@ int main(int argc, char** argv) {
   const std::string out = arg(argc, argv, "out", "");
   torch::set_num_threads(1);
 
+  const std::string model = arg(argc, argv, "model", "mlp");
   auto ctx = dtrain::init();
   torch::manual_seed(ctx->rank() + 7);  // different on purpose: DataParallel must broadcast rank 0's
-  auto net = std::make_shared<Net>();
+  Subject subject = makeSubject(model);
   if (ctx->rank() == 0) {
     torch::manual_seed(1);
-    net = std::make_shared<Net>();
+    subject = makeSubject(model);
   }
-  net->to(ctx->device());
+  subject.module->to(ctx->device());
   dtrain::DataParallelOptions options;
   options.bucket_mb = std::stod(arg(argc, argv, "bucket-mb", "25"));
   options.first_bucket_mb = std::min(1.0, options.bucket_mb);
-  dtrain::DataParallel dp(net, ctx->communicator(), options);
+  options.no_weight_decay = subject.no_weight_decay;
+  dtrain::DataParallel dp(subject.module, ctx->communicator(), options);
 
   std::unique_ptr<dtrain::Optimizer> optimizer;
   if (optimizer_name == "adamw") {
@@ -66,17 +119,13 @@ int main(int argc, char** argv) {
   }
   const int64_t local = global_batch / ctx->size();
   for (int s = 0; s < steps; ++s) {
-    auto generator = at::detail::createCPUGenerator(1000 + s);
-    torch::Tensor x = torch::randn({global_batch, 20}, generator);
-    torch::Tensor y = torch::randint(0, 5, {global_batch}, generator);
+    auto [x, y] = subject.batch(global_batch, s);
     x = x.narrow(0, ctx->rank() * local, local).to(ctx->device());
     y = y.narrow(0, ctx->rank() * local, local).to(ctx->device());
     optimizer->zeroGrad();
     const int64_t micro = local / accum;
     for (int m = 0; m < accum; ++m) {
-      auto loss = torch::nn::functional::cross_entropy(net->forward(x.narrow(0, m * micro, micro)),
-                                                       y.narrow(0, m * micro, micro)) /
-                  accum;
+      auto loss = subject.loss(x.narrow(0, m * micro, micro), y.narrow(0, m * micro, micro)) / accum;
       if (m + 1 < accum) {
         auto guard = dp.noSync();
         loss.backward();
@@ -88,7 +137,7 @@ int main(int argc, char** argv) {
   }
   if (ctx->rank() == 0 && !out.empty()) {
     std::vector<torch::Tensor> flat;
-    for (const auto& p : net->parameters()) flat.push_back(p.detach().cpu().reshape({-1}));
+    for (const auto& p : subject.module->parameters()) flat.push_back(p.detach().cpu().to(torch::kFloat).reshape({-1}));
     torch::Tensor all = torch::cat(flat).contiguous();
     std::ofstream file(out, std::ios::binary);
     file.write(static_cast<const char*>(all.data_ptr()), all.numel() * sizeof(float));

@@ -150,7 +150,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadInput{"unknown_model", "--model resnet9", "--model 'resnet9': unknown; expected one of mlp, cnn"},
         BadInput{"unknown_dataset", "--dataset imagenet",
-                 "--dataset 'imagenet': unknown; expected one of fashion-mnist, mnist, cifar10 or synthetic"},
+                 "--dataset 'imagenet': unknown; expected one of fashion-mnist, mnist, cifar10, synthetic or text"},
         BadInput{"missing_data_dir", "--data-dir /nonexistent/fmnist",
                  "--data-dir '/nonexistent/fmnist': no such directory; expected an existing directory"},
         BadInput{"batch_size_zero", "--batch-size 0",

@@ -1,0 +1,150 @@
+#include "train/language_modeling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/error.h"
+#include "data/embedded_corpus.h"
+#include "data/token_dataset.h"
+#include "data/token_shard_set.h"
+#include "models/language_model.h"
+
+namespace dtrain {
+namespace {
+
+// This rank's batches of windows, as TrainingLoop wants them.
+class TokenBatches : public BatchSource {
+ public:
+  TokenBatches(std::shared_ptr<const data::TokenSource> source, data::TokenDataOptions options)
+      : dataset_(std::move(source), options) {}
+  int64_t batchesPerEpoch() const override { return dataset_.batchesPerEpoch(); }
+  void startEpoch(int64_t epoch, int64_t first_batch) override { dataset_.startEpoch(epoch, first_batch); }
+  std::optional<TrainBatch> next() override {
+    std::optional<data::TokenBatch> batch = dataset_.next();
+    if (!batch) return std::nullopt;
+    return TrainBatch{batch->inputs, batch->targets, batch->index, batch->rows};
+  }
+  std::string describe() const override { return ", " + dataset_.describe(); }
+
+ private:
+  data::TokenDataset dataset_;
+};
+
+// Whether the directory holds shards of this split (llm.c's *_val_* ones).
+bool hasShards(const std::string& dir, const std::string& split) {
+  try {
+    return !data::findTokenShards(dir, split).empty();
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+LanguageModelTask::LanguageModelTask(const DataOptions& data, const ModelSpec& model, uint64_t seed)
+    : options_(data), spec_(model), seed_(seed), config_(languageModelConfig(model)) {
+  if (options_.dataset == "synthetic") {
+    makeSynthetic();
+  } else if (options_.dataset == "text") {
+    openText();
+  } else {
+    throw ConfigError("--model " + spec_.name + " is a language model: it trains on --dataset text or synthetic, "
+                      "not '" + options_.dataset + "'");
+  }
+}
+
+void LanguageModelTask::openText() {
+  std::string dir = options_.data_dir;
+  if (dir.empty()) {
+    tokenizer_ = options_.tokenizer;
+    tokenizer_path_ = options_.tokenizer_dir;
+    dir = data::preparedEmbeddedCorpus(tokenizer_, tokenizer_path_, options_.cache_dir);
+  }
+  train_ = data::TokenShardSet::open(dir, "train", config_.vocab_size);
+  if (!options_.val_data.empty()) {
+    val_ = data::TokenShardSet::open(options_.val_data, "", config_.vocab_size);
+  } else if (hasShards(dir, "val")) {
+    val_ = data::TokenShardSet::open(dir, "val", config_.vocab_size);
+  }
+}
+
+void LanguageModelTask::makeSynthetic() {
+  const int64_t train_tokens = options_.synthetic_samples * config_.seq_len + 1;
+  train_ = std::make_shared<data::InMemoryTokens>(data::syntheticTokens(train_tokens, config_.vocab_size, seed_),
+                                                  "synthetic tokens (" + std::to_string(train_tokens) + ")");
+  const int64_t val_tokens = std::max<int64_t>(1, options_.synthetic_samples / 4) * config_.seq_len + 1;
+  val_ = std::make_shared<data::InMemoryTokens>(data::syntheticTokens(val_tokens, config_.vocab_size, seed_ + 1),
+                                                "synthetic tokens (" + std::to_string(val_tokens) + ")");
+}
+
+std::string LanguageModelTask::describe() const {
+  return spec_.name + " (" + std::to_string(config_.layers) + " layers, dim " + std::to_string(config_.dim) +
+         ", seq " + std::to_string(config_.seq_len) + ", vocab " + std::to_string(config_.vocab_size) + ") on " +
+         train_->describe() + (val_ ? ", validation " + val_->describe() : ", no validation data");
+}
+
+std::shared_ptr<models::Model> LanguageModelTask::makeModel() const { return models::createLanguageModel(config_); }
+
+int64_t LanguageModelTask::accumulation(int world_size) const {
+  if (options_.tokens_per_step == 0) return 1;
+  const int64_t micro = static_cast<int64_t>(world_size) * options_.batch_size * config_.seq_len;
+  if (options_.tokens_per_step % micro != 0) {
+    throw ConfigError("--tokens-per-step " + std::to_string(options_.tokens_per_step) + " is not a multiple of " +
+                      std::to_string(world_size) + " ranks x --batch-size " + std::to_string(options_.batch_size) +
+                      " x --seq-len " + std::to_string(config_.seq_len) + " = " + std::to_string(micro) +
+                      " tokens per micro-batch");
+  }
+  return options_.tokens_per_step / micro;
+}
+
+std::unique_ptr<BatchSource> LanguageModelTask::trainBatches(int rank, int world_size, torch::Device device) const {
+  data::TokenDataOptions o;
+  o.seq_len = config_.seq_len;
+  o.batch_size = options_.batch_size * accumulation(world_size);
+  o.seed = seed_;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.pass = data::TokenPass::kTraining;
+  o.device = device;
+  return std::make_unique<TokenBatches>(train_, o);
+}
+
+Evaluation LanguageModelTask::evaluate(models::Model& model, Context& ctx, Precision precision) {
+  Evaluation result;
+  result.correct = -1;
+  if (!val_) return result;
+  data::TokenDataOptions o;
+  o.seq_len = config_.seq_len;
+  o.batch_size = options_.batch_size;
+  o.rank = ctx.rank();
+  o.world_size = ctx.size();
+  o.pass = data::TokenPass::kValidation;
+  o.device = ctx.device();
+  data::TokenDataset dataset(val_, o);
+  dataset.startEpoch(0);
+  torch::NoGradGuard no_grad;
+  model.eval();
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(ctx.device()).dtype(torch::kDouble));
+  int64_t tokens = 0, batches = 0;
+  while (auto batch = dataset.next()) {
+    if (options_.eval_batches > 0 && batches == options_.eval_batches) break;
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(ctx.device(), precision);
+      loss = model.loss(batch->inputs, batch->targets);
+    }
+    const int64_t n = batch->targets.numel();
+    loss_sum += loss.to(torch::kDouble) * static_cast<double>(n);
+    tokens += n;
+    ++batches;
+  }
+  model.train();
+  std::vector<double> sums{loss_sum.item<double>(), static_cast<double>(tokens)};
+  ctx.allreduceSum(sums);
+  result.samples = static_cast<int64_t>(std::llround(sums[1]));
+  result.loss = result.samples > 0 ? sums[0] / sums[1] : 0;
+  return result;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,58 @@
+// LanguageModelTask: next-token prediction for the gpt2 and llama families
+// over token shards (llm.c's format, --data-dir), the embedded corpus
+// (Debian's fortunes, tokenized once into a cache) or synthetic tokens,
+// judged by validation loss and perplexity. (private to train/)
+//
+// A step of a language model is --tokens-per-step tokens over all ranks:
+// each rank's batch holds accumulation(world) micro-batches of --batch-size
+// sequences of seq_len tokens, and TrainStep accumulates their gradients.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "data/token_source.h"
+#include "models/lm_config.h"
+#include "train/task.h"
+
+namespace dtrain {
+
+class LanguageModelTask : public Task {
+ public:
+  // Resolves the model's shape and opens (or prepares) the data now, so a
+  // bad flag, a missing or malformed shard, or a token beyond the
+  // vocabulary is a ConfigError naming it before any rank waits on another.
+  LanguageModelTask(const DataOptions& data, const ModelSpec& model, uint64_t seed);
+
+  std::string describe() const override;
+  std::shared_ptr<models::Model> makeModel() const override;
+  std::unique_ptr<BatchSource> trainBatches(int rank, int world_size, torch::Device device) const override;
+  // Mean cross-entropy per token over the validation tokens (all of them, or
+  // --eval-batches batches per rank); samples are tokens. No validation data:
+  // samples 0.
+  Evaluation evaluate(models::Model& model, Context& ctx, Precision precision) override;
+  int64_t tokensPerSample() const override { return config_.seq_len; }
+
+  // Micro-batches per step on `world_size` ranks: --tokens-per-step over
+  // (world_size x --batch-size x seq_len), 1 without it. ConfigError when it
+  // does not divide.
+  int64_t accumulation(int world_size) const;
+  const models::LanguageModelConfig& config() const { return config_; }
+  // How the embedded corpus was tokenized ("" for shards and synthetic
+  // tokens), for checkpoints and `dtrain generate`.
+  const std::string& tokenizer() const { return tokenizer_; }
+  const std::string& tokenizerPath() const { return tokenizer_path_; }
+
+ private:
+  void openText();
+  void makeSynthetic();
+
+  DataOptions options_;
+  ModelSpec spec_;
+  uint64_t seed_;
+  models::LanguageModelConfig config_;
+  std::shared_ptr<const data::TokenSource> train_, val_;  // val_ may be null
+  std::string tokenizer_, tokenizer_path_;
+};
+
+}  // namespace dtrain

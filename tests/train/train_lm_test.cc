@@ -1,0 +1,185 @@
+// `dtrain train` on language models, end to end as real processes: a small
+// GPT on the embedded corpus converges to the validation loss the PyTorch
+// reference reaches with the same data order and hyper-parameters; a
+// SIGKILLed rank resumes to bitwise-equal parameters; gradient accumulation
+// to --tokens-per-step; language-model units in the reports; bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "dtrain/checkpoint.h"
+#include "tests/support/command.h"
+#include "tests/support/ports.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
+
+namespace dtrain {
+namespace {
+
+using testing::contains;
+using testing::dtrainBin;
+using testing::freePort;
+using testing::runCommand;
+using testing::sourceDir;
+using testing::TempDir;
+
+// A small GPT on the embedded corpus, byte-level tokens (vocab 257 in 320 rows).
+const std::string kSmallGpt = "--model gpt2 --layers 2 --dim 64 --heads 4 --seq-len 64 --vocab-size 320 "
+                              "--dataset text --tokenizer byte --batch-size 16 --optimizer adamw --lr 1e-3 "
+                              "--beta2 0.95 --weight-decay 0.1 --warmup-steps 20 --schedule cosine --min-lr 1e-4 "
+                              "--clip-grad-norm 1.0 --eval-batches 20 --seed 3 ";
+
+// The cache of the tokenized corpus, shared by the tests of this binary.
+const std::string& corpusCache() {
+  static const std::string dir = testing::makeTempDir("dtrain-lm-corpus");
+  return dir;
+}
+
+std::string train(const std::string& args) {
+  return "env -u RANK -u WORLD_SIZE " + dtrainBin() + " train --cache-dir " + corpusCache() + " " + args;
+}
+
+std::string launch(int ranks, const std::string& extra = "") {
+  return dtrainBin() + " launch --nproc-per-node " + std::to_string(ranks) + " --master-port " +
+         std::to_string(freePort()) + " --monitor-interval 0.1 " + extra + " " + dtrainBin() +
+         " train --cache-dir " + corpusCache() + " ";
+}
+
+nlohmann::json lastRecord(const std::string& jsonl, const std::string& event) {
+  std::ifstream in(jsonl);
+  std::string line;
+  nlohmann::json found;
+  while (std::getline(in, line)) {
+    auto record = nlohmann::json::parse(line);
+    if (record["event"] == event) found = record;
+  }
+  return found;
+}
+
+// The folder of the prepared corpus: the one fortunes-byte-* in the cache.
+std::string corpusShards() {
+  auto r = runCommand("ls -d " + corpusCache() + "/fortunes-byte-*", 10);
+  std::string dir = r.output;
+  while (!dir.empty() && (dir.back() == '\n' || dir.back() == ' ')) dir.pop_back();
+  return dir;
+}
+
+TEST(TrainLmTest, SmallGptReachesTheValidationLossOfThePyTorchReference) {
+  TempDir dir("dtrain-lm-converge");
+  const int steps = 300;
+  auto r = runCommand(train(kSmallGpt + "--max-steps " + std::to_string(steps) + " --log-every 50 " +
+                            "--progress lines --metrics-jsonl " + (dir / "m.jsonl")),
+                      600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json summary = lastRecord(dir / "m.jsonl", "summary");
+  ASSERT_TRUE(summary.contains("val_loss")) << r.output;
+  const double dtrain_loss = summary["val_loss"].get<double>();
+  EXPECT_EQ(summary["steps"], steps);
+  EXPECT_EQ(summary["tokens"], int64_t{steps} * 16 * 64);
+  EXPECT_GT(summary["tokens_per_s"].get<double>(), 0);
+  EXPECT_NEAR(summary["perplexity"].get<double>(), std::exp(dtrain_loss), 1e-6 * std::exp(dtrain_loss));
+  EXPECT_TRUE(contains(r.output, "tokens/s")) << r.output;
+  EXPECT_TRUE(contains(r.output, "dtrain train: val loss")) << r.output;
+  EXPECT_LT(dtrain_loss, 3.0) << "a byte-level model that learned nothing sits near ln(257) = 5.5";
+
+  const std::string shards = corpusShards();
+  ASSERT_FALSE(shards.empty());
+  auto reference = runCommand("/usr/bin/python3 " + sourceDir() + "/tests/train/lm_reference_train.py --shards " +
+                                  shards + " --steps " + std::to_string(steps),
+                              600);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const double torch_loss = nlohmann::json::parse(reference.output.substr(reference.output.rfind('{')))["val_loss"];
+  std::printf("[ info ] validation loss after %d steps: dtrain %.4f, PyTorch %.4f\n", steps, dtrain_loss, torch_loss);
+  EXPECT_NEAR(dtrain_loss, torch_loss, 0.02 * torch_loss);
+}
+
+// Killed or not, the same language-model job ends with the same bits.
+TEST(TrainLmTest, KilledRankResumesFromCheckpointToBitwiseEqualParameters) {
+  const std::string common = kSmallGpt + "--max-steps 60 --checkpoint-every 20 --log-every 10 --eval-steps 30 "
+                                         "--progress lines --resume auto ";
+  TempDir clean("dtrain-lm-clean"), killed("dtrain-lm-killed");
+  auto a = runCommand(launch(2) + common + "--checkpoint-dir " + clean.path(), 300);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = runCommand("DTRAIN_FAULT_KILL_AT=1:30 " + launch(2, "--max-restarts 1") + common + "--checkpoint-dir " +
+                          killed.path(),
+                      300);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_TRUE(contains(b.output, "kills itself after step 30")) << b.output;
+  EXPECT_TRUE(contains(b.output, "000000020")) << "should resume from step 20\n" << b.output;
+  auto final_clean = loadCheckpoint(clean / "ckpt-000000060.dtck");
+  auto final_killed = loadCheckpoint(killed / "ckpt-000000060.dtck");
+  ASSERT_TRUE(final_clean.tensors.count("model.param.transformer.wte.weight"));
+  EXPECT_EQ(final_clean.meta.at("model_config").at("layers"), "2");
+  EXPECT_EQ(final_clean.meta.at("tokenizer").at("kind"), "byte");
+  for (const auto& [key, tensor] : final_clean.tensors) {
+    if (key.rfind("model.", 0) != 0 && key.rfind("optimizer.", 0) != 0) continue;
+    ASSERT_TRUE(final_killed.tensors.count(key)) << key;
+    EXPECT_TRUE(torch::equal(tensor, final_killed.tensors.at(key))) << key << " differs after the restart";
+  }
+}
+
+// --tokens-per-step over 2 ranks x 4 sequences x 64 tokens = 4 micro-batches.
+TEST(TrainLmTest, TokensPerStepAccumulatesMicroBatches) {
+  TempDir dir("dtrain-lm-accumulate");
+  auto r = runCommand(launch(2) + kSmallGpt + "--batch-size 4 --tokens-per-step 2048 --max-steps 24 --log-every 12 " +
+                          "--progress lines --metrics-jsonl " + (dir / "m.jsonl"),
+                      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "2 rank(s) x batch 4 x 4 micro-batches")) << r.output;
+  const nlohmann::json summary = lastRecord(dir / "m.jsonl", "summary");
+  EXPECT_EQ(summary["tokens"], 24 * 2048) << summary.dump();
+  const nlohmann::json eval = lastRecord(dir / "m.jsonl", "eval");
+  EXPECT_TRUE(eval.contains("val_loss")) << "the run ended by --max-steps must still be evaluated";
+}
+
+struct BadInput {
+  const char* name;
+  std::string args;
+  const char* expected;
+};
+
+class TrainLmBadInputTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(TrainLmBadInputTest, ExitsTwoWithAClearMessage) {
+  const BadInput& c = GetParam();
+  auto r = runCommand(train("--progress none --max-steps 1 " + c.args), 120);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, c.expected)) << "expected '" << c.expected << "' in:\n" << r.output;
+}
+
+std::string emptyShardDir() {
+  const std::string dir = testing::makeTempDir("dtrain-lm-empty");
+  // A shard whose header says 0 tokens: nothing to train on.
+  std::ofstream out(dir + "/empty_train_000000.bin", std::ios::binary);
+  int32_t header[256] = {20240520, 1, 0};
+  out.write(reinterpret_cast<const char*>(header), sizeof(header));
+  return dir;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainLmBadInputTest,
+    ::testing::Values(
+        BadInput{"unknown_size", "--model gpt2-9b --dataset text", "gpt2-9b"},
+        BadInput{"heads_not_dividing_dim", "--model gpt2 --dim 64 --heads 5 --dataset synthetic", "--heads 5"},
+        BadInput{"kv_heads_not_dividing_heads", "--model llama --dim 64 --heads 4 --kv-heads 3 --dataset synthetic",
+                 "--kv-heads 3"},
+        BadInput{"seq_len_above_positions", "--model gpt2 --seq-len 2048 --dataset synthetic", "--seq-len 2048"},
+        BadInput{"tokenizer_dir_missing_file", "--model gpt2 --dataset text --tokenizer gpt2 --tokenizer-dir /tmp",
+                 "encoder.json"},
+        BadInput{"empty_corpus", "--model gpt2 --layers 2 --dim 64 --heads 4 --dataset text --data-dir " +
+                                     emptyShardDir(),
+                 "empty_train_000000.bin"},
+        BadInput{"image_data_for_a_language_model", "--model gpt2 --dataset fashion-mnist",
+                 "--model gpt2 is a language model"},
+        BadInput{"text_for_an_image_model", "--model cnn --dataset text", "--dataset text is for language models"},
+        BadInput{"tokens_per_step_not_a_multiple",
+                 "--model gpt2 --layers 2 --dim 64 --heads 4 --seq-len 64 --dataset synthetic --batch-size 4 "
+                 "--tokens-per-step 1000",
+                 "--tokens-per-step 1000 is not a multiple"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace dtrain
