@@ -8,6 +8,7 @@
 #include "data/embedded_corpus.h"
 #include "data/token_dataset.h"
 #include "data/token_shard_set.h"
+#include "data/tokenizer.h"
 #include "models/language_model.h"
 
 namespace dtrain {
@@ -60,6 +61,14 @@ void LanguageModelTask::openText() {
     tokenizer_ = options_.tokenizer;
     tokenizer_path_ = options_.tokenizer_dir;
     dir = data::preparedEmbeddedCorpus(tokenizer_, tokenizer_path_, options_.cache_dir);
+    // The model's vocabulary is the tokenizer's unless --vocab-size says
+    // otherwise (257 byte-level symbols would otherwise sit in a 50257-row
+    // GPT-2 embedding), padded to a multiple of 64 for the matmuls.
+    if (spec_.lm.vocab_size == 0) {
+      const int64_t vocab = data::makeTokenizer(tokenizer_, tokenizer_path_)->vocabSize();
+      config_.vocab_size = (vocab + 63) / 64 * 64;
+      models::validateLanguageModel(config_);
+    }
   }
   train_ = data::TokenShardSet::open(dir, "train", config_.vocab_size);
   if (!options_.val_data.empty()) {

@@ -33,7 +33,8 @@ void declareLanguageModel(OptionSet& set, LanguageModelSpec& o) {
   dimension("--seq-len", o.seq_len, "Language models: tokens per training sequence");
   set.integer("--vocab-size", o.vocab_size,
               "Language models: rows of the embedding (e.g. 50304: GPT-2's 50257 padded as llm.c does); must "
-              "cover the tokenizer's ids")
+              "cover the tokenizer's ids. Unset on the embedded corpus: the tokenizer's, rounded up to a multiple "
+              "of 64")
       .range(0, int64_t{1} << 24)
       .defaultMeans("the model's");
   set.choice("--tie-embeddings", o.tie_embeddings, {"auto", "on", "off"},
