@@ -1,5 +1,7 @@
 #include "models/transformer_ops.h"
 
+#include <atomic>
+
 #include "libtorch/compat.h"
 #include "models/fused_ops_cuda.h"
 
@@ -14,21 +16,63 @@ torch::ScalarType atLeastFloat(const torch::Tensor& x) {
   return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
 }
 
+std::atomic<OpObserver*> g_observer{nullptr};
+thread_local int t_depth = 0;  // operations of this thread inside one another
+
+// Reports the outermost operation of a thread to the observer, if any.
+class Observed {
+ public:
+  Observed(OpKind kind, const torch::Tensor& on) : kind_(kind), on_(on), observer_(g_observer.load()) {
+    if (t_depth++ == 0 && observer_ != nullptr) {
+      observer_->opStarted(kind_, on_);
+    } else {
+      observer_ = nullptr;
+    }
+  }
+  ~Observed() {
+    --t_depth;
+    if (observer_ != nullptr) observer_->opEnded(kind_, on_);
+  }
+  Observed(const Observed&) = delete;
+  Observed& operator=(const Observed&) = delete;
+
+ private:
+  OpKind kind_;
+  const torch::Tensor& on_;
+  OpObserver* observer_;
+};
+
 }  // namespace
 
+const char* opKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kNorm: return "norm";
+    case OpKind::kMlpActivation: return "mlp_activation";
+    case OpKind::kRotary: return "rotary";
+    case OpKind::kAttention: return "attention";
+    case OpKind::kHeadAndLoss: return "head_and_loss";
+  }
+  return "unknown";
+}
+
+void setOpObserver(OpObserver* observer) { g_observer.store(observer); }
+
 torch::Tensor layerNorm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, double eps) {
+  Observed observed(OpKind::kNorm, x);
   if (auto result = fused::layerNorm(x, weight, bias, eps)) return *result;
   return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
 }
 
 ResidualAndNormed addLayerNorm(const torch::Tensor& residual, const torch::Tensor& update,
                                const torch::Tensor& weight, const torch::Tensor& bias, double eps) {
+  Observed observed(OpKind::kNorm, residual);
   if (auto result = fused::addLayerNorm(residual, update, weight, bias, eps)) return *result;
   torch::Tensor sum = residual + update;
   return {sum, layerNorm(sum, weight, bias, eps)};
 }
 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  Observed observed(OpKind::kNorm, x);
   if (auto result = fused::rmsNorm(x, weight, eps)) return *result;
   const torch::Tensor wide = x.to(atLeastFloat(x));
   const torch::Tensor normed = wide * torch::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + eps);
@@ -37,17 +81,20 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
 
 ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor& update,
                              const torch::Tensor& weight, double eps) {
+  Observed observed(OpKind::kNorm, residual);
   if (auto result = fused::addRmsNorm(residual, update, weight, eps)) return *result;
   torch::Tensor sum = residual + update;
   return {sum, rmsNorm(sum, weight, eps)};
 }
 
 torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  Observed observed(OpKind::kMlpActivation, x);
   if (auto result = fused::linearGelu(x, weight, bias)) return *result;
   return torch::gelu(F::linear(x, weight, bias), "tanh");
 }
 
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  Observed observed(OpKind::kMlpActivation, gate);
   if (auto result = fused::swiglu(gate, up)) return *result;
   return torch::silu(gate) * up;
 }
@@ -62,6 +109,7 @@ RotaryTable rotaryTable(int64_t seq_len, int64_t head_dim, double theta, torch::
 }
 
 torch::Tensor applyRotary(const torch::Tensor& x, const RotaryTable& table) {
+  Observed observed(OpKind::kRotary, x);
   if (auto result = fused::applyRotary(x, table)) return *result;
   const int64_t seq = x.size(1), half = x.size(3) / 2;
   const torch::Tensor pairs = x.to(table.cos.scalar_type()).reshape({x.size(0), seq, x.size(2), half, 2});
@@ -74,6 +122,7 @@ torch::Tensor applyRotary(const torch::Tensor& x, const RotaryTable& table) {
 }
 
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  Observed observed(OpKind::kAttention, q);
   const int64_t group = q.size(1) / k.size(1);
   if (group == 1) return compat::causalScaledDotProductAttention(q, k, v);
   // Each key/value head serves `group` consecutive query heads.
@@ -86,11 +135,13 @@ torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, co
 }
 
 torch::Tensor classifier(const torch::Tensor& hidden, const torch::Tensor& weight) {
+  Observed observed(OpKind::kHeadAndLoss, hidden);
   return F::linear(hidden, weight);
 }
 
 torch::Tensor classifierCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                      const torch::Tensor& targets) {
+  Observed observed(OpKind::kHeadAndLoss, hidden);
   if (auto result = fused::classifierCrossEntropy(hidden, weight, targets)) return *result;
   const torch::Tensor logits = classifier(hidden, weight);
   return F::cross_entropy(logits.to(atLeastFloat(logits)).reshape({-1, logits.size(-1)}), targets.reshape({-1}));

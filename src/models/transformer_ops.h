@@ -78,4 +78,29 @@ torch::Tensor classifier(const torch::Tensor& hidden, const torch::Tensor& weigh
 torch::Tensor classifierCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                      const torch::Tensor& targets);
 
+// What the forward pass spends its time on, by kind of operation (dtrain
+// bench train --breakdown): while an observer is set, each function above
+// reports its start and end (an operation running inside another, like
+// addLayerNorm's fallback calling layerNorm, is not reported again). The
+// kinds: the four norms; linearGelu (with gpt2's fc matmul) and swiglu;
+// applyRotary; causalAttention; classifier and classifierCrossEntropy (the
+// head's matmuls, and with the fused kernel the head's gradients too).
+enum class OpKind { kNorm, kMlpActivation, kRotary, kAttention, kHeadAndLoss };
+inline constexpr int kOpKinds = 5;
+// "norm", "mlp_activation", "rotary", "attention", "head_and_loss".
+const char* opKindName(OpKind kind);
+
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  // `on` is the operation's first input (its device and stream are the
+  // operation's). Observers must not throw.
+  virtual void opStarted(OpKind kind, const torch::Tensor& on) = 0;
+  virtual void opEnded(OpKind kind, const torch::Tensor& on) = 0;
+};
+
+// The observer of every later operation, on every thread (nullptr: none).
+// Not owned; set it only while no model runs.
+void setOpObserver(OpObserver* observer);
+
 }  // namespace dtrain::models::ops

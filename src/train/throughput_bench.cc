@@ -107,6 +107,37 @@ class PhaseTimer : public StepObserver {
   std::map<std::string, double> totals_ms_;
 };
 
+// Device time of the transformer operations of the observed forward passes
+// (models::ops), by kind, from CUDA events around each.
+class OpTimer : public models::ops::OpObserver {
+ public:
+  void opStarted(models::ops::OpKind kind, const torch::Tensor& on) override { open_ = {kind, record(on)}; }
+  void opEnded(models::ops::OpKind kind, const torch::Tensor& on) override {
+    spans_.push_back({kind, open_.second, record(on)});
+  }
+  // Adds the last step's operations to the totals.
+  void collect() {
+    if (!spans_.empty()) spans_.back().end->synchronize();
+    for (const Span& span : spans_) totals_ms_[static_cast<int>(span.kind)] += span.start->elapsed_time(*span.end);
+    spans_.clear();
+  }
+  double total(models::ops::OpKind kind) const { return totals_ms_[static_cast<int>(kind)]; }
+
+ private:
+  struct Span {
+    models::ops::OpKind kind;
+    std::shared_ptr<at::cuda::CUDAEvent> start, end;
+  };
+  static std::shared_ptr<at::cuda::CUDAEvent> record(const torch::Tensor& on) {
+    auto event = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
+    if (on.is_cuda()) event->record(c10::cuda::getCurrentCUDAStream(on.device().index()));
+    return event;
+  }
+  std::pair<models::ops::OpKind, std::shared_ptr<at::cuda::CUDAEvent>> open_;
+  std::vector<Span> spans_;
+  double totals_ms_[models::ops::kOpKinds] = {};
+};
+
 // Where an eager step's GPU time goes: forward, backward (which ends when
 // the last bucket's all-reduce joined the compute stream) and optimizer,
 // plus the buckets' own all-reduce times and the part of them not hidden
@@ -116,12 +147,15 @@ nlohmann::json timeSplit(TrainingJob& job, const torch::Tensor& inputs, const to
   constexpr int kSteps = 10;
   PhaseTimer phases(job.device());
   BucketTimer buckets(job.dataParallel());
+  OpTimer ops;
   job.step().setObserver(&phases);
   job.dataParallel().setObserver(&buckets);
+  models::ops::setOpObserver(&ops);
   double allreduce_ms = 0, exposed_ms = 0;
   for (int i = 0; i < kSteps; ++i) {
     job.step().run(inputs, targets);
     phases.collect();
+    ops.collect();
     const BackwardTimeline timeline = buckets.last();
     double last_end = 0;
     for (const auto& b : timeline.buckets) {
@@ -132,8 +166,20 @@ nlohmann::json timeSplit(TrainingJob& job, const torch::Tensor& inputs, const to
   }
   job.step().setObserver(nullptr);
   job.dataParallel().setObserver(nullptr);
+  models::ops::setOpObserver(nullptr);
   nlohmann::json split;
   split["forward_ms"] = phases.total("forward") / kSteps;
+  // Inside forward, for language models: the transformer operations by
+  // kind, and the rest (the attention and MLP projections, embeddings,
+  // residual adds, casts).
+  double in_ops = 0;
+  for (int k = 0; k < models::ops::kOpKinds; ++k) {
+    const auto kind = static_cast<models::ops::OpKind>(k);
+    if (ops.total(kind) == 0) continue;
+    split["forward_split_ms"][models::ops::opKindName(kind)] = ops.total(kind) / kSteps;
+    in_ops += ops.total(kind);
+  }
+  if (in_ops > 0) split["forward_split_ms"]["other"] = std::max(0.0, phases.total("forward") - in_ops) / kSteps;
   split["backward_ms"] = phases.total("backward") / kSteps;
   split["allreduce_ms"] = allreduce_ms / kSteps;
   split["allreduce_exposed_ms"] = exposed_ms / kSteps;

@@ -297,5 +297,48 @@ TEST(LmModelsTest, BadInputNamesWhatWasExpected) {
   EXPECT_TRUE(contains(configErrorOf([&] { createLanguageModel(bad); }), "--heads 5 must divide --dim 32"));
 }
 
+// Records each reported operation; checks that every start has its end.
+class RecordingObserver : public ops::OpObserver {
+ public:
+  void opStarted(ops::OpKind kind, const torch::Tensor& on) override {
+    EXPECT_FALSE(open_) << "operations nest: " << ops::opKindName(kind);
+    EXPECT_TRUE(on.defined());
+    open_ = true;
+    ++started[static_cast<int>(kind)];
+  }
+  void opEnded(ops::OpKind kind, const torch::Tensor&) override {
+    EXPECT_TRUE(open_);
+    open_ = false;
+    ++ended[static_cast<int>(kind)];
+  }
+  int started[ops::kOpKinds] = {};
+  int ended[ops::kOpKinds] = {};
+
+ private:
+  bool open_ = false;
+};
+
+// A forward pass reports its norms, MLP activations, rotary embeddings,
+// attentions and head, once each, and nothing once the observer is unset.
+TEST(LmModelsTest, ForwardReportsEachOperationToTheObserver) {
+  for (const std::string family : {"gpt2", "llama"}) {
+    const LanguageModelConfig c = tiny(family, 2);
+    auto model = createLanguageModel(c);
+    const torch::Tensor x = tokens(2, c.seq_len, c.vocab_size), y = tokens(2, c.seq_len, c.vocab_size);
+    RecordingObserver seen;
+    ops::setOpObserver(&seen);
+    model->loss(x, y);
+    ops::setOpObserver(nullptr);
+    model->loss(x, y);
+    const int layers = static_cast<int>(c.layers);
+    const int expected[ops::kOpKinds] = {2 * layers + 1, layers, family == "llama" ? 2 * layers : 0, layers, 1};
+    for (int k = 0; k < ops::kOpKinds; ++k) {
+      const char* name = ops::opKindName(static_cast<ops::OpKind>(k));
+      EXPECT_EQ(seen.started[k], expected[k]) << family << " " << name;
+      EXPECT_EQ(seen.ended[k], expected[k]) << family << " " << name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dtrain::models
