@@ -52,6 +52,21 @@ SEED = {
 }
 
 
+def joined_pass_through(args, flags=("--dtrain-args", "--peer-args")):
+    """args with each of `flags` joined to its value: argparse takes a value
+    starting with "--" (e.g. --peer-args --cudnn-benchmark) only as
+    "--peer-args=--cudnn-benchmark"."""
+    out, i = [], 0
+    while i < len(args):
+        if args[i] in flags and i + 1 < len(args):
+            out.append(f"{args[i]}={args[i + 1]}")
+            i += 2
+        else:
+            out.append(args[i])
+            i += 1
+    return out
+
+
 def shown_path(path):
     """The path as run and printed: relative to the working directory when inside it."""
     rel = os.path.relpath(path)
@@ -290,16 +305,7 @@ def main():
     p.add_argument("--timeout", type=float, default=1800, help="seconds per command, 0 = none (default 1800)")
     p.add_argument("--out", default="", help="write every raw JSON result, the commands and versions here")
     p.add_argument("--label", default="", help="title of the configuration (prefix for --configs seed)")
-    # "--peer-args --cudnn-benchmark": argparse takes a value starting with "--" for a flag only as "--peer-args=...".
-    argv, i = [], 1
-    while i < len(sys.argv):
-        if sys.argv[i] in ("--dtrain-args", "--peer-args") and i + 1 < len(sys.argv):
-            argv.append(f"{sys.argv[i]}={sys.argv[i + 1]}")
-            i += 2
-        else:
-            argv.append(sys.argv[i])
-            i += 1
-    a = p.parse_args(argv)
+    a = p.parse_args(joined_pass_through(sys.argv[1:]))
     try:
         gpus_list = [int(g) for g in a.gpus.split(",")]
     except ValueError:
