@@ -12,7 +12,10 @@ packages=(build-essential cmake ninja-build pkg-config python3
           libgloo-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           slurm-client slurmctld slurmd munge libtorch-dev zlib1g-dev dataset-fashion-mnist
           libcpp-httplib-dev prometheus chromium python3-yaml
-          libsentencepiece-dev fortunes)
+          libsentencepiece-dev fortunes libopenblas0-openmp)
+# libtorch's matmuls on the CPU go through libblas.so.3: Debian's default is
+# the reference BLAS; OpenBLAS (the OpenMP build, which shares libtorch's
+# thread pool) takes over that alternative when installed.
 # node and npm run the GPT-2 reference encoder of the tokenizer tests; a
 # node from elsewhere (NodeSource's bundles npm) is kept as it is.
 if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
