@@ -1,7 +1,5 @@
 #include "train/text_generation.h"
 
-#include <sys/stat.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +21,7 @@
 #include "models/kv_cache.h"
 #include "models/language_model.h"
 #include "models/lm_config.h"
+#include "train/checkpoint_tools.h"
 
 namespace dtrain {
 namespace {
@@ -37,25 +36,6 @@ std::string shapeText(const torch::Tensor& t) {
   std::ostringstream out;
   out << t.sizes();
   return out.str();
-}
-
-// stat(2), not std::filesystem: PyTorch's 2.x wheels export their own copy
-// of it from libtorch.so (see checkpoint.cc).
-bool isDirectory(const std::string& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-}
-
-// --checkpoint's file, or the newest valid checkpoint of its directory.
-std::pair<std::string, CheckpointState> loadNamedCheckpoint(const std::string& path) {
-  if (!isDirectory(path)) return {path, loadCheckpoint(path)};
-  auto found = resolveResume("auto", path);
-  if (!found) {
-    throw ConfigError("--checkpoint " + path +
-                      ": no valid checkpoint (ckpt-*.dtck) in this directory; expected the --checkpoint-dir of "
-                      "`dtrain train` or a checkpoint file");
-  }
-  return std::move(*found);
 }
 
 // The language model the checkpoint's meta "model_config" describes.
@@ -245,7 +225,7 @@ void printTiming(const Completion& done, int64_t prompt_tokens) {
 
 int runGeneration(const GenerateOptions& o) {
   checkGenerateOptions(o);
-  const auto [path, state] = loadNamedCheckpoint(o.checkpoint);
+  const auto [path, state] = loadNamedCheckpoint(o.checkpoint, "--checkpoint");
   const models::LanguageModelConfig config = configOf(path, state.meta);
   const std::unique_ptr<data::Tokenizer> tokenizer = chooseTokenizer(o, path, state.meta);
   const std::vector<int64_t> context = contextTokens(o, *tokenizer, config);

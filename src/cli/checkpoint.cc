@@ -1,0 +1,49 @@
+// `dtrain checkpoint info|export`: what a checkpoint of `dtrain train`
+// holds, and its model's weights as a safetensors file:
+//   dtrain checkpoint info ckpt/ [--json]
+//   dtrain checkpoint export ckpt/ --out model.safetensors
+// The options are declared in train/checkpoint_options.cc; the runtime (and
+// with it libtorch) is loaded only when the command runs
+// (train/checkpoint_tools.h says what it does).
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/option_binding.h"
+#include "cli/training_runtime.h"
+#include "train/checkpoint_options.h"
+
+namespace dtrain::cli {
+namespace {
+
+template <typename Declare>
+void registerAction(CLI::App& parent, const std::string& action, const std::string& help, Declare declare,
+                    ExitCode& exit_code) {
+  CLI::App* cmd = parent.add_subcommand(action, help);
+  auto bound = bindNew<CheckpointToolOptions>(*cmd, "dtrain checkpoint " + action, declare);
+  bound->options.action = action;
+  cmd->add_option("CHECKPOINT", bound->options.checkpoint,
+                  "A checkpoint file of `dtrain train`, or its --checkpoint-dir (the newest valid one there)")
+      ->required();
+  cmd->callback([bound, &exit_code] {
+    exit_code.value =
+        trainingRuntime<int (*)(const CheckpointToolOptions*)>("dtrain_run_checkpoint")(&bound->options);
+  });
+}
+
+}  // namespace
+
+void registerCheckpoint(CLI::App& app, ExitCode& exit_code) {
+  CLI::App* cmd = app.add_subcommand("checkpoint", "Inspect a checkpoint of `dtrain train`, or export its weights");
+  cmd->require_subcommand(1);
+  registerAction(*cmd, "info",
+                 "What a checkpoint holds: step, position, world size, model and config, tokenizer, optimizer, "
+                 "tensors",
+                 declareCheckpointInfoOptions, exit_code);
+  registerAction(*cmd, "export",
+                 "Write the model's weights as a safetensors file under PyTorch state-dict names (gpt2: nanoGPT's; "
+                 "llama: Meta's)",
+                 declareCheckpointExportOptions, exit_code);
+}
+
+}  // namespace dtrain::cli

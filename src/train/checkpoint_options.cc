@@ -1,0 +1,47 @@
+#include "train/checkpoint_options.h"
+
+#include <sys/stat.h>
+
+#include "common/error.h"
+#include "common/options.h"
+
+namespace dtrain {
+
+void declareCheckpointInfoOptions(OptionSet& set, CheckpointToolOptions& o) {
+  set.toggle("--json", o.json, "Print one JSON object (meta, tensors with shape and dtype) instead of text");
+}
+
+void declareCheckpointExportOptions(OptionSet& set, CheckpointToolOptions& o) {
+  set.path("--out", o.out,
+           "The safetensors file to write: the model's parameters and buffers under their PyTorch state-dict "
+           "names, the model config as metadata")
+      .creatable();
+}
+
+void checkCheckpointToolOptions(const CheckpointToolOptions& options) {
+  CheckpointToolOptions copy = options;
+  OptionSet set("dtrain checkpoint " + options.action);
+  if (options.action == "info") {
+    declareCheckpointInfoOptions(set, copy);
+  } else if (options.action == "export") {
+    declareCheckpointExportOptions(set, copy);
+  } else {
+    throw ConfigError("dtrain checkpoint: unknown action '" + options.action + "'; expected info or export");
+  }
+  set.checkAll();
+  if (options.checkpoint.empty()) {
+    throw ConfigError("dtrain checkpoint " + options.action +
+                      ": expected CHECKPOINT, a checkpoint file of `dtrain train` or its checkpoint directory");
+  }
+  struct stat info {};
+  if (::stat(options.checkpoint.c_str(), &info) != 0) {
+    throw ConfigError("CHECKPOINT " + options.checkpoint +
+                      ": no such file or directory; expected a checkpoint file of `dtrain train` or its checkpoint "
+                      "directory");
+  }
+  if (options.action == "export" && options.out.empty()) {
+    throw ConfigError("dtrain checkpoint export: --out is required: the .safetensors file to write");
+  }
+}
+
+}  // namespace dtrain

@@ -1,0 +1,160 @@
+// `dtrain checkpoint info|export` as real processes, on checkpoints written
+// here with dtrain::Checkpointer in the format of train/job_checkpoint.h:
+// info names what the checkpoint holds, export writes exactly its model
+// tensors under their state-dict names, a PyTorch model of the same
+// architecture (bench/peers/lm_models.py, Debian's python3-torch) loads the
+// export strictly and computes the same logits as dtrain's model, and bad
+// input exits 2 naming the input.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "dtrain/checkpoint.h"
+#include "models/language_model.h"
+#include "models/lm_config.h"
+#include "models/lm_counts.h"
+#include "models/safetensors.h"
+#include "tests/support/command.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
+
+namespace dtrain {
+namespace {
+
+using testing::CommandResult;
+using testing::contains;
+using testing::dtrainBin;
+using testing::runCommand;
+using testing::TempDir;
+
+CommandResult checkpointTool(const std::string& args) {
+  return runCommand(dtrainBin() + " checkpoint " + args + " 2>&1", 120);
+}
+
+models::LanguageModelConfig tinyLlama() {
+  models::LanguageModelOverrides o;
+  o.layers = 2;
+  o.dim = 32;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.seq_len = 16;
+  o.vocab_size = 50;
+  o.tie_embeddings = false;
+  return models::namedLanguageModel("llama", o);
+}
+
+// A checkpoint as `dtrain train` writes one (model, optimizer state, RNG),
+// of a freshly initialised model; returns its path.
+std::string writeCheckpoint(const std::string& dir, const models::LanguageModelConfig& config) {
+  torch::manual_seed(5);
+  auto lm = models::createLanguageModel(config);
+  CheckpointState state;
+  for (const auto& item : lm->named_parameters()) state.tensors["model.param." + item.key()] = item.value().detach();
+  state.tensors["optimizer.adamw.step"] = torch::tensor(int64_t{7});
+  state.tensors["optimizer.adamw.exp_avg.0"] = torch::ones({10});
+  state.tensors["rng.cpu"] = torch::zeros({16}, torch::kUInt8);
+  state.meta = {{"step", 7},          {"epoch", 1},         {"batch", 3},
+                {"world_size", 2},    {"batch_size", 4},    {"model", config.name},
+                {"dataset", "text"},  {"optimizer", "adamw"}, {"seed", 9},
+                {"model_config", nlohmann::json::object()}};
+  for (const auto& [key, value] : models::languageModelMetadata(config)) state.meta["model_config"][key] = value;
+  return Checkpointer({.dir = dir, .keep = 3}).save(7, state);
+}
+
+std::string python() {
+  const char* configured = std::getenv("DTRAIN_TEST_PYTHON");
+  return configured && *configured ? configured : "/usr/bin/python3";
+}
+
+TEST(CheckpointCliTest, InfoNamesWhatTheNewestCheckpointHolds) {
+  TempDir dir("dtrain-ckpt-info");
+  const std::string path = writeCheckpoint(dir.path(), tinyLlama());
+  const CommandResult text = checkpointTool("info " + dir.path());
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_TRUE(contains(text.output, "checkpoint " + path)) << text.output;
+  EXPECT_TRUE(contains(text.output, "step 7, epoch 1, batch 3 of the epoch; world size 2")) << text.output;
+  EXPECT_TRUE(contains(text.output, "family=llama")) << text.output;
+  const int64_t params = models::parameterCount(tinyLlama());
+  EXPECT_TRUE(contains(text.output, "model parameters: " +
+                                        std::to_string(loadCheckpoint(path).tensors.size() - 3) + " tensor(s), " +
+                                        std::to_string(params) + " elements"))
+      << text.output;
+  EXPECT_TRUE(contains(text.output, "optimizer state: 2 tensor(s)")) << text.output;
+
+  const CommandResult json = runCommand(dtrainBin() + " checkpoint info " + path + " --json 2>/dev/null", 120);
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json doc = nlohmann::json::parse(json.output);
+  EXPECT_EQ(doc["meta"]["step"], 7);
+  EXPECT_EQ(doc["tensors"]["optimizer.adamw.exp_avg.0"]["shape"], nlohmann::json::array({10}));
+  EXPECT_EQ(doc["tensors"]["model.param.tok_embeddings.weight"]["shape"], nlohmann::json::array({50, 32}));
+}
+
+TEST(CheckpointCliTest, ExportHoldsTheModelTensorsAndLoadsIntoPyTorch) {
+  TempDir dir("dtrain-ckpt-export");
+  const models::LanguageModelConfig config = tinyLlama();
+  const std::string path = writeCheckpoint(dir.path(), config);
+  const std::string out = dir / "model.safetensors";
+  const CommandResult r = checkpointTool("export " + path + " --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const CheckpointState state = loadCheckpoint(path);
+  const models::SafetensorsContents exported = models::readSafetensors(out);
+  size_t model_tensors = 0;
+  for (const auto& [key, tensor] : state.tensors) model_tensors += key.rfind("model.", 0) == 0 ? 1 : 0;
+  ASSERT_EQ(exported.tensors.size(), model_tensors);
+  for (const auto& [name, tensor] : exported.tensors) {
+    ASSERT_TRUE(state.tensors.count("model.param." + name)) << name;
+    EXPECT_TRUE(torch::equal(tensor, state.tensors.at("model.param." + name))) << name;
+  }
+  EXPECT_EQ(exported.metadata.at("format"), "pt");
+  EXPECT_EQ(exported.metadata.at("step"), "7");
+  for (const auto& [key, value] : models::languageModelMetadata(config)) EXPECT_EQ(exported.metadata.at(key), value);
+
+  // PyTorch loads it strictly into the same architecture and agrees with
+  // dtrain's model loaded from the same file.
+  auto lm = models::createLanguageModel(config);
+  models::loadModuleSafetensors(*lm, out);
+  torch::manual_seed(3);
+  const torch::Tensor tokens = torch::randint(config.vocab_size, {2, config.seq_len});
+  models::writeSafetensors(dir / "batch", {{"tokens", tokens}, {"targets", tokens}});
+  const CommandResult ref = runCommand(python() + " " + testing::sourceDir() + "/bench/peers/lm_models.py --weights " +
+                                           out + " --batch " + (dir / "batch") + " --out " + (dir / "ref"),
+                                       300);
+  ASSERT_EQ(ref.exit_code, 0) << "the PyTorch reference (Debian's python3-torch; scripts/setup.sh --peers) failed:\n"
+                              << ref.output;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor logits = lm->forward(tokens);
+  torch::Tensor reference;
+  for (const auto& [name, tensor] : models::readSafetensors(dir / "ref").tensors) {
+    if (name == "logits") reference = tensor;
+  }
+  ASSERT_TRUE(reference.defined()) << "the reference wrote no logits";
+  ASSERT_EQ(reference.sizes(), logits.sizes());
+  EXPECT_LE((reference - logits).abs().max().item<double>() / logits.abs().max().item<double>(), 1e-5);
+}
+
+TEST(CheckpointCliTest, BadInputExitsTwoNamingIt) {
+  TempDir dir("dtrain-ckpt-bad");
+  CommandResult r = checkpointTool("info " + (dir / "missing"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "CHECKPOINT " + (dir / "missing") + ": no such file or directory")) << r.output;
+  r = checkpointTool("info " + dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "no valid checkpoint (ckpt-*.dtck) in this directory")) << r.output;
+  const std::string path = writeCheckpoint(dir.path(), tinyLlama());
+  r = checkpointTool("export " + path);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--out is required")) << r.output;
+  r = checkpointTool("export " + path + " --out " + (dir / "no-such-dir/x.safetensors"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--out")) << r.output;
+  r = checkpointTool("");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+}  // namespace
+}  // namespace dtrain
