@@ -49,9 +49,11 @@ void TrainingLoop::run(const TrainPosition& start, Clock::time_point wall_start)
   wall_start_ = wall_start;
   interval_start_ = Clock::now();
   step_ = start.step;
+  next_ = start;
   bool more = step_ < total_steps_;
   for (int64_t epoch = start.epoch; epoch < settings_.epochs && more; ++epoch) {
     more = trainEpoch(epoch, epoch == start.epoch ? start.batch : 0);
+    if (more) next_ = TrainPosition{epoch + 1, 0, step_};
     const bool last_epoch = !more || epoch + 1 == settings_.epochs;
     if (more && settings_.checkpoint_every == 0) {
       checkpoint_.save(nextPosition(epoch + 1, 0, step_, steps_per_epoch_));
@@ -89,9 +91,8 @@ void TrainingLoop::trainStep(const TrainBatch& batch, int64_t epoch, Clock::time
   interval_samples_ += samples;
   samples_trained_ += samples;
   evaluated_last_ = false;
-  if (settings_.checkpoint_every > 0 && step_ % settings_.checkpoint_every == 0) {
-    checkpoint_.save(nextPosition(epoch, batch.index + 1, step_, steps_per_epoch_));
-  }
+  next_ = nextPosition(epoch, batch.index + 1, step_, steps_per_epoch_);
+  if (settings_.checkpoint_every > 0 && step_ % settings_.checkpoint_every == 0) checkpoint_.save(next_);
   if (step_ % settings_.log_every == 0 || step_ == total_steps_) endInterval(epoch, lr);
   if (settings_.eval_steps > 0 && step_ % settings_.eval_steps == 0) {
     evaluate(epoch);
@@ -143,7 +144,7 @@ RunSummary TrainingLoop::finish() {
   // A run that stops at --max-steps mid-epoch is judged like one that
   // finished its epochs.
   if (!evaluated_last_) evaluate(std::max<int64_t>(0, (step_ - 1) / std::max<int64_t>(1, steps_per_epoch_)));
-  checkpoint_.save(TrainPosition{settings_.epochs, 0, step_});
+  checkpoint_.save(next_);
   RunSummary summary;
   summary.final_eval = last_eval_;
   summary.steps = step_;

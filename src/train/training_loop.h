@@ -87,6 +87,9 @@ class TrainingLoop {
   int64_t samples_trained_ = 0;
   double train_seconds_ = 0;  // summed over intervals: evaluations and checkpoints excluded
   bool evaluated_last_ = false;
+  // Where the next step starts; the final checkpoint's position (a run
+  // stopped by --max-steps mid-epoch resumes there when given more steps).
+  TrainPosition next_{};
   Evaluation last_eval_;
 };
 
