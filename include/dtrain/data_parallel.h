@@ -67,6 +67,11 @@ struct DataParallelOptions {
   // Parameters the optimizer must not decay (norms, biases, embeddings):
   // they get slabs of their own, whose FlatSlab::weight_decay is false.
   std::vector<torch::Tensor> no_weight_decay;
+  // Each slab's numel is rounded up to a multiple of this (>= 1) with zero
+  // padding that no bucket covers (its gradient stays 0): a sharded
+  // optimizer splits slabs into equal slices. slabNumel() gives the length
+  // before padding.
+  int64_t slab_multiple = 1;
 };
 
 // One bucket: a contiguous slice [offset, offset + numel) of slab `slab`'s
@@ -115,6 +120,8 @@ class DataParallel {
   // The flat parameter/gradient slabs, one per dtype, for optimizers.
   const std::vector<FlatSlab>& slabs() const { return slabs_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Slab i's parameters' length, without the slab_multiple padding.
+  int64_t slabNumel(size_t i) const { return slab_numel_.at(i); }
 
   // Zeros every gradient slab in place.
   void zeroGrad();
@@ -159,6 +166,7 @@ class DataParallel {
   DataParallelOptions options_;
   std::vector<torch::Tensor> params_;
   std::vector<FlatSlab> slabs_;
+  std::vector<int64_t> slab_numel_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_param_;
   std::shared_ptr<Impl> impl_;  // hooks, per-backward state, streams, events

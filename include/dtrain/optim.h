@@ -29,7 +29,9 @@
 // - Not thread-safe; one optimizer per set of slabs.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,6 +40,8 @@
 #include <torch/torch.h>
 
 namespace dtrain {
+
+class Communicator;
 
 // One contiguous 1-D slab of parameters and its gradient: same dtype, device,
 // numel. DataParallel keeps every parameter as a view into such slabs.
@@ -76,7 +80,7 @@ class Optimizer {
   virtual void step() = 0;
   double lr() const { return lr_; }
   // ConfigError unless lr >= 0 (a schedule sets this every step).
-  void setLr(double lr);
+  virtual void setLr(double lr);
   // grad.zero_() on every slab; the grad stays defined (views stay valid).
   void zeroGrad();
   // See the contract. Turning it on with momentum SGD needs at least one
@@ -85,7 +89,7 @@ class Optimizer {
   void setCapturable(bool on);
   bool capturable() const { return capturable_; }
   // Capturable mode: one replayed step happened (advances stepCount()).
-  void countStep() { ++steps_; }
+  virtual void countStep() { ++steps_; }
   int64_t stepCount() const { return steps_; }
   const std::vector<FlatSlab>& slabs() const { return slabs_; }
 
@@ -96,6 +100,9 @@ class Optimizer {
   // ConfigError naming a missing key or a shape/dtype mismatch.
   virtual void loadStateDict(const std::map<std::string, torch::Tensor>& state) = 0;
   virtual std::string name() const = 0;  // "sgd" / "adamw"
+  // Bytes of optimizer state this rank holds (its slice when sharded),
+  // counted from the state tensors.
+  virtual int64_t stateBytes() const;
 
  protected:
   // Validates the slabs (ConfigError naming `who`, the slab and the problem).
@@ -117,6 +124,27 @@ class Optimizer {
 std::unique_ptr<Optimizer> makeSGD(std::vector<FlatSlab> slabs, const SGDOptions& options);
 // ConfigError unless lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0.
 std::unique_ptr<Optimizer> makeAdamW(std::vector<FlatSlab> slabs, const AdamWOptions& options);
+
+// ZeRO stage 1 (DeepSpeed's optimizer-state partitioning; FSDP's
+// SHARD_GRAD_OP without the gradient part): each of the communicator's N
+// ranks keeps the optimizer state of, and updates, a contiguous 1/N slice of
+// every slab, then the slices are all-gathered so every rank holds every
+// updated parameter. `make` builds the per-rank optimizer over the slices
+// (makeSGD / makeAdamW with the run's options); the updates are the
+// elementwise ones of the unsharded optimizer, so a run equals the
+// replicated one bit for bit. Every slab's numel must be a multiple of N
+// (DataParallelOptions::slab_multiple); `logical_numel[i]` is slab i's
+// length before that padding. The returned optimizer's slabs() are the full
+// slabs (zeroGrad and clipping see every gradient). stateDict() gathers the
+// slices (a collective: every rank calls it) and returns each state tensor
+// at its logical length, the layout an unsharded optimizer has, so a
+// checkpoint loads at any world size, sharded or not; loadStateDict() takes
+// that layout and keeps this rank's slice. On CUDA the all-gather is
+// stream-ordered (capturable); on the CPU step() waits for it.
+std::unique_ptr<Optimizer> makeShardedOptimizer(
+    std::vector<FlatSlab> slabs, std::vector<int64_t> logical_numel, std::shared_ptr<Communicator> communicator,
+    const std::function<std::unique_ptr<Optimizer>(std::vector<FlatSlab>)>& make,
+    std::chrono::milliseconds timeout);
 
 // torch.nn.utils.clip_grad_norm_ over every element of every slab's grad:
 // when the total L2 norm is finite and > max_norm, scales every grad in place

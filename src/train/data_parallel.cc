@@ -150,10 +150,17 @@ void DataParallel::buildSlabs(torch::Device device) {
   buckets_ = plan.buckets;
   bucket_of_param_ = plan.bucket_of_param;
   torch::NoGradGuard no_grad;
+  if (options_.slab_multiple < 1) {
+    throw ConfigError("DataParallel: slab_multiple is " + std::to_string(options_.slab_multiple) +
+                      "; expected >= 1");
+  }
   for (const SlabLayout& layout : plan.slabs) {
     auto tensor_options = torch::TensorOptions().dtype(layout.dtype).device(device);
-    FlatSlab slab{torch::zeros({layout.numel}, tensor_options), torch::zeros({layout.numel}, tensor_options),
+    const int64_t multiple = options_.slab_multiple;
+    const int64_t numel = (layout.numel + multiple - 1) / multiple * multiple;
+    FlatSlab slab{torch::zeros({numel}, tensor_options), torch::zeros({numel}, tensor_options),
                   layout.weight_decay};
+    slab_numel_.push_back(layout.numel);
     for (size_t k = 0; k < layout.params.size(); ++k) {
       torch::Tensor& p = params_[layout.params[k]];
       const int64_t offset = layout.offsets[k];

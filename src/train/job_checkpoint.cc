@@ -145,10 +145,10 @@ JobCheckpoint::JobCheckpoint(TrainingJob& job, const CheckpointOptions& options,
   }
 }
 
-CheckpointState JobCheckpoint::pack(const TrainPosition& position) const {
+CheckpointState JobCheckpoint::pack(const TrainPosition& position, const TensorMap& optimizer) const {
   CheckpointState out;
   out.tensors = modelTensors(job_.dataParallel());
-  for (auto& [key, tensor] : job_.optimizer().stateDict()) out.tensors["optimizer." + key] = tensor;
+  for (auto& [key, tensor] : optimizer) out.tensors["optimizer." + key] = tensor;
   for (auto& [key, tensor] : job_.scaler().stateDict()) out.tensors[key] = tensor;
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -174,8 +174,10 @@ CheckpointState JobCheckpoint::pack(const TrainPosition& position) const {
 void JobCheckpoint::save(const TrainPosition& position) {
   if (!enabled()) return;
   job_.dataParallel().syncBuffers();
+  // Every rank asks: a sharded optimizer gathers its state collectively.
+  const TensorMap optimizer = job_.optimizer().stateDict();
   if (checkpointer_) {
-    const std::string path = checkpointer_->save(position.step, pack(position));
+    const std::string path = checkpointer_->save(position.step, pack(position, optimizer));
     DTRAIN_LOG_DEBUG("checkpoint " << path);
   }
 }

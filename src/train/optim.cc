@@ -309,6 +309,12 @@ void Optimizer::setCapturable(bool on) {
   if (capturable_) lr_tensor_.fill_(lr_);
 }
 
+int64_t Optimizer::stateBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [key, tensor] : stateDict()) bytes += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  return bytes;
+}
+
 void Optimizer::zeroGrad() {
   torch::NoGradGuard no_grad;
   for (FlatSlab& slab : slabs_) slab.grad.zero_();

@@ -87,6 +87,9 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
       .above(0)
       .atMost(16384)
       .unit("MiB");
+  set.choice("--shard", o.shard, {"none", "optimizer"},
+             "What is sharded across ranks: none (replicated, as DDP) or optimizer (ZeRO-1: each rank keeps and "
+             "updates 1/N of the optimizer state, then the parameters are all-gathered)");
 }
 
 void declareData(OptionSet& set, DataOptions& o) {

@@ -109,7 +109,10 @@ std::string startLine(const TrainOptions& o, const Task& task, TrainingJob& job,
   return "dtrain train: " + task.describe() + ", " + std::to_string(ctx.size()) + " rank(s) x batch " +
          std::to_string(o.data.batch_size) + (micro > 1 ? " x " + std::to_string(micro) + " micro-batches" : "") +
          ", " + ctx.backend() + " on " + ctx.device().str() + ", " +
-         precisionName(job.precision()) +
+         precisionName(job.precision()) + ", " + o.optimizer.kind + " state " +
+         std::to_string(job.optimizer().stateBytes()) + " bytes per rank" +
+         (o.parallel.shard == "optimizer" ? " (sharded over " + std::to_string(ctx.size()) + " ranks, ZeRO-1)"
+                                          : std::string()) +
          (position.step > 0 ? ", resumed at step " + std::to_string(position.step) : std::string()) +
          batches.describe();
 }

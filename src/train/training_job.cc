@@ -80,8 +80,21 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   dp_options.bucket_mb = parts.parallel.bucket_mb;
   dp_options.timeout = ctx_->collectiveTimeout();
   dp_options.no_weight_decay = model_->noWeightDecayParameters();
+  const bool shard_optimizer = parts.parallel.shard == "optimizer";
+  // Equal slices of 64-element multiples, so every slice stays aligned.
+  if (shard_optimizer) dp_options.slab_multiple = int64_t{64} * ctx_->size();
   dp_ = std::make_unique<DataParallel>(model_, ctx_->communicator(), dp_options);
-  optimizer_ = makeOptimizer(parts.optimizer, dp_->slabs());
+  if (shard_optimizer) {
+    std::vector<int64_t> logical;
+    for (size_t i = 0; i < dp_->slabs().size(); ++i) logical.push_back(dp_->slabNumel(i));
+    const OptimizerOptions options = parts.optimizer;
+    optimizer_ = makeShardedOptimizer(
+        dp_->slabs(), logical, ctx_->communicator(),
+        [&options](std::vector<FlatSlab> slices) { return makeOptimizer(options, slices); },
+        ctx_->collectiveTimeout());
+  } else {
+    optimizer_ = makeOptimizer(parts.optimizer, dp_->slabs());
+  }
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision_ == Precision::kFp16;
   scaler_ = std::make_unique<GradScaler>(scaler_options);
