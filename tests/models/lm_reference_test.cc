@@ -35,11 +35,6 @@ struct Case {
   torch::Tensor targets;
 };
 
-std::string python() {
-  const char* configured = std::getenv("DTRAIN_TEST_PYTHON");
-  return configured && *configured ? configured : "/usr/bin/python3";
-}
-
 // max |a - b| / max |b|: the error relative to the tensor's scale.
 double relativeError(const torch::Tensor& actual, const torch::Tensor& expected) {
   const double scale = expected.abs().max().item<double>();
@@ -73,7 +68,7 @@ LanguageModelConfig llamaMultiHeadTheta10k() {
 
 // The error that keeps the reference from running, "" when it ran.
 std::string runReference(std::vector<Case>& cases, const TempDir& dir) {
-  std::string command = python() + " " + testing::sourceDir() + "/bench/peers/lm_models.py";
+  std::string command = testing::testPython() + " " + testing::sourceDir() + "/bench/peers/lm_models.py";
   torch::manual_seed(11);
   for (Case& c : cases) {
     c.model = createLanguageModel(c.config);
@@ -84,9 +79,9 @@ std::string runReference(std::vector<Case>& cases, const TempDir& dir) {
     writeSafetensors(prefix + ".batch", {{"tokens", c.tokens}, {"targets", c.targets}});
     command += " --weights " + prefix + ".weights --batch " + prefix + ".batch --out " + prefix + ".out";
   }
-  const testing::CommandResult has_torch = testing::runCommand(python() + " -c \"import torch\"", 120);
+  const testing::CommandResult has_torch = testing::runCommand(testing::testPython() + " -c \"import torch\"", 120);
   if (has_torch.exit_code != 0) {
-    return python() + " cannot import torch: install Debian's python3-torch (scripts/setup.sh --peers) or "
+    return testing::testPython() + " cannot import torch: install Debian's python3-torch (scripts/setup.sh --peers) or "
            "point DTRAIN_TEST_PYTHON at a Python with torch.\n" + has_torch.output;
   }
   const testing::CommandResult run = testing::runCommand(command, 300);

@@ -1,5 +1,7 @@
 #include "tests/support/command.h"
 
+#include <cstdlib>
+
 #include <unistd.h>
 
 #include "common/process.h"
@@ -22,5 +24,10 @@ CommandResult runCommand(const std::string& command_line, int time_limit_s) {
 
 std::string dtrainBin() { return DTRAIN_BIN; }
 std::string sourceDir() { return DTRAIN_SOURCE_DIR; }
+
+std::string testPython() {
+  const char* configured = std::getenv("DTRAIN_TEST_PYTHON");
+  return configured && *configured ? configured : "/usr/bin/python3";
+}
 
 }  // namespace dtrain::testing

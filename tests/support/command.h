@@ -21,4 +21,8 @@ CommandResult runCommand(const std::string& command_line, int time_limit_s = 120
 std::string dtrainBin();
 std::string sourceDir();
 
+// The Python with torch that reference scripts run under: $DTRAIN_TEST_PYTHON,
+// else /usr/bin/python3 (Debian's python3-torch, scripts/setup.sh --peers).
+std::string testPython();
+
 }  // namespace dtrain::testing

@@ -65,11 +65,6 @@ std::string writeCheckpoint(const std::string& dir, const models::LanguageModelC
   return Checkpointer({.dir = dir, .keep = 3}).save(7, state);
 }
 
-std::string python() {
-  const char* configured = std::getenv("DTRAIN_TEST_PYTHON");
-  return configured && *configured ? configured : "/usr/bin/python3";
-}
-
 TEST(CheckpointCliTest, InfoNamesWhatTheNewestCheckpointHolds) {
   TempDir dir("dtrain-ckpt-info");
   const std::string path = writeCheckpoint(dir.path(), tinyLlama());
@@ -121,8 +116,9 @@ TEST(CheckpointCliTest, ExportHoldsTheModelTensorsAndLoadsIntoPyTorch) {
   torch::manual_seed(3);
   const torch::Tensor tokens = torch::randint(config.vocab_size, {2, config.seq_len});
   models::writeSafetensors(dir / "batch", {{"tokens", tokens}, {"targets", tokens}});
-  const CommandResult ref = runCommand(python() + " " + testing::sourceDir() + "/bench/peers/lm_models.py --weights " +
-                                           out + " --batch " + (dir / "batch") + " --out " + (dir / "ref"),
+  const std::string reference_script = testing::sourceDir() + "/bench/peers/lm_models.py";
+  const CommandResult ref = runCommand(testing::testPython() + " " + reference_script + " --weights " + out +
+                                           " --batch " + (dir / "batch") + " --out " + (dir / "ref"),
                                        300);
   ASSERT_EQ(ref.exit_code, 0) << "the PyTorch reference (Debian's python3-torch; scripts/setup.sh --peers) failed:\n"
                               << ref.output;
