@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/support/bad_input.h"
 #include "tests/support/command.h"
 #include "tests/support/ports.h"
 #if DTRAIN_TRAIN_HTTP
@@ -27,6 +28,7 @@ namespace dtrain {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::BadCommandLine;
 using testing::dtrainBin;
 using testing::freePort;
 using testing::runCommand;
@@ -117,19 +119,12 @@ TEST(TrainCliTest, ResumeAutoSkipsACorruptNewestCheckpoint) {
   EXPECT_NE(explicit_bad.output.find("ckpt-000000030.dtck"), std::string::npos) << explicit_bad.output;
 }
 
-struct BadInput {
-  const char* name;
-  std::string args;
-  const char* expected;
-};
-
-class TrainBadInputTest : public ::testing::TestWithParam<BadInput> {};
+class TrainBadInputTest : public ::testing::TestWithParam<BadCommandLine> {};
 
 TEST_P(TrainBadInputTest, ExitsTwoWithAClearMessage) {
-  const BadInput& c = GetParam();
+  const BadCommandLine& c = GetParam();
   auto r = runCommand("env -u RANK -u WORLD_SIZE " + dtrainBin() + " train --progress none " + c.args, 120);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find(c.expected), std::string::npos) << "expected '" << c.expected << "' in:\n" << r.output;
+  EXPECT_TRUE(testing::exitsTwoSaying(r, c.expected));
 }
 
 std::string truncatedFashionDir() {
@@ -148,46 +143,46 @@ std::string truncatedFashionDir() {
 INSTANTIATE_TEST_SUITE_P(
     Cases, TrainBadInputTest,
     ::testing::Values(
-        BadInput{"unknown_model", "--model resnet9", "--model 'resnet9': unknown; expected one of mlp, cnn"},
-        BadInput{"unknown_dataset", "--dataset imagenet",
+        BadCommandLine{"unknown_model", "--model resnet9", "--model 'resnet9': unknown; expected one of mlp, cnn"},
+        BadCommandLine{"unknown_dataset", "--dataset imagenet",
                  "--dataset 'imagenet': unknown; expected one of fashion-mnist, mnist, cifar10, synthetic or text"},
-        BadInput{"missing_data_dir", "--data-dir /nonexistent/fmnist",
+        BadCommandLine{"missing_data_dir", "--data-dir /nonexistent/fmnist",
                  "--data-dir '/nonexistent/fmnist': no such directory; expected an existing directory"},
-        BadInput{"batch_size_zero", "--batch-size 0",
+        BadCommandLine{"batch_size_zero", "--batch-size 0",
                  "--batch-size '0': out of range; expected an integer from 1 to 1048576"},
-        BadInput{"batch_size_huge", "--batch-size 2147483647",
+        BadCommandLine{"batch_size_huge", "--batch-size 2147483647",
                  "--batch-size '2147483647': out of range; expected an integer from 1 to 1048576"},
-        BadInput{"epochs_overflow", "--epochs 99999999999999999999999",
+        BadCommandLine{"epochs_overflow", "--epochs 99999999999999999999999",
                  "--epochs '99999999999999999999999': out of range; expected an integer from 1 to 1000000"},
-        BadInput{"seed_negative", "--seed -1", "--seed '-1': out of range; expected an integer >= 0"},
-        BadInput{"timeout_zero", "--timeout 0", "--timeout '0': out of range; expected an integer from 1 to 604800"},
-        BadInput{"timeout_negative", "--timeout -5", "--timeout '-5': out of range"},
-        BadInput{"lr_inf", "--lr inf", "--lr 'inf': not a finite number; expected a finite number >= 0 and <= 100"},
-        BadInput{"warmup_nan", "--warmup nan", "--warmup 'nan': not a finite number"},
-        BadInput{"momentum_five", "--momentum 5",
+        BadCommandLine{"seed_negative", "--seed -1", "--seed '-1': out of range; expected an integer >= 0"},
+        BadCommandLine{"timeout_zero", "--timeout 0", "--timeout '0': out of range; expected an integer from 1 to 604800"},
+        BadCommandLine{"timeout_negative", "--timeout -5", "--timeout '-5': out of range"},
+        BadCommandLine{"lr_inf", "--lr inf", "--lr 'inf': not a finite number; expected a finite number >= 0 and <= 100"},
+        BadCommandLine{"warmup_nan", "--warmup nan", "--warmup 'nan': not a finite number"},
+        BadCommandLine{"momentum_five", "--momentum 5",
                  "--momentum '5': out of range; expected a finite number >= 0 and < 1"},
-        BadInput{"step_epochs_zero", "--schedule step --step-epochs 0",
+        BadCommandLine{"step_epochs_zero", "--schedule step --step-epochs 0",
                  "--step-epochs '0': out of range; expected a finite number > 0 and <= 1000000 epochs"},
-        BadInput{"clip_negative", "--clip-grad-norm -1", "--clip-grad-norm '-1': out of range"},
-        BadInput{"clip_nan", "--clip-grad-norm nan", "--clip-grad-norm 'nan': not a finite number"},
-        BadInput{"bucket_huge", "--bucket-mb 1e12",
+        BadCommandLine{"clip_negative", "--clip-grad-norm -1", "--clip-grad-norm '-1': out of range"},
+        BadCommandLine{"clip_nan", "--clip-grad-norm nan", "--clip-grad-norm 'nan': not a finite number"},
+        BadCommandLine{"bucket_huge", "--bucket-mb 1e12",
                  "--bucket-mb '1e12': out of range; expected a finite number > 0 and <= 16384 MiB"},
-        BadInput{"bucket_nan", "--bucket-mb nan", "--bucket-mb 'nan': not a finite number"},
-        BadInput{"metrics_port_high", "--metrics-port 70000",
+        BadCommandLine{"bucket_nan", "--bucket-mb nan", "--bucket-mb 'nan': not a finite number"},
+        BadCommandLine{"metrics_port_high", "--metrics-port 70000",
                  "--metrics-port '70000': out of range; expected a port from 1 to 65535, or 0 (off)"},
-        BadInput{"metrics_port_negative", "--metrics-port -1", "--metrics-port '-1': out of range"},
-        BadInput{"unknown_precision", "--precision fp8", "--precision 'fp8': unknown; expected one of fp32, bf16"},
-        BadInput{"unknown_progress", "--progress fancy", "--progress 'fancy': unknown"},
-        BadInput{"timeline_dir_missing", "--timeline /nonexistent/dir/t.json",
+        BadCommandLine{"metrics_port_negative", "--metrics-port -1", "--metrics-port '-1': out of range"},
+        BadCommandLine{"unknown_precision", "--precision fp8", "--precision 'fp8': unknown; expected one of fp32, bf16"},
+        BadCommandLine{"unknown_progress", "--progress fancy", "--progress 'fancy': unknown"},
+        BadCommandLine{"timeline_dir_missing", "--timeline /nonexistent/dir/t.json",
                  "--timeline '/nonexistent/dir/t.json': its directory '/nonexistent/dir' does not exist"},
-        BadInput{"data_on_gpu_without_gpu", "--data-on-gpu --model mlp --max-steps 1",
+        BadCommandLine{"data_on_gpu_without_gpu", "--data-on-gpu --model mlp --max-steps 1",
                  "--data-on-gpu needs a CUDA device, but this rank trains on cpu"},
-        BadInput{"truncated_data_file", "--data-dir " + truncatedFashionDir(), "t10k-images-idx3-ubyte"},
-        BadInput{"corrupt_checkpoint", "--resume /etc/hostname", "/etc/hostname"},
-        BadInput{"missing_checkpoint", "--resume /nonexistent/ckpt.dtck",
+        BadCommandLine{"truncated_data_file", "--data-dir " + truncatedFashionDir(), "t10k-images-idx3-ubyte"},
+        BadCommandLine{"corrupt_checkpoint", "--resume /etc/hostname", "/etc/hostname"},
+        BadCommandLine{"missing_checkpoint", "--resume /nonexistent/ckpt.dtck",
                  "--resume '/nonexistent/ckpt.dtck': no such file; expected auto, none or an existing checkpoint file"},
-        BadInput{"checkpoint_is_a_directory", "--resume /tmp", "--resume '/tmp': a directory"}),
-    [](const auto& info) { return std::string(info.param.name); });
+        BadCommandLine{"checkpoint_is_a_directory", "--resume /tmp", "--resume '/tmp': a directory"}),
+    testing::badCommandLineName);
 
 // A bad DTRAIN_* variable is refused before any work, naming it.
 TEST(TrainCliTest, BadSettingInTheEnvironmentExitsTwo) {

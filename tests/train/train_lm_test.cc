@@ -11,6 +11,7 @@
 #include <string>
 
 #include "dtrain/checkpoint.h"
+#include "tests/support/bad_input.h"
 #include "tests/support/command.h"
 #include "tests/support/ports.h"
 #include "tests/support/temp_dir.h"
@@ -19,6 +20,7 @@
 namespace dtrain {
 namespace {
 
+using testing::BadCommandLine;
 using testing::contains;
 using testing::dtrainBin;
 using testing::freePort;
@@ -135,19 +137,12 @@ TEST(TrainLmTest, TokensPerStepAccumulatesMicroBatches) {
   EXPECT_TRUE(eval.contains("val_loss")) << "the run ended by --max-steps must still be evaluated";
 }
 
-struct BadInput {
-  const char* name;
-  std::string args;
-  const char* expected;
-};
-
-class TrainLmBadInputTest : public ::testing::TestWithParam<BadInput> {};
+class TrainLmBadInputTest : public ::testing::TestWithParam<BadCommandLine> {};
 
 TEST_P(TrainLmBadInputTest, ExitsTwoWithAClearMessage) {
-  const BadInput& c = GetParam();
+  const BadCommandLine& c = GetParam();
   auto r = runCommand(train("--progress none --max-steps 1 " + c.args), 120);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, c.expected)) << "expected '" << c.expected << "' in:\n" << r.output;
+  EXPECT_TRUE(testing::exitsTwoSaying(r, c.expected));
 }
 
 std::string emptyShardDir() {
@@ -162,24 +157,24 @@ std::string emptyShardDir() {
 INSTANTIATE_TEST_SUITE_P(
     Cases, TrainLmBadInputTest,
     ::testing::Values(
-        BadInput{"unknown_size", "--model gpt2-9b --dataset text", "gpt2-9b"},
-        BadInput{"heads_not_dividing_dim", "--model gpt2 --dim 64 --heads 5 --dataset synthetic", "--heads 5"},
-        BadInput{"kv_heads_not_dividing_heads", "--model llama --dim 64 --heads 4 --kv-heads 3 --dataset synthetic",
+        BadCommandLine{"unknown_size", "--model gpt2-9b --dataset text", "gpt2-9b"},
+        BadCommandLine{"heads_not_dividing_dim", "--model gpt2 --dim 64 --heads 5 --dataset synthetic", "--heads 5"},
+        BadCommandLine{"kv_heads_not_dividing_heads", "--model llama --dim 64 --heads 4 --kv-heads 3 --dataset synthetic",
                  "--kv-heads 3"},
-        BadInput{"seq_len_above_positions", "--model gpt2 --seq-len 2048 --dataset synthetic", "--seq-len 2048"},
-        BadInput{"tokenizer_dir_missing_file", "--model gpt2 --dataset text --tokenizer gpt2 --tokenizer-dir /tmp",
+        BadCommandLine{"seq_len_above_positions", "--model gpt2 --seq-len 2048 --dataset synthetic", "--seq-len 2048"},
+        BadCommandLine{"tokenizer_dir_missing_file", "--model gpt2 --dataset text --tokenizer gpt2 --tokenizer-dir /tmp",
                  "encoder.json"},
-        BadInput{"empty_corpus", "--model gpt2 --layers 2 --dim 64 --heads 4 --dataset text --data-dir " +
+        BadCommandLine{"empty_corpus", "--model gpt2 --layers 2 --dim 64 --heads 4 --dataset text --data-dir " +
                                      emptyShardDir(),
                  "empty_train_000000.bin"},
-        BadInput{"image_data_for_a_language_model", "--model gpt2 --dataset fashion-mnist",
+        BadCommandLine{"image_data_for_a_language_model", "--model gpt2 --dataset fashion-mnist",
                  "--model gpt2 is a language model"},
-        BadInput{"text_for_an_image_model", "--model cnn --dataset text", "--dataset text is for language models"},
-        BadInput{"tokens_per_step_not_a_multiple",
+        BadCommandLine{"text_for_an_image_model", "--model cnn --dataset text", "--dataset text is for language models"},
+        BadCommandLine{"tokens_per_step_not_a_multiple",
                  "--model gpt2 --layers 2 --dim 64 --heads 4 --seq-len 64 --dataset synthetic --batch-size 4 "
                  "--tokens-per-step 1000",
                  "--tokens-per-step 1000 is not a multiple"}),
-    [](const auto& info) { return std::string(info.param.name); });
+    testing::badCommandLineName);
 
 }  // namespace
 }  // namespace dtrain
