@@ -1,5 +1,6 @@
 // Backward of the fused residual add + LayerNorm / RMSNorm (normalization.h).
 #include <algorithm>
+#include <type_traits>
 
 #include "models/kernels/column_partials.cuh"
 #include "models/kernels/normalization.h"
@@ -21,22 +22,24 @@ int norm_backward_blocks(int64_t rows, int rows_per_block) {
 }
 
 // One row's inputs in registers (dy, x, dresidual packs and the statistics).
-template <typename T, int VEC, int ITEMS>
+// dy in D (the activation dtype T, or bf16 under an fp32 stream).
+template <typename T, typename D, int VEC, int ITEMS>
 struct RowInputs {
-  Pack<T, VEC> dy[ITEMS], x[ITEMS], dres[ITEMS];
+  Pack<D, VEC> dy[ITEMS];
+  Pack<T, VEC> x[ITEMS], dres[ITEMS];
   float mean = 0.f, rstd = 0.f;
 };
 
-template <typename T, int VEC, int ITEMS, bool RMS>
+template <typename T, typename D, int VEC, int ITEMS, bool RMS>
 __device__ __forceinline__ void load_row(const NormBackwardArgs& a, int64_t row, int tpr, int t,
-                                         RowInputs<T, VEC, ITEMS>& in) {
+                                         RowInputs<T, D, VEC, ITEMS>& in) {
   if (row >= a.rows) return;
   const int64_t off = row * a.cols;
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
     const int c = (k * tpr + t) * VEC;
     if (c >= a.cols) continue;
-    in.dy[k] = load_pack<T, VEC>(static_cast<const T*>(a.dy) + off + c);
+    in.dy[k] = load_pack<D, VEC>(static_cast<const D*>(a.dy) + off + c);
     in.x[k] = load_pack<T, VEC>(static_cast<const T*>(a.x) + off + c);
     if (a.dresidual) in.dres[k] = load_pack<T, VEC>(static_cast<const T*>(a.dresidual) + off + c);
   }
@@ -48,8 +51,9 @@ __device__ __forceinline__ void load_row(const NormBackwardArgs& a, int64_t row,
 // loading the next row while it works on this one and keeping its
 // dweight/dbias sums in registers; the groups of a block then add up in slot
 // order, and the block writes one partial row of [dweight | dbias] (2 * cols
-// floats) to `partials` (null: no parameter gradients).
-template <typename T, typename W, int VEC, int ITEMS, bool RMS>
+// floats) to `partials` (null: no parameter gradients). dx is also written
+// as bf16 to a.dx_bf16 when that is set (T fp32 only).
+template <typename T, typename D, typename W, int VEC, int ITEMS, bool RMS>
 __global__ void __launch_bounds__(kMaxRowThreads)
     norm_backward_kernel(NormBackwardArgs a, int tpr, int rows_per_block, float* partials) {
   extern __shared__ float slot_sums[];  // [2 * cols] when rows_per_block > 1
@@ -67,13 +71,13 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 
   const int64_t step = static_cast<int64_t>(gridDim.x) * rows_per_block;
-  RowInputs<T, VEC, ITEMS> cur;
-  load_row<T, VEC, ITEMS, RMS>(a, static_cast<int64_t>(blockIdx.x) * rows_per_block + slot, tpr, t, cur);
+  RowInputs<T, D, VEC, ITEMS> cur;
+  load_row<T, D, VEC, ITEMS, RMS>(a, static_cast<int64_t>(blockIdx.x) * rows_per_block + slot, tpr, t, cur);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < a.rows; base += step) {
     const int64_t row = base + slot;
     const bool valid = row < a.rows;
-    RowInputs<T, VEC, ITEMS> next;
-    load_row<T, VEC, ITEMS, RMS>(a, row + step, tpr, t, next);
+    RowInputs<T, D, VEC, ITEMS> next;
+    load_row<T, D, VEC, ITEMS, RMS>(a, row + step, tpr, t, next);
     const float mean = cur.mean, rstd = cur.rstd;
     // g = dy * weight; the row needs sum(g) and sum(g * hhat).
     float2 s = make_float2(0.f, 0.f);
@@ -94,6 +98,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     const float mean_g = RMS ? 0.f : s.x * inv_cols;
     const float mean_gh = s.y * inv_cols;
     T* dx = static_cast<T*>(a.dx) + (valid ? row * cols : 0);
+    bf16* dx_bf16 = a.dx_bf16 ? static_cast<bf16*>(a.dx_bf16) + (valid ? row * cols : 0) : nullptr;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       const int c = (k * tpr + t) * VEC;
@@ -109,6 +114,9 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         db[k][j] += d;
       }
       store_floats<T, VEC>(dx + c, out);
+      if constexpr (std::is_same_v<T, float>) {
+        if (dx_bf16) store_floats<bf16, VEC>(dx_bf16 + c, out);
+      }
     }
     cur = next;
   }
@@ -154,7 +162,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   }
 }
 
-template <typename T, typename W, int VEC, bool RMS>
+template <typename T, typename D, typename W, int VEC, bool RMS>
 cudaError_t launch_norm_backward(const NormBackwardArgs& a, const RowLayout& l, cudaStream_t stream) {
   const int blocks = norm_backward_blocks(a.rows, l.rows_per_block);
   const bool params = a.dweight || a.dbias;
@@ -163,20 +171,20 @@ cudaError_t launch_norm_backward(const NormBackwardArgs& a, const RowLayout& l, 
   const dim3 block(l.threads());
   switch (l.items) {
     case 1:
-      norm_backward_kernel<T, W, VEC, 1, RMS><<<blocks, block, smem, stream>>>(a, l.tpr, l.rows_per_block, partials);
+      norm_backward_kernel<T, D, W, VEC, 1, RMS><<<blocks, block, smem, stream>>>(a, l.tpr, l.rows_per_block, partials);
       break;
     case 2:
-      norm_backward_kernel<T, W, VEC, 2, RMS><<<blocks, block, smem, stream>>>(a, l.tpr, l.rows_per_block, partials);
+      norm_backward_kernel<T, D, W, VEC, 2, RMS><<<blocks, block, smem, stream>>>(a, l.tpr, l.rows_per_block, partials);
       break;
     case 3:
-      norm_backward_kernel<T, W, VEC, 3, RMS><<<blocks, block, smem, stream>>>(a, l.tpr, l.rows_per_block, partials);
+      norm_backward_kernel<T, D, W, VEC, 3, RMS><<<blocks, block, smem, stream>>>(a, l.tpr, l.rows_per_block, partials);
       break;
     case 4:
-      norm_backward_kernel<T, W, VEC, 4, RMS><<<blocks, block, smem, stream>>>(a, l.tpr, l.rows_per_block, partials);
+      norm_backward_kernel<T, D, W, VEC, 4, RMS><<<blocks, block, smem, stream>>>(a, l.tpr, l.rows_per_block, partials);
       break;
     default:
       if constexpr (VEC != 1) return cudaErrorInvalidValue;  // choose_row_layout gives 8 only when VEC == 1
-      norm_backward_kernel<T, W, 1, 8, RMS><<<blocks, block, smem, stream>>>(a, l.tpr, l.rows_per_block, partials);
+      norm_backward_kernel<T, D, W, 1, 8, RMS><<<blocks, block, smem, stream>>>(a, l.tpr, l.rows_per_block, partials);
       break;
   }
   cudaError_t rc = launch_status();
@@ -196,18 +204,27 @@ cudaError_t norm_backward(const NormBackwardArgs& a, cudaStream_t stream) {
       (!a.workspace || !aligned16(a.workspace) || a.workspace_bytes < norm_backward_workspace_size(a.rows, a.cols))) {
     return cudaErrorInvalidValue;
   }
+  if ((a.bf16_dy || a.dx_bf16) && a.act_dtype != DType::kFloat32) return cudaErrorInvalidValue;
   if (a.rows == 0) return cudaSuccess;
   return dispatch_act_param(a.act_dtype, a.param_dtype, [&](auto act, auto param) -> cudaError_t {
     using T = typename decltype(act)::type;
     using W = typename decltype(param)::type;
     constexpr int kVec = kVec16<T>;
     const bool vec = a.cols % kVec == 0 && aligned16(a.dy) && aligned16(a.x) && aligned16(a.weight) &&
-                     aligned16(a.dresidual) && aligned16(a.dx);
+                     aligned16(a.dresidual) && aligned16(a.dx) && aligned16(a.dx_bf16);
     RowLayout l;
     // Few items per thread: the next row's inputs are in registers too.
     const int preferred = !vec ? 4 : kVec == 8 ? 1 : 2;
     if (!choose_row_layout(a.cols, vec ? kVec : 1, preferred, &l)) return cudaErrorInvalidValue;
-    return vec ? launch_norm_backward<T, W, kVec, RMS>(a, l, stream) : launch_norm_backward<T, W, 1, RMS>(a, l, stream);
+    auto launch = [&](auto dy_tag) -> cudaError_t {
+      using D = typename decltype(dy_tag)::type;
+      return vec ? launch_norm_backward<T, D, W, kVec, RMS>(a, l, stream)
+                 : launch_norm_backward<T, D, W, 1, RMS>(a, l, stream);
+    };
+    if constexpr (std::is_same_v<T, float>) {
+      if (a.bf16_dy) return launch(TypeTag<bf16>{});
+    }
+    return launch(TypeTag<T>{});
   });
 }
 

@@ -1,5 +1,7 @@
 // Forward of the fused residual add + LayerNorm / RMSNorm (normalization.h).
 
+#include <type_traits>
+
 #include "models/kernels/normalization.h"
 #include "models/kernels/row_layout.cuh"
 
@@ -7,29 +9,33 @@ namespace dtrain::kernels {
 namespace detail {
 namespace {
 
-template <typename T, int VEC, int ITEMS>
+// x in U (the activation dtype T, or bf16 under an fp32 stream), the
+// residual stream in T.
+template <typename T, typename U, int VEC, int ITEMS>
 struct ForwardRow {
-  Pack<T, VEC> x[ITEMS], res[ITEMS];
+  Pack<U, VEC> x[ITEMS];
+  Pack<T, VEC> res[ITEMS];
 };
 
-template <typename T, int VEC, int ITEMS>
+template <typename T, typename U, int VEC, int ITEMS>
 __device__ __forceinline__ void load_forward_row(const NormForwardArgs& a, int64_t row, int tpr, int t,
-                                                 ForwardRow<T, VEC, ITEMS>& in) {
+                                                 ForwardRow<T, U, VEC, ITEMS>& in) {
   if (row >= a.rows) return;
   const int64_t off = row * a.cols;
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
     const int c = (k * tpr + t) * VEC;
     if (c >= a.cols) continue;
-    in.x[k] = load_pack<T, VEC>(static_cast<const T*>(a.x) + off + c);
+    in.x[k] = load_pack<U, VEC>(static_cast<const U*>(a.x) + off + c);
     if (a.residual) in.res[k] = load_pack<T, VEC>(static_cast<const T*>(a.residual) + off + c);
   }
 }
 
 // Persistent: each row group walks rows base + slot, base += gridDim.x *
 // rows_per_block, loading the next row while it normalises this one; the
-// weight and bias stay in registers.
-template <typename T, typename W, int VEC, int ITEMS, bool RMS>
+// weight and bias stay in registers. T: the residual stream's dtype (the
+// activation dtype), U: x's, Y: y's (each T, or bf16 under an fp32 stream).
+template <typename T, typename U, typename Y, typename W, int VEC, int ITEMS, bool RMS>
 __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(NormForwardArgs a, int tpr, int rows_per_block) {
   __shared__ float2 scratch[32];
   const int slot = threadIdx.x / tpr;
@@ -46,13 +52,13 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(NormForwar
     if (bias) load_raw<W, VEC>(bias + c, bp[k]);
   }
   const int64_t step = static_cast<int64_t>(gridDim.x) * rows_per_block;
-  ForwardRow<T, VEC, ITEMS> cur;
-  load_forward_row<T, VEC, ITEMS>(a, static_cast<int64_t>(blockIdx.x) * rows_per_block + slot, tpr, t, cur);
+  ForwardRow<T, U, VEC, ITEMS> cur;
+  load_forward_row<T, U, VEC, ITEMS>(a, static_cast<int64_t>(blockIdx.x) * rows_per_block + slot, tpr, t, cur);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < a.rows; base += step) {
     const int64_t row = base + slot;
     const bool valid = row < a.rows;
-    ForwardRow<T, VEC, ITEMS> next;
-    load_forward_row<T, VEC, ITEMS>(a, row + step, tpr, t, next);
+    ForwardRow<T, U, VEC, ITEMS> next;
+    load_forward_row<T, U, VEC, ITEMS>(a, row + step, tpr, t, next);
     const int64_t off = valid ? row * cols : 0;
     T* res_out = a.residual_out ? static_cast<T*>(a.residual_out) + off : nullptr;
     float h[ITEMS][VEC];
@@ -61,19 +67,20 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(NormForwar
     for (int k = 0; k < ITEMS; ++k) {
       const int c = (k * tpr + t) * VEC;
       const bool in = valid && c < cols;
+      Pack<T, VEC> stream;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         float v = 0.f;
         if (in) {
-          // Round the sum to the stored dtype: the norm sees what backward reads.
+          // Round the sum to the stream's dtype: the norm sees what backward reads.
           v = a.residual ? to_float(from_float<T>(to_float(cur.x[k].v[j]) + to_float(cur.res[k].v[j])))
                          : to_float(cur.x[k].v[j]);
-          cur.x[k].v[j] = from_float<T>(v);
         }
+        stream.v[j] = from_float<T>(v);
         h[k][j] = v;
         sum += v;
       }
-      if (in && res_out) store_pack<T, VEC>(res_out + c, cur.x[k]);
+      if (in && res_out) store_pack<T, VEC>(res_out + c, stream);
     }
     // Two passes over the registers: the mean, then the squared deviations.
     float mean = 0.f;
@@ -94,7 +101,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(NormForwar
         if (!RMS && a.mean) a.mean[row] = mean;
         if (a.rstd) a.rstd[row] = rstd;
       }
-      T* y = static_cast<T*>(a.y) + off;
+      Y* y = static_cast<Y*>(a.y) + off;
 #pragma unroll
       for (int k = 0; k < ITEMS; ++k) {
         const int c = (k * tpr + t) * VEC;
@@ -104,14 +111,14 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(NormForwar
         for (int j = 0; j < VEC; ++j) {
           out[j] = (h[k][j] - mean) * rstd * to_float(wp[k].v[j]) + (bias ? to_float(bp[k].v[j]) : 0.f);
         }
-        store_floats<T, VEC>(y + c, out);
+        store_floats<Y, VEC>(y + c, out);
       }
     }
     cur = next;
   }
 }
 
-template <typename T, typename W, int VEC, bool RMS>
+template <typename T, typename U, typename Y, typename W, int VEC, bool RMS>
 cudaError_t launch_norm_forward(const NormForwardArgs& a, const RowLayout& l, cudaStream_t stream) {
   // As many blocks as fit at once (2048 threads per multiprocessor); the
   // grid only bounds the work per block, so it needs no occupancy query.
@@ -120,20 +127,20 @@ cudaError_t launch_norm_forward(const NormForwardArgs& a, const RowLayout& l, cu
   const dim3 block(l.threads());
   switch (l.items) {
     case 1:
-      norm_forward_kernel<T, W, VEC, 1, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      norm_forward_kernel<T, U, Y, W, VEC, 1, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
       break;
     case 2:
-      norm_forward_kernel<T, W, VEC, 2, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      norm_forward_kernel<T, U, Y, W, VEC, 2, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
       break;
     case 3:
-      norm_forward_kernel<T, W, VEC, 3, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      norm_forward_kernel<T, U, Y, W, VEC, 3, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
       break;
     case 4:
-      norm_forward_kernel<T, W, VEC, 4, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      norm_forward_kernel<T, U, Y, W, VEC, 4, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
       break;
     default:
       if constexpr (VEC != 1) return cudaErrorInvalidValue;  // choose_row_layout gives 8 only when VEC == 1
-      norm_forward_kernel<T, W, 1, 8, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      norm_forward_kernel<T, U, Y, W, 1, 8, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
       break;
   }
   return launch_status();
@@ -143,6 +150,7 @@ template <bool RMS>
 cudaError_t norm_forward(const NormForwardArgs& a, cudaStream_t stream) {
   if (!a.x || !a.y || !a.weight || a.rows < 0 || a.cols <= 0 || (RMS && a.bias)) return cudaErrorInvalidValue;
   if (a.rows == 0) return cudaSuccess;
+  if ((a.bf16_x || a.bf16_y) && a.act_dtype != DType::kFloat32) return cudaErrorInvalidValue;
   return dispatch_act_param(a.act_dtype, a.param_dtype, [&](auto act, auto param) -> cudaError_t {
     using T = typename decltype(act)::type;
     using W = typename decltype(param)::type;
@@ -154,7 +162,17 @@ cudaError_t norm_forward(const NormForwardArgs& a, cudaStream_t stream) {
     // threads, more rows in flight: measured fastest on an H100).
     const int preferred = vec ? 1 : 4;
     if (!choose_row_layout(a.cols, vec ? kVec : 1, preferred, &l)) return cudaErrorInvalidValue;
-    return vec ? launch_norm_forward<T, W, kVec, RMS>(a, l, stream) : launch_norm_forward<T, W, 1, RMS>(a, l, stream);
+    auto launch = [&](auto x_tag, auto y_tag) -> cudaError_t {
+      using U = typename decltype(x_tag)::type;
+      using Y = typename decltype(y_tag)::type;
+      return vec ? launch_norm_forward<T, U, Y, W, kVec, RMS>(a, l, stream)
+                 : launch_norm_forward<T, U, Y, W, 1, RMS>(a, l, stream);
+    };
+    if constexpr (std::is_same_v<T, float>) {
+      if (a.bf16_x) return a.bf16_y ? launch(TypeTag<bf16>{}, TypeTag<bf16>{}) : launch(TypeTag<bf16>{}, TypeTag<T>{});
+      if (a.bf16_y) return launch(TypeTag<T>{}, TypeTag<bf16>{});
+    }
+    return launch(TypeTag<T>{}, TypeTag<T>{});
   });
 }
 

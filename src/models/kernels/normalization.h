@@ -30,6 +30,15 @@
 // small one that sums the partials column by column in a fixed order
 // (deterministic, no atomics).
 //
+// Mixed precision (an fp32 residual stream under bf16 autocast, as PyTorch
+// keeps it): with act_dtype fp32, forward's x (the update added to the
+// stream) and y (the normed output, which feeds bf16 matmuls) may each be
+// bf16 (bf16_x, bf16_y), and backward's dy may be bf16 (bf16_dy) and dx may
+// also be written as bf16 (dx_bf16, for a bf16 update's gradient); the
+// stream (residual, residual_out, dresidual, dx) and all arithmetic stay
+// fp32. y in bf16 is the fp32 result rounded once, as a cast after the norm
+// would give.
+//
 // Aliasing: every output may alias an input of the same shape (y == x,
 // residual_out == residual, dx == dresidual or dy): each element is read and
 // written by the same thread. dweight/dbias must not alias anything.
@@ -56,6 +65,8 @@ struct NormForwardArgs {
   float eps = 1e-5f;
   DType act_dtype = DType::kBFloat16;
   DType param_dtype = DType::kBFloat16;
+  bool bf16_x = false;  // x is bf16 while act_dtype is fp32
+  bool bf16_y = false;  // y is bf16 while act_dtype is fp32
 };
 
 struct NormBackwardArgs {
@@ -75,6 +86,8 @@ struct NormBackwardArgs {
   int cols = 0;
   DType act_dtype = DType::kBFloat16;
   DType param_dtype = DType::kBFloat16;
+  bool bf16_dy = false;     // dy is bf16 while act_dtype is fp32
+  void* dx_bf16 = nullptr;  // [rows, cols] or null: dx again, rounded to bf16 (act_dtype fp32 only)
 };
 
 cudaError_t layer_norm_forward(const NormForwardArgs& args, cudaStream_t stream);

@@ -20,13 +20,14 @@ struct NormCase {
   int cols;
   bool residual = true;   // fused residual add, and a residual gradient in backward
   bool misalign = false;  // x, y, dy, dx one element past a 16-byte boundary: the scalar path
+  bool mixed = false;     // fp32 stream, bf16 x, y and dy, dx also as bf16 (autocast's layout)
 };
 
 std::string case_name(const ::testing::TestParamInfo<NormCase>& info) {
   const NormCase& c = info.param;
   return std::string(c.rms ? "rms" : "ln") + "_" + dtype_name(c.act) + "_" + dtype_name(c.param) + "_r" +
          std::to_string(c.rows) + "_c" + std::to_string(c.cols) + (c.residual ? "_res" : "") +
-         (c.misalign ? "_misaligned" : "");
+         (c.misalign ? "_misaligned" : "") + (c.mixed ? "_bf16_io" : "");
 }
 
 // A tensor whose data starts `shift` elements into its allocation.
@@ -54,14 +55,16 @@ TEST_P(NormTest, ForwardAndBackwardMatchReferenceAndAreDeterministic) {
   const NormCase c = GetParam();
   const size_t n = static_cast<size_t>(c.rows) * c.cols;
   const double eps = 1e-5;
-  const auto x = random_values(n, 1, c.act);
+  // x, y and dy in `io` (bf16 beside an fp32 stream when mixed).
+  const DType io = c.mixed ? DType::kBFloat16 : c.act;
+  const auto x = random_values(n, 1, io);
   const auto res = c.residual ? random_values(n, 2, c.act) : std::vector<float>{};
   const auto w = random_values(c.cols, 3, c.param, 0.2f, 1.f);
   const auto b = c.rms ? std::vector<float>{} : random_values(c.cols, 4, c.param, 0.2f);
-  const auto dy = random_values(n, 5, c.act);
+  const auto dy = random_values(n, 5, io);
   const auto dres = c.residual ? random_values(n, 6, c.act) : std::vector<float>{};
 
-  View x_d(n, c.act, c.misalign), dy_d(n, c.act, c.misalign), y(n, c.act, c.misalign);
+  View x_d(n, io, c.misalign), dy_d(n, io, c.misalign), y(n, io, c.misalign);
   DeviceTensor res_d(n, c.act), res_out(n, c.act), w_d(w, c.param), b_d(c.cols, c.param), mean(c.rows, DType::kFloat32),
       rstd(c.rows, DType::kFloat32);
   x_d.upload(x);
@@ -83,6 +86,7 @@ TEST_P(NormTest, ForwardAndBackwardMatchReferenceAndAreDeterministic) {
   f.eps = static_cast<float>(eps);
   f.act_dtype = c.act;
   f.param_dtype = c.param;
+  f.bf16_x = f.bf16_y = c.mixed;
   DTRAIN_CUDA_OK(run_forward(c, f));
   DTRAIN_CUDA_OK(cudaDeviceSynchronize());
 
@@ -90,7 +94,7 @@ TEST_P(NormTest, ForwardAndBackwardMatchReferenceAndAreDeterministic) {
   const auto h = res_out.download();
   std::vector<double> h_ref(ref.h.begin(), ref.h.end());
   EXPECT_TRUE(all_close(h, h_ref, rtol_for(c.act))) << "residual_out";
-  EXPECT_TRUE(all_close(y.download(n), ref.y, rtol_for(c.act))) << "y";
+  EXPECT_TRUE(all_close(y.download(n), ref.y, rtol_for(io))) << "y";
   // Statistics are fp32 from the same inputs: judged against the row's scale.
   std::vector<double> row_scale(c.rows);
   for (int64_t r = 0; r < c.rows; ++r) row_scale[r] = 1.0 / ref.rstd[r];
@@ -103,7 +107,7 @@ TEST_P(NormTest, ForwardAndBackwardMatchReferenceAndAreDeterministic) {
   const size_t ws_bytes = norm_backward_workspace_size(c.rows, c.cols);
   DeviceBytes ws(ws_bytes);
   DeviceTensor dres_d(n, c.act), dw(c.cols, c.param), db(c.cols, c.param);
-  View dx(n, c.act, c.misalign);
+  View dx(n, c.act, c.misalign), dx_bf16(n, DType::kBFloat16, c.misalign);
   if (c.residual) dres_d.upload(dres);
   NormBackwardArgs g;
   g.dy = dy_d.ptr();
@@ -121,11 +125,16 @@ TEST_P(NormTest, ForwardAndBackwardMatchReferenceAndAreDeterministic) {
   g.cols = c.cols;
   g.act_dtype = c.act;
   g.param_dtype = c.param;
+  g.bf16_dy = c.mixed;
+  g.dx_bf16 = c.mixed ? dx_bf16.ptr() : nullptr;
   DTRAIN_CUDA_OK(run_backward(c, g));
   DTRAIN_CUDA_OK(cudaDeviceSynchronize());
 
   const auto bref = reference::norm_backward(c.rms, dy, h, w, dres, c.rows, c.cols, eps);
   EXPECT_TRUE(all_close(dx.download(n), bref.dx, rtol_for(c.act))) << "dx";
+  if (c.mixed) {
+    EXPECT_TRUE(all_close(dx_bf16.download(n), bref.dx, rtol_for(DType::kBFloat16))) << "dx as bf16";
+  }
   EXPECT_TRUE(all_close(dw.download(), bref.dweight, rtol_for(c.param), &bref.dweight_abs)) << "dweight";
   if (!c.rms) {
     EXPECT_TRUE(all_close(db.download(), bref.dbias, rtol_for(c.param), &bref.dbias_abs)) << "dbias";
@@ -162,6 +171,10 @@ std::vector<NormCase> norm_cases() {
     out.push_back({rms, DType::kFloat32, DType::kFloat32, 129, 4001});
     out.push_back({rms, DType::kBFloat16, DType::kFloat32, 100, 768, true, true});
     out.push_back({rms, DType::kFloat32, DType::kFloat32, 100, 1600, true, true});
+    // Autocast's layout: fp32 stream, bf16 update, output and gradient.
+    for (int cols : {768, 2048}) out.push_back({rms, DType::kFloat32, DType::kFloat32, 333, cols, true, false, true});
+    out.push_back({rms, DType::kFloat32, DType::kFloat32, 333, 768, false, false, true});
+    out.push_back({rms, DType::kFloat32, DType::kFloat32, 129, 4001, true, false, true});  // scalar path
   }
   return out;
 }
