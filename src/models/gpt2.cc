@@ -13,6 +13,12 @@ nn::LayerNorm layerNorm(const LanguageModelConfig& c) {
   return nn::LayerNorm(nn::LayerNormOptions({c.dim}).eps(c.norm_eps));
 }
 
+// The stream, its pending update added, and its normalisation by `norm`.
+ops::ResidualAndNormed addLayerNorm(const ResidualStream& in, const nn::LayerNorm& norm, double eps) {
+  if (in.pending.defined()) return ops::addLayerNorm(in.residual, in.pending, norm->weight, norm->bias, eps);
+  return {in.residual, ops::layerNorm(in.residual, norm->weight, norm->bias, eps)};
+}
+
 class Gpt2Attention : public nn::Module {
  public:
   explicit Gpt2Attention(const LanguageModelConfig& c)
@@ -36,13 +42,13 @@ class Gpt2Attention : public nn::Module {
   // q, k, v of x [B, T, dim], each [B, heads, T, head_dim].
   std::vector<torch::Tensor> byHead(const torch::Tensor& x) {
     const int64_t batch = x.size(0), seq = x.size(1), dim = x.size(2);
-    std::vector<torch::Tensor> qkv = c_attn->forward(x).split(dim, -1);
+    std::vector<torch::Tensor> qkv = ops::linear(x, c_attn->weight, c_attn->bias).split(dim, -1);
     for (torch::Tensor& t : qkv) t = t.view({batch, seq, heads_, dim / heads_}).transpose(1, 2);
     return qkv;
   }
   // The heads' outputs y [B, heads, T, head_dim] back to x's shape, projected.
   torch::Tensor output(const torch::Tensor& y, const torch::Tensor& x) {
-    return c_proj->forward(y.transpose(1, 2).reshape({x.size(0), x.size(1), x.size(2)}));
+    return ops::linear(y.transpose(1, 2).reshape({x.size(0), x.size(1), x.size(2)}), c_proj->weight, c_proj->bias);
   }
 
   int64_t heads_;
@@ -59,7 +65,7 @@ class Gpt2Mlp : public nn::Module {
         c_proj(register_module("c_proj", nn::Linear(c.ffn_dim, c.dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    return c_proj->forward(ops::linearGelu(x, c_fc->weight, c_fc->bias));
+    return ops::linear(ops::linearGelu(x, c_fc->weight, c_fc->bias), c_proj->weight, c_proj->bias);
   }
 
   nn::Linear c_fc;
@@ -75,21 +81,24 @@ class Gpt2Block : public TransformerBlock {
         ln_2(register_module("ln_2", layerNorm(c))),
         mlp(register_module("mlp", std::make_shared<Gpt2Mlp>(c))) {}
 
-  torch::Tensor forward(const torch::Tensor& x) override {
-    return around(x, [&](const torch::Tensor& normed) { return attn->forward(normed); });
+  ResidualStream forwardStream(const ResidualStream& in) override {
+    return around(in, [&](const torch::Tensor& normed) { return attn->forward(normed); });
   }
 
   torch::Tensor forwardCached(const torch::Tensor& x, KvSlot slot) override {
-    return around(x, [&](const torch::Tensor& normed) { return attn->forwardCached(normed, slot); });
+    return around(ResidualStream{x, {}}, [&](const torch::Tensor& normed) { return attn->forwardCached(normed, slot); })
+        .value();
   }
 
  private:
-  // The block around its attention `attend` (of the normed stream).
+  // The block around its attention `attend` (of the normed stream); the
+  // MLP's output is left pending.
   template <typename Attend>
-  torch::Tensor around(const torch::Tensor& x, Attend attend) {
-    const torch::Tensor attended = attend(ops::layerNorm(x, ln_1->weight, ln_1->bias, eps_));
-    const ops::ResidualAndNormed mid = ops::addLayerNorm(x, attended, ln_2->weight, ln_2->bias, eps_);
-    return mid.residual + mlp->forward(mid.normed);
+  ResidualStream around(const ResidualStream& in, Attend attend) {
+    const ops::ResidualAndNormed first = addLayerNorm(in, ln_1, eps_);
+    const torch::Tensor attended = attend(first.normed);
+    const ops::ResidualAndNormed mid = ops::addLayerNorm(first.residual, attended, ln_2->weight, ln_2->bias, eps_);
+    return {mid.residual, mlp->forward(mid.normed)};
   }
 
   double eps_;
@@ -145,6 +154,10 @@ torch::Tensor Gpt2::embedAt(const torch::Tensor& tokens, int64_t first_position)
 
 torch::Tensor Gpt2::finalNorm(const torch::Tensor& x) {
   return ops::layerNorm(x, ln_f_->weight, ln_f_->bias, config().norm_eps);
+}
+
+torch::Tensor Gpt2::finalNormOf(const ResidualStream& stream) {
+  return addLayerNorm(stream, ln_f_, config().norm_eps).normed;
 }
 
 torch::Tensor Gpt2::outputWeight() { return lm_head_ ? lm_head_->weight : wte_->weight; }

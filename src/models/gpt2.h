@@ -24,6 +24,7 @@ class Gpt2 : public LanguageModel {
   torch::Tensor embed(const torch::Tensor& tokens) override;
   torch::Tensor embedAt(const torch::Tensor& tokens, int64_t first_position) override;
   torch::Tensor finalNorm(const torch::Tensor& x) override;
+  torch::Tensor finalNormOf(const ResidualStream& stream) override;
   torch::Tensor outputWeight() override;
   std::vector<torch::Tensor> embeddingParameters() override;
   std::vector<torch::Tensor> headParameters() override;

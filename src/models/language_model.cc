@@ -51,9 +51,9 @@ torch::Tensor LanguageModel::hidden(const torch::Tensor& tokens) {
     throw ConfigError("language model '" + config_.name + "': input has " + std::to_string(tokens.size(1)) +
                       " tokens per sequence, more than its " + std::to_string(config_.max_seq_len) + " positions");
   }
-  torch::Tensor x = embed(tokens);
-  for (const auto& block : blocks_) x = block->forward(x);
-  return finalNorm(x);
+  ResidualStream stream{embed(tokens), {}};
+  for (const auto& block : blocks_) stream = block->forwardStream(stream);
+  return finalNormOf(stream);
 }
 
 torch::Tensor LanguageModel::forward(torch::Tensor tokens) {

@@ -9,6 +9,8 @@
 // (ZeRO-3 gathers one unit at a time) can run it unit by unit:
 //   x = embed(tokens); for (block : blocks()) x = block->forward(x);
 //   h = finalNorm(x); logits = ops::classifier(h, outputWeight());
+// (forward itself hands the blocks a ResidualStream, the same values with
+// each block's last residual add done inside the next norm.)
 // Sampling feeds each new token once through forwardCached (kv_cache.h),
 // the blocks reading earlier positions' keys and values from the cache.
 // The units' parameters: embeddingParameters(), each block's parameters(),
@@ -31,11 +33,27 @@
 
 namespace dtrain::models {
 
+// The residual stream between blocks as they hand it on: its value is
+// residual + pending, where pending is the previous block's last update
+// (its MLP's output) not yet added, or undefined. The next block's first
+// norm adds it inside its fused kernel (ops::addLayerNorm / addRmsNorm):
+// no pass of its own over the stream forward, and backward needs no
+// separate sum of the two gradients that reach the stream.
+struct ResidualStream {
+  torch::Tensor residual;
+  torch::Tensor pending;
+  torch::Tensor value() const { return pending.defined() ? residual + pending : residual; }
+};
+
 // One transformer block: the residual stream [B, T, dim] in, the same
 // shape out. Whatever else it needs (rotary tables) it holds itself.
 class TransformerBlock : public torch::nn::Module {
  public:
-  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // forward(x) = forwardStream({x, {}}).value().
+  torch::Tensor forward(const torch::Tensor& x) { return forwardStream(ResidualStream{x, {}}).value(); }
+  // The block on a stream whose last update may still be pending; returns
+  // the stream with this block's last update pending.
+  virtual ResidualStream forwardStream(const ResidualStream& in) = 0;
   // forward for the new positions slot.offset().. of x [B, t, dim], the
   // earlier ones' keys and values read from the slot, this chunk's
   // appended to it. The default throws ConfigError (no cached decoding).
@@ -66,6 +84,8 @@ class LanguageModel : public Model {
   virtual torch::Tensor embedAt(const torch::Tensor& tokens, int64_t first_position) = 0;
   const std::vector<std::shared_ptr<TransformerBlock>>& blocks() const { return blocks_; }
   virtual torch::Tensor finalNorm(const torch::Tensor& x) = 0;
+  // finalNorm(stream.value()), adding a pending update inside the norm.
+  virtual torch::Tensor finalNormOf(const ResidualStream& stream) { return finalNorm(stream.value()); }
   virtual torch::Tensor outputWeight() = 0;  // [vocab, dim]
 
   // The sharding units' parameters besides the blocks'.

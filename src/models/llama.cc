@@ -11,6 +11,12 @@ namespace nn = torch::nn;
 
 nn::Linear projection(int64_t in, int64_t out) { return nn::Linear(nn::LinearOptions(in, out).bias(false)); }
 
+// The stream, its pending update added, and its RMS normalisation.
+ops::ResidualAndNormed addRmsNorm(const ResidualStream& in, const torch::Tensor& weight, double eps) {
+  if (in.pending.defined()) return ops::addRmsNorm(in.residual, in.pending, weight, eps);
+  return {in.residual, ops::rmsNorm(in.residual, weight, eps)};
+}
+
 class RmsNorm : public nn::Module {
  public:
   explicit RmsNorm(int64_t dim) : weight(register_parameter("weight", torch::ones({dim}))) {}
@@ -90,21 +96,25 @@ class LlamaBlock : public TransformerBlock {
         ffn_norm(register_module("ffn_norm", std::make_shared<RmsNorm>(c.dim))),
         feed_forward(register_module("feed_forward", std::make_shared<LlamaFeedForward>(c))) {}
 
-  torch::Tensor forward(const torch::Tensor& x) override {
-    return around(x, [&](const torch::Tensor& normed) { return attention->forward(normed); });
+  ResidualStream forwardStream(const ResidualStream& in) override {
+    return around(in, [&](const torch::Tensor& normed) { return attention->forward(normed); });
   }
 
   torch::Tensor forwardCached(const torch::Tensor& x, KvSlot slot) override {
-    return around(x, [&](const torch::Tensor& normed) { return attention->forwardCached(normed, slot); });
+    return around(ResidualStream{x, {}},
+                  [&](const torch::Tensor& normed) { return attention->forwardCached(normed, slot); })
+        .value();
   }
 
  private:
-  // The block around its attention `attend` (of the normed stream).
+  // The block around its attention `attend` (of the normed stream); the
+  // feed-forward's output is left pending.
   template <typename Attend>
-  torch::Tensor around(const torch::Tensor& x, Attend attend) {
-    const torch::Tensor attended = attend(ops::rmsNorm(x, attention_norm->weight, eps_));
-    const ops::ResidualAndNormed mid = ops::addRmsNorm(x, attended, ffn_norm->weight, eps_);
-    return mid.residual + feed_forward->forward(mid.normed);
+  ResidualStream around(const ResidualStream& in, Attend attend) {
+    const ops::ResidualAndNormed first = addRmsNorm(in, attention_norm->weight, eps_);
+    const torch::Tensor attended = attend(first.normed);
+    const ops::ResidualAndNormed mid = ops::addRmsNorm(first.residual, attended, ffn_norm->weight, eps_);
+    return {mid.residual, feed_forward->forward(mid.normed)};
   }
 
   double eps_;
@@ -164,6 +174,10 @@ torch::Tensor Llama::embed(const torch::Tensor& tokens) { return tok_embeddings_
 torch::Tensor Llama::embedAt(const torch::Tensor& tokens, int64_t) { return embed(tokens); }
 
 torch::Tensor Llama::finalNorm(const torch::Tensor& x) { return ops::rmsNorm(x, norm_weight_, config().norm_eps); }
+
+torch::Tensor Llama::finalNormOf(const ResidualStream& stream) {
+  return addRmsNorm(stream, norm_weight_, config().norm_eps).normed;
+}
 
 torch::Tensor Llama::outputWeight() { return output_ ? output_->weight : tok_embeddings_->weight; }
 

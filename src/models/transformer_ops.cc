@@ -16,6 +16,17 @@ torch::ScalarType atLeastFloat(const torch::Tensor& x) {
   return x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
 }
 
+// A norm's output as the matmuls it feeds take it: under autocast, in
+// autocast's dtype (what they would cast it to; the fused kernels write it
+// so directly), else as it is.
+torch::Tensor forMatmul(const torch::Tensor& normed) {
+  const c10::DeviceType device = normed.device().type();
+  if ((device != c10::DeviceType::CPU && device != c10::DeviceType::CUDA) || !compat::isAutocastEnabled(device)) {
+    return normed;
+  }
+  return normed.to(compat::autocastDtype(device));
+}
+
 std::atomic<OpObserver*> g_observer{nullptr};
 thread_local int t_depth = 0;  // operations of this thread inside one another
 
@@ -59,38 +70,49 @@ void setOpObserver(OpObserver* observer) { g_observer.store(observer); }
 
 torch::Tensor layerNorm(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, double eps) {
   Observed observed(OpKind::kNorm, x);
-  if (auto result = fused::layerNorm(x, weight, bias, eps)) return *result;
-  return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+  if (auto result = fused::layerNorm(x, weight, bias, eps)) return forMatmul(*result);
+  return forMatmul(torch::layer_norm(x, {x.size(-1)}, weight, bias, eps));
 }
 
 ResidualAndNormed addLayerNorm(const torch::Tensor& residual, const torch::Tensor& update,
                                const torch::Tensor& weight, const torch::Tensor& bias, double eps) {
   Observed observed(OpKind::kNorm, residual);
-  if (auto result = fused::addLayerNorm(residual, update, weight, bias, eps)) return *result;
+  if (auto result = fused::addLayerNorm(residual, update, weight, bias, eps)) {
+    return {result->residual, forMatmul(result->normed)};
+  }
   torch::Tensor sum = residual + update;
   return {sum, layerNorm(sum, weight, bias, eps)};
 }
 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   Observed observed(OpKind::kNorm, x);
-  if (auto result = fused::rmsNorm(x, weight, eps)) return *result;
+  if (auto result = fused::rmsNorm(x, weight, eps)) return forMatmul(*result);
   const torch::Tensor wide = x.to(atLeastFloat(x));
   const torch::Tensor normed = wide * torch::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return normed.to(x.scalar_type()) * weight;
+  return forMatmul(normed.to(x.scalar_type()) * weight);
 }
 
 ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor& update,
                              const torch::Tensor& weight, double eps) {
   Observed observed(OpKind::kNorm, residual);
-  if (auto result = fused::addRmsNorm(residual, update, weight, eps)) return *result;
+  if (auto result = fused::addRmsNorm(residual, update, weight, eps)) {
+    return {result->residual, forMatmul(result->normed)};
+  }
   torch::Tensor sum = residual + update;
   return {sum, rmsNorm(sum, weight, eps)};
+}
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (!bias.defined() || x.dim() == 2) return torch::linear(x, weight, bias);
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  return torch::addmm(bias, x.reshape({-1, x.size(-1)}), weight.t()).view(sizes);
 }
 
 torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   Observed observed(OpKind::kMlpActivation, x);
   if (auto result = fused::linearGelu(x, weight, bias)) return *result;
-  return torch::gelu(F::linear(x, weight, bias), "tanh");
+  return torch::gelu(linear(x, weight, bias), "tanh");
 }
 
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {

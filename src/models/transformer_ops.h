@@ -7,6 +7,11 @@
 // that have them (unless DTRAIN_FUSED_KERNELS=0, or the kernel declines the
 // shape or dtype), everything else plain libtorch.
 //
+// The norms' outputs feed matmuls only: under autocast they come in
+// autocast's dtype (what the matmuls would cast them to), so the fused
+// kernels write them narrow and no cast runs; the residual stream keeps its
+// own dtype.
+//
 // Shapes: x is [..., dim]; heads are laid out [batch, seq, heads, head_dim]
 // before attention's transpose and [batch, heads, seq, head_dim] inside it.
 #pragma once
@@ -33,6 +38,12 @@ ResidualAndNormed addLayerNorm(const torch::Tensor& residual, const torch::Tenso
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor& update,
                              const torch::Tensor& weight, double eps);
+
+// x Wᵀ + b for x [..., in]: one matrix product with the bias added in its
+// epilogue (ATen's addmm over the flattened rows), where the C++
+// frontend's nn::Linear multiplies and then adds the bias in a second pass
+// over the output whenever x has more than two dimensions.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
 // GELU (tanh approximation, as GPT-2) of x Wᵀ + b: the MLP's first layer.
 torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);

@@ -4,6 +4,7 @@
 #include "libtorch/compat.h"
 #include "models/language_model.h"
 #include "models/lm_counts.h"
+#include "models/transformer_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -237,6 +238,34 @@ TEST(LmModelsTest, AutocastLogitsAreLowPrecisionLossIsFloat32) {
   EXPECT_EQ(logits.scalar_type(), torch::kBFloat16);
   EXPECT_EQ(loss.scalar_type(), torch::kFloat);
   EXPECT_NEAR(loss.item<double>(), model->loss(x, x).item<double>(), 0.05);
+}
+
+// The norms feed matmuls only, so under autocast they hand over autocast's
+// dtype (transformer_ops.h) while the residual stream keeps float32; the
+// values are the float32 norm's, rounded once.
+TEST(LmModelsTest, NormsUnderAutocastReturnAutocastsDtypeAndKeepTheStream) {
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({3, 5, 16}), update = torch::randn({3, 5, 16}).to(torch::kBFloat16);
+  const torch::Tensor w = torch::rand({16}) + 0.5, b = torch::randn({16});
+  const torch::Tensor ln = ops::layerNorm(x, w, b, 1e-5), rms = ops::rmsNorm(x, w, 1e-5);
+  compat::setAutocastDtype(c10::DeviceType::CPU, torch::kBFloat16);
+  compat::setAutocastEnabled(c10::DeviceType::CPU, true);
+  const torch::Tensor ln_auto = ops::layerNorm(x, w, b, 1e-5), rms_auto = ops::rmsNorm(x, w, 1e-5);
+  const ops::ResidualAndNormed added = ops::addLayerNorm(x, update, w, b, 1e-5);
+  const ops::ResidualAndNormed added_rms = ops::addRmsNorm(x, update, w, 1e-5);
+  compat::setAutocastEnabled(c10::DeviceType::CPU, false);
+  at::autocast::clear_cache();
+  EXPECT_EQ(ln.scalar_type(), torch::kFloat);
+  EXPECT_EQ(ln_auto.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(rms_auto.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(ln_auto, ln.to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(rms_auto, rms.to(torch::kBFloat16)));
+  EXPECT_EQ(added.residual.scalar_type(), torch::kFloat);
+  EXPECT_EQ(added.normed.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(added.residual, x + update.to(torch::kFloat)));
+  EXPECT_TRUE(torch::equal(added.normed, ops::layerNorm(added.residual, w, b, 1e-5).to(torch::kBFloat16)));
+  EXPECT_EQ(added_rms.normed.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(added_rms.normed, ops::rmsNorm(added_rms.residual, w, 1e-5).to(torch::kBFloat16)));
 }
 
 // On a GPU (skipped elsewhere): float32 logits agree with the CPU's, and a
