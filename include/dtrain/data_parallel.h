@@ -28,7 +28,8 @@
 //   unused parameters need no flag and every rank runs the same collectives.
 // - Gradients accumulate across backward passes until zeroGrad(); inside a
 //   noSync() scope backward only accumulates locally, and the next backward
-//   outside it averages the sum (gradient accumulation as with DDP.no_sync()).
+//   outside it averages the sum (gradient accumulation as with DDP.no_sync());
+//   with shard_gradients every backward is reduced (see below).
 // - Buffers (BatchNorm running statistics) are not averaged. As with DDP's
 //   broadcast_buffers, rank 0's buffers are the model's: syncBuffers()
 //   broadcasts them, and dtrain train calls it before evaluation and
@@ -37,6 +38,29 @@
 // - Do not replace parameter tensors, call .to() on the module, or set
 //   .grad to undefined after construction (zeroGrad() zeros in place): the
 //   views would be lost. Move the module to its device first.
+// - ZeRO-2 (options.shard_gradients; FSDP's SHARD_GRAD_OP): no rank keeps
+//   a full gradient. Every bucket is padded to a multiple of 64 x N
+//   elements (the parameters move with it) and rank r owns the r-th 1/N of
+//   each bucket: shards() lists those slices, their gradients views into
+//   one shard buffer per slab (1/N of the slab). During backward a
+//   parameter's gradient, as autograd produced it, is added into its
+//   bucket's staging buffer and dropped (.grad stays undefined); a bucket
+//   whose gradients are all there is reduce-scattered (averaged) as above,
+//   overlapping the rest of backward, and this rank's part is added into
+//   its shard. Buckets launch in the order backward is expected to finish
+//   them across slabs (by their earliest registered parameter, latest
+//   first) rather than slab by slab, so that buckets waiting for their turn
+//   do not pile up in staging buffers. Staging buffers come from a pool of buffers the
+//   size of the largest bucket: two at first, reused once their bucket's
+//   reduce-scatter is done (on CUDA: stream-ordered through events, no host
+//   wait, so a step can be captured), and one more only while every buffer
+//   holds a bucket whose gradients are still arriving. Every backward is
+//   reduced, noSync() included (there is no full gradient to accumulate
+//   into); the shards add up across backwards until zeroGrad(), so
+//   accumulation sums the per-backward averages. slabs() keep their
+//   parameters but no gradient (FlatSlab::grad undefined): optimizers take
+//   shardLayout() (makeShardedOptimizer) and clip shards() with the
+//   communicator (clipGradNormOnDevice).
 // - A failed or timed-out all-reduce surfaces from backward() (CommError).
 // - An observer (setObserver) is told when each backward starts and ends
 //   and when each bucket is ready and reduced; timing, timelines and
@@ -72,6 +96,9 @@ struct DataParallelOptions {
   // optimizer splits slabs into equal slices. slabNumel() gives the length
   // before padding.
   int64_t slab_multiple = 1;
+  // ZeRO-2: reduce-scatter the buckets and keep 1/N of the gradients (see
+  // the contract).
+  bool shard_gradients = false;
 };
 
 // One bucket: a contiguous slice [offset, offset + numel) of slab `slab`'s
@@ -120,8 +147,21 @@ class DataParallel {
   // The flat parameter/gradient slabs, one per dtype, for optimizers.
   const std::vector<FlatSlab>& slabs() const { return slabs_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // Slab i's parameters' length, without the slab_multiple padding.
+  // Slab i's parameters' length, without the slab_multiple padding (and
+  // without the ZeRO-2 bucket padding: the unsharded layout).
   int64_t slabNumel(size_t i) const { return slab_numel_.at(i); }
+  const std::shared_ptr<Communicator>& communicator() const { return comm_; }
+
+  // ZeRO-2 (shard_gradients): this rank's slice of each bucket, in bucket
+  // order: param a view into the slab, grad a view into its gradient shard.
+  // Empty otherwise.
+  bool shardsGradients() const { return options_.shard_gradients; }
+  const std::vector<FlatSlab>& shards() const { return shards_; }
+  // What a sharded optimizer needs (pieces are the buckets); ZeRO-2 only.
+  ShardLayout shardLayout() const;
+  // Bytes of gradient this rank holds: the gradient slabs; with
+  // shard_gradients its shards plus the staging buffers allocated so far.
+  int64_t gradientBytes() const;
 
   // Zeros every gradient slab in place.
   void zeroGrad();
@@ -157,8 +197,18 @@ class DataParallel {
   void buildSlabs(torch::Device device);
   void installHooks();
   void onGradReady(int param);
+  void startBackward();
   void launchBucket(int bucket);
   void finishBackward();
+  // ZeRO-2 (data_parallel.cc tells the steps).
+  void planLaunchOrder();
+  void buildShards();
+  void stageGradient(int param, int bucket);
+  void acquireStaging(int bucket);
+  void addStagingBuffer();
+  void launchReduceScatter(int bucket);
+  void completeOldest();
+  void releaseStaging(int bucket);
   void broadcastTensors(const std::vector<torch::Tensor>& tensors);
 
   std::shared_ptr<torch::nn::Module> module_;
@@ -167,8 +217,15 @@ class DataParallel {
   std::vector<torch::Tensor> params_;
   std::vector<FlatSlab> slabs_;
   std::vector<int64_t> slab_numel_;
+  std::vector<int64_t> param_offset_;  // each parameter's element offset in its slab
   std::vector<Bucket> buckets_;
+  // ZeRO-2: the buckets as pieces, this rank's slices, the shard buffers.
+  std::vector<ShardPiece> pieces_;
+  std::vector<FlatSlab> shards_;
+  std::vector<torch::Tensor> grad_shards_;
+  int64_t staging_bytes_ = 0;  // of the largest bucket
   std::vector<int> bucket_of_param_;
+  std::vector<int> launch_order_;  // bucket indices, in the order every rank launches them
   std::shared_ptr<Impl> impl_;  // hooks, per-backward state, streams, events
   bool no_sync_ = false;
   int64_t synced_backwards_ = 0;

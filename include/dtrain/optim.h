@@ -146,6 +146,46 @@ std::unique_ptr<Optimizer> makeShardedOptimizer(
     const std::function<std::unique_ptr<Optimizer>(std::vector<FlatSlab>)>& make,
     std::chrono::milliseconds timeout);
 
+// A contiguous piece [offset, offset + numel) of parameter slab `slab` that
+// the N ranks split evenly: rank r owns [offset + r*numel/N, offset +
+// (r+1)*numel/N). In the unsharded layout (what stateDict() returns) its
+// first logical_numel elements lie at logical_offset of the slab; the rest
+// is padding.
+struct ShardPiece {
+  int slab = 0;
+  int64_t offset = 0;
+  int64_t numel = 0;
+  int64_t logical_offset = 0;
+  int64_t logical_numel = 0;
+};
+
+// Where the state of a ZeRO-2 run lives (DataParallel::shardLayout()).
+struct ShardLayout {
+  std::vector<torch::Tensor> params;   // the full parameter slabs, every rank the same
+  std::vector<bool> weight_decay;      // each slab's FlatSlab::weight_decay
+  std::vector<int64_t> logical_numel;  // each slab's length in the unsharded layout
+  std::vector<ShardPiece> pieces;      // tiling every slab, in slab and offset order
+  // grads[k]: this rank's gradient of its part of piece k (numel/N
+  // elements, not a view of a full gradient: ZeRO-2 keeps none).
+  std::vector<torch::Tensor> grads;
+};
+
+// ZeRO stage 2 (DeepSpeed's gradient partitioning; FSDP's SHARD_GRAD_OP):
+// the same as the ZeRO-1 factory above, over the pieces of `layout`
+// (DataParallel's buckets, each padded to a multiple of N) instead of whole
+// slabs. `make` gets one slice per piece: this rank's part of the piece's
+// parameters (a view into the slab) and its gradient (layout.grads[k]).
+// After the update every piece is all-gathered in place. The returned
+// optimizer's slabs() are those slices: zeroGrad() clears this rank's
+// gradient shard, and clipping them needs the communicator (the
+// clipGradNormOnDevice overload below). stateDict() / loadStateDict() use
+// the unsharded layout (logical_numel long per slab), as ZeRO-1's do, so a
+// checkpoint moves between world sizes and stages.
+std::unique_ptr<Optimizer> makeShardedOptimizer(
+    ShardLayout layout, std::shared_ptr<Communicator> communicator,
+    const std::function<std::unique_ptr<Optimizer>(std::vector<FlatSlab>)>& make,
+    std::chrono::milliseconds timeout);
+
 // torch.nn.utils.clip_grad_norm_ over every element of every slab's grad:
 // when the total L2 norm is finite and > max_norm, scales every grad in place
 // by max_norm / (total + 1e-6). Returns the total norm before clipping (one
@@ -157,5 +197,23 @@ double clipGradNorm(const std::vector<FlatSlab>& slabs, double max_norm);
 // 1 when total is not finite), so it can be captured into a CUDA graph.
 // Returns the total norm before clipping, a float64 scalar on the device.
 torch::Tensor clipGradNormOnDevice(const std::vector<FlatSlab>& slabs, double max_norm);
+// The parts of the two above, for gradients held elsewhere too (as
+// torch.nn.utils.get_total_norm and clip_grads_with_norm_): the sum of the
+// squared L2 norms of every slab's grad, a float64 scalar on the first
+// slab's device (0 on the CPU for no slabs); and the in-place scaling by
+// min(1, max_norm / (total_norm + 1e-6)), 1 when total_norm is not finite.
+// Neither reads the device.
+torch::Tensor gradSquaredNorm(const std::vector<FlatSlab>& slabs);
+void clipGradsWithNorm(const std::vector<FlatSlab>& slabs, const torch::Tensor& total_norm, double max_norm);
+// Both over gradients sharded across the communicator's ranks (ZeRO-2:
+// `slabs` are this rank's slices): the squared norms of every rank's slices
+// are summed by an all-reduce of one float64 (a collective: every rank
+// calls it at the same point), so every rank gets the global norm and
+// scales its slices by the same coefficient. On CUDA the all-reduce is
+// ordered on the current stream (capturable); on the CPU it is waited for.
+torch::Tensor clipGradNormOnDevice(const std::vector<FlatSlab>& slabs, double max_norm, Communicator& communicator,
+                                   std::chrono::milliseconds timeout);
+double clipGradNorm(const std::vector<FlatSlab>& slabs, double max_norm, Communicator& communicator,
+                    std::chrono::milliseconds timeout);
 
 }  // namespace dtrain

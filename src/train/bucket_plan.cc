@@ -60,4 +60,28 @@ SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket
   return plan;
 }
 
+SlabPlan padBuckets(SlabPlan plan, int64_t multiple, std::vector<ShardPiece>& pieces) {
+  pieces.clear();
+  std::vector<int64_t> shift(plan.buckets.size(), 0);
+  std::vector<int64_t> end_of_slab(plan.slabs.size(), 0);
+  for (size_t b = 0; b < plan.buckets.size(); ++b) {
+    Bucket& bucket = plan.buckets[b];
+    int64_t& end = end_of_slab[static_cast<size_t>(bucket.slab)];
+    const int64_t padded = (bucket.numel + multiple - 1) / multiple * multiple;
+    pieces.push_back(ShardPiece{bucket.slab, end, padded, bucket.offset, bucket.numel});
+    shift[b] = end - bucket.offset;
+    bucket.offset = end;
+    bucket.numel = padded;
+    end += padded;
+  }
+  for (size_t s = 0; s < plan.slabs.size(); ++s) {
+    SlabLayout& slab = plan.slabs[s];
+    slab.numel = end_of_slab[s];
+    for (size_t k = 0; k < slab.params.size(); ++k) {
+      slab.offsets[k] += shift[static_cast<size_t>(plan.bucket_of_param[static_cast<size_t>(slab.params[k])])];
+    }
+  }
+  return plan;
+}
+
 }  // namespace dtrain

@@ -38,4 +38,12 @@ struct SlabPlan {
 SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket_mb, double bucket_mb,
                    const std::vector<bool>& decayed = {});
 
+// The same plan with every bucket's numel rounded up to a multiple of
+// `multiple` by zero padding after it, the buckets (and their parameters)
+// moved up to make room: what ZeRO-2 splits evenly across ranks. Within a
+// bucket nothing moves. `pieces` gets one entry per bucket: where it lies
+// now and where it lay in `plan` (the unsharded layout checkpoints keep).
+// `multiple` must keep parameters aligned (a multiple of 16 bytes).
+SlabPlan padBuckets(SlabPlan plan, int64_t multiple, std::vector<ShardPiece>& pieces);
+
 }  // namespace dtrain

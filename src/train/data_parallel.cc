@@ -5,7 +5,9 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
+#include <optional>
 #include <unordered_set>
 
 #include "comm/communicator.h"
@@ -14,6 +16,7 @@
 #include "train/tensor_buffer.h"
 
 #if DTRAIN_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
@@ -52,10 +55,32 @@ struct DataParallel::Impl {
   std::vector<std::shared_ptr<Work>> works;  // this backward's all-reduces, in launch order
   std::vector<std::shared_ptr<Work>> previous_works;
 
+  // ZeRO-2: staging buffers (bytes, each of the largest bucket's size) in
+  // which a bucket's gradients gather until its reduce-scatter, and which
+  // bucket holds which. Free slots are reused oldest release first (on
+  // CUDA: the reduce-scatter that used it had the most time to finish).
+  std::vector<torch::Tensor> pool;
+  std::deque<int> free_slots;
+  std::vector<int> slot_of_bucket;   // -1: none
+  std::vector<torch::Tensor> staging;  // per bucket: its view of its slot
+  struct InFlight {
+    int bucket;
+    std::shared_ptr<Work> work;
+  };
+  // CPU: reduce-scattered buckets whose part is not yet in the shard.
+  std::deque<InFlight> in_flight;
+
   bool cuda = false;
   int device_index = 0;
 #if DTRAIN_TORCH_CUDA
   std::optional<c10::cuda::CUDAStream> comm_stream;
+  std::optional<c10::cuda::CUDAStream> compute;  // compute_stream as a torch stream
+  // ZeRO-2: per slot, recorded on the communication stream once its bucket
+  // was added into the shard; the compute stream waits on it before reuse
+  // within the same backward (an earlier backward's were joined at its
+  // end, and a captured step must not wait on an event from outside it).
+  std::vector<cudaEvent_t> released_events;
+  std::vector<char> released_in_backward;
   // The communication stream waits on ready_events[b] before bucket b's
   // all-reduce, and the compute stream on joined_event after the last.
   std::vector<cudaEvent_t> ready_events;
@@ -83,6 +108,7 @@ struct DataParallel::Impl {
   ~Impl() {
 #if DTRAIN_TORCH_CUDA
     for (cudaEvent_t e : ready_events) cudaEventDestroy(e);
+    for (cudaEvent_t e : released_events) cudaEventDestroy(e);
     if (joined_event != nullptr) cudaEventDestroy(joined_event);
 #endif
   }
@@ -146,9 +172,13 @@ void DataParallel::buildSlabs(torch::Device device) {
   if (!exempt.empty()) {
     for (const torch::Tensor& p : params_) decayed.push_back(exempt.count(p.unsafeGetTensorImpl()) == 0);
   }
-  const SlabPlan plan = planSlabs(params_, options_.first_bucket_mb, options_.bucket_mb, decayed);
+  SlabPlan plan = planSlabs(params_, options_.first_bucket_mb, options_.bucket_mb, decayed);
+  for (const SlabLayout& layout : plan.slabs) slab_numel_.push_back(layout.numel);
+  // ZeRO-2: 64-element slices keep every rank's part aligned.
+  if (options_.shard_gradients) plan = padBuckets(std::move(plan), int64_t{64} * comm_->size(), pieces_);
   buckets_ = plan.buckets;
   bucket_of_param_ = plan.bucket_of_param;
+  param_offset_.assign(params_.size(), 0);
   torch::NoGradGuard no_grad;
   if (options_.slab_multiple < 1) {
     throw ConfigError("DataParallel: slab_multiple is " + std::to_string(options_.slab_multiple) +
@@ -158,19 +188,81 @@ void DataParallel::buildSlabs(torch::Device device) {
     auto tensor_options = torch::TensorOptions().dtype(layout.dtype).device(device);
     const int64_t multiple = options_.slab_multiple;
     const int64_t numel = (layout.numel + multiple - 1) / multiple * multiple;
-    FlatSlab slab{torch::zeros({numel}, tensor_options), torch::zeros({numel}, tensor_options),
+    // ZeRO-2 keeps no full gradient: autograd's gradients go to staging.
+    FlatSlab slab{torch::zeros({numel}, tensor_options),
+                  options_.shard_gradients ? torch::Tensor() : torch::zeros({numel}, tensor_options),
                   layout.weight_decay};
-    slab_numel_.push_back(layout.numel);
     for (size_t k = 0; k < layout.params.size(); ++k) {
       torch::Tensor& p = params_[layout.params[k]];
       const int64_t offset = layout.offsets[k];
+      param_offset_[layout.params[k]] = offset;
       torch::Tensor view = slab.param.as_strided(p.sizes(), p.strides(), offset);
       view.copy_(p.detach());
       p.set_data(view);
-      p.mutable_grad() = slab.grad.as_strided(p.sizes(), p.strides(), offset);
+      p.mutable_grad() =
+          slab.grad.defined() ? slab.grad.as_strided(p.sizes(), p.strides(), offset) : torch::Tensor();
     }
     slabs_.push_back(std::move(slab));
   }
+  planLaunchOrder();
+  if (options_.shard_gradients) buildShards();
+}
+
+// Replicated: plan order (slab by slab). ZeRO-2: the order backward is
+// expected to finish the buckets in, across slabs (by their earliest
+// registered parameter, latest first), so that a slab's buckets do not
+// hold staging buffers while another slab's wait for their turn (a
+// model's no-weight-decay slab has buckets throughout backward).
+void DataParallel::planLaunchOrder() {
+  launch_order_.resize(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) launch_order_[b] = static_cast<int>(b);
+  if (!options_.shard_gradients) return;
+  std::vector<int> earliest(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    earliest[b] = *std::min_element(buckets_[b].params.begin(), buckets_[b].params.end());
+  }
+  std::stable_sort(launch_order_.begin(), launch_order_.end(),
+                   [&earliest](int a, int b) { return earliest[a] > earliest[b]; });
+}
+
+// ZeRO-2: this rank's slice of every bucket, each slab's gradient shard
+// (the slices of its buckets, in order) and the staging buffers' size.
+void DataParallel::buildShards() {
+  const int64_t world = comm_->size(), rank = comm_->rank();
+  std::vector<int64_t> shard_numel(slabs_.size(), 0);
+  for (const ShardPiece& piece : pieces_) shard_numel[static_cast<size_t>(piece.slab)] += piece.numel / world;
+  for (size_t s = 0; s < slabs_.size(); ++s) grad_shards_.push_back(torch::zeros({shard_numel[s]}, slabs_[s].param.options()));
+  std::vector<int64_t> position(slabs_.size(), 0);
+  for (const ShardPiece& piece : pieces_) {
+    const size_t s = static_cast<size_t>(piece.slab);
+    const int64_t slice = piece.numel / world;
+    shards_.push_back({slabs_[s].param.narrow(0, piece.offset + rank * slice, slice),
+                       grad_shards_[s].narrow(0, position[s], slice), slabs_[s].weight_decay});
+    position[s] += slice;
+    staging_bytes_ = std::max(staging_bytes_, piece.numel * static_cast<int64_t>(slabs_[s].param.element_size()));
+  }
+}
+
+ShardLayout DataParallel::shardLayout() const {
+  if (!options_.shard_gradients) throw ConfigError("DataParallel: shardLayout() needs shard_gradients (ZeRO-2)");
+  ShardLayout layout;
+  for (const FlatSlab& slab : slabs_) {
+    layout.params.push_back(slab.param);
+    layout.weight_decay.push_back(slab.weight_decay);
+  }
+  layout.logical_numel = slab_numel_;
+  layout.pieces = pieces_;
+  for (const FlatSlab& shard : shards_) layout.grads.push_back(shard.grad);
+  return layout;
+}
+
+int64_t DataParallel::gradientBytes() const {
+  int64_t bytes = 0;
+  for (const FlatSlab& slab : slabs_) {
+    if (slab.grad.defined()) bytes += slab.grad.numel() * static_cast<int64_t>(slab.grad.element_size());
+  }
+  for (const torch::Tensor& shard : grad_shards_) bytes += shard.numel() * static_cast<int64_t>(shard.element_size());
+  return bytes + static_cast<int64_t>(impl_->pool.size()) * staging_bytes_;
 }
 
 // The per-backward bookkeeping, the communication stream, and a hook on
@@ -188,6 +280,11 @@ void DataParallel::installHooks() {
     impl_->joined_event = Impl::makeEvent();
   }
 #endif
+  if (options_.shard_gradients) {
+    impl_->slot_of_bucket.assign(buckets_.size(), -1);
+    impl_->staging.assign(buckets_.size(), torch::Tensor());
+    for (size_t i = 0; i < std::min<size_t>(2, buckets_.size()); ++i) addStagingBuffer();
+  }
   std::weak_ptr<Impl> weak = impl_;
   for (size_t i = 0; i < params_.size(); ++i) {
     std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
@@ -202,7 +299,10 @@ void DataParallel::installHooks() {
 DataParallel::~DataParallel() = default;
 
 void DataParallel::zeroGrad() {
-  for (FlatSlab& slab : slabs_) slab.grad.zero_();
+  for (FlatSlab& slab : slabs_) {
+    if (slab.grad.defined()) slab.grad.zero_();
+  }
+  for (torch::Tensor& shard : grad_shards_) shard.zero_();
 }
 
 void DataParallel::syncParameters() {
@@ -245,29 +345,11 @@ void DataParallel::broadcastTensors(const std::vector<torch::Tensor>& tensors) {
 
 void DataParallel::onGradReady(int param) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (no_sync_) return;
+  if (no_sync_ && !options_.shard_gradients) return;  // ZeRO-2 has no full gradient to accumulate into
   Impl& impl = *impl_;
-  if (!impl.in_backward) {
-    // The first gradient of this backward: check the last one's all-reduces
-    // (a failure recorded since then surfaces here) and arrange the finish.
-    for (const auto& work : impl.previous_works) {
-      if (work->isCompleted() && work->exception()) std::rethrow_exception(work->exception());
-    }
-    impl.previous_works.clear();
-    impl.in_backward = true;
-#if DTRAIN_TORCH_CUDA
-    if (impl.cuda) {
-      impl.compute_stream =
-          c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(impl.device_index)).stream();
-    }
-#endif
-    if (observer_ != nullptr) observer_->backwardStarted(impl.compute_stream);
-    std::weak_ptr<Impl> weak = impl_;
-    torch::autograd::Engine::get_default_engine().queue_callback([weak] {
-      if (auto alive = weak.lock()) alive->owner->finishBackward();
-    });
-  }
+  if (!impl.in_backward) startBackward();
   const int b = bucket_of_param_[param];
+  if (options_.shard_gradients) stageGradient(param, b);
   if (--impl.pending[b] != 0) return;
   impl.ready[b] = 1;
 #if DTRAIN_TORCH_CUDA
@@ -276,19 +358,40 @@ void DataParallel::onGradReady(int param) {
   }
 #endif
   if (observer_ != nullptr) observer_->bucketReady(b, impl.compute_stream);
-  // Buckets start in plan order on every rank, whatever order they got ready in.
-  while (impl.next_bucket < static_cast<int>(buckets_.size()) && impl.ready[impl.next_bucket]) {
-    launchBucket(impl.next_bucket++);
+  // Buckets start in launch order on every rank, whatever order they got ready in.
+  while (impl.next_bucket < static_cast<int>(buckets_.size()) && impl.ready[launch_order_[impl.next_bucket]]) {
+    launchBucket(launch_order_[impl.next_bucket++]);
   }
+}
+
+// The first gradient of a backward: check the last one's collectives (a
+// failure recorded since then surfaces here) and arrange the finish.
+void DataParallel::startBackward() {
+  Impl& impl = *impl_;
+  for (const auto& work : impl.previous_works) {
+    if (work->isCompleted() && work->exception()) std::rethrow_exception(work->exception());
+  }
+  impl.previous_works.clear();
+  impl.in_backward = true;
+#if DTRAIN_TORCH_CUDA
+  if (impl.cuda) {
+    impl.compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(impl.device_index));
+    impl.compute_stream = impl.compute->stream();
+    std::fill(impl.released_in_backward.begin(), impl.released_in_backward.end(), 0);
+  }
+#endif
+  if (observer_ != nullptr) observer_->backwardStarted(impl.compute_stream);
+  std::weak_ptr<Impl> weak = impl_;
+  torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+    if (auto alive = weak.lock()) alive->owner->finishBackward();
+  });
 }
 
 void DataParallel::launchBucket(int b) {
   Impl& impl = *impl_;
-  const Bucket& bucket = buckets_[b];
-  torch::Tensor grad = slabs_[bucket.slab].grad.narrow(0, bucket.offset, bucket.numel);
-  AllreduceOptions options;
-  options.op = ReduceOp::kAvg;
-  options.timeout = options_.timeout;
+  // ZeRO-2: a bucket none of whose parameters got a gradient gets its
+  // (zeroed) staging buffer before its ready event.
+  if (options_.shard_gradients) acquireStaging(b);
   void* stream = impl.commStream();
 #if DTRAIN_TORCH_CUDA
   if (impl.cuda) {
@@ -299,6 +402,15 @@ void DataParallel::launchBucket(int b) {
     DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), impl.ready_events[b], 0));
   }
 #endif
+  if (options_.shard_gradients) {
+    launchReduceScatter(b);
+    return;
+  }
+  const Bucket& bucket = buckets_[b];
+  torch::Tensor grad = slabs_[bucket.slab].grad.narrow(0, bucket.offset, bucket.numel);
+  AllreduceOptions options;
+  options.op = ReduceOp::kAvg;
+  options.timeout = options_.timeout;
   if (observer_ != nullptr) observer_->bucketLaunching(b, stream);
   impl.works.push_back(comm_->allreduce(bufferOf(grad, stream), bufferOf(grad, stream), options));
   if (observer_ != nullptr) observer_->bucketLaunched(b, stream);
@@ -310,7 +422,7 @@ void DataParallel::finishBackward() {
   if (!impl.in_backward) return;
   if (observer_ != nullptr) observer_->backwardEnded(impl.compute_stream);
   // Buckets with gradients that never came (unused parameters) go now, in order.
-  while (impl.next_bucket < static_cast<int>(buckets_.size())) launchBucket(impl.next_bucket++);
+  while (impl.next_bucket < static_cast<int>(buckets_.size())) launchBucket(launch_order_[impl.next_bucket++]);
 
   std::vector<std::shared_ptr<Work>> works;
   works.swap(impl.works);
@@ -322,18 +434,137 @@ void DataParallel::finishBackward() {
 
   if (impl.cuda) {
 #if DTRAIN_TORCH_CUDA
-    // The optimizer (on the compute stream) waits for the last all-reduce;
-    // the host does not.
+    // The optimizer (on the compute stream) waits for the last collective
+    // (and, ZeRO-2, the last addition into the shard); the host does not.
     DTRAIN_CUDA_CHECK(cudaEventRecord(impl.joined_event, impl.comm_stream->stream()));
     DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(impl.compute_stream), impl.joined_event, 0));
     impl.previous_works = std::move(works);
 #endif
     return;
   }
+  if (options_.shard_gradients) {
+    while (!impl.in_flight.empty()) completeOldest();
+    return;
+  }
   for (size_t i = 0; i < works.size(); ++i) {
     works[i]->wait(options_.timeout);
     if (observer_ != nullptr) observer_->bucketCompleted(static_cast<int>(i));
   }
+}
+
+// ZeRO-2, in the hook after autograd accumulated the parameter's gradient:
+// add it into its bucket's staging buffer, then drop it, so a rank never
+// holds more than the gradients of the buckets being gathered.
+void DataParallel::stageGradient(int param, int b) {
+  acquireStaging(b);
+  torch::Tensor& grad = params_[param].mutable_grad();
+  if (!grad.defined()) return;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& staging = impl_->staging[b];
+  const torch::Tensor& p = params_[param];
+  const int64_t offset = staging.storage_offset() + param_offset_[param] - buckets_[b].offset;
+  staging.as_strided(p.sizes(), p.strides(), offset).add_(grad);
+  grad = torch::Tensor();
+}
+
+// Gives bucket b a zeroed staging buffer (if it has none): a free one, the
+// oldest in-flight bucket's once that is done (CPU), or a new one.
+void DataParallel::acquireStaging(int b) {
+  Impl& impl = *impl_;
+  if (impl.slot_of_bucket[b] >= 0) return;
+  if (impl.free_slots.empty()) {
+    if (!impl.in_flight.empty()) {
+      completeOldest();
+    } else {
+      addStagingBuffer();
+    }
+  }
+  const int slot = impl.free_slots.front();
+  impl.free_slots.pop_front();
+  impl.slot_of_bucket[b] = slot;
+  const torch::Tensor& param = slabs_[buckets_[b].slab].param;
+  torch::NoGradGuard no_grad;
+  impl.staging[b] = impl.pool[slot].narrow(0, 0, buckets_[b].numel * param.element_size()).view(param.scalar_type());
+#if DTRAIN_TORCH_CUDA
+  if (impl.cuda) {
+    // On the compute stream (a final callback may run with another one
+    // current), after the last reduce-scatter that used this slot.
+    const c10::cuda::CUDAStreamGuard guard(*impl.compute);
+    if (impl.released_in_backward[slot]) {
+      DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(impl.compute->stream(), impl.released_events[slot], 0));
+    }
+    impl.staging[b].zero_();
+    return;
+  }
+#endif
+  impl.staging[b].zero_();
+}
+
+void DataParallel::addStagingBuffer() {
+  Impl& impl = *impl_;
+  const torch::Device device = slabs_.front().param.device();
+  impl.pool.push_back(torch::empty({staging_bytes_}, torch::TensorOptions().dtype(torch::kByte).device(device)));
+  impl.free_slots.push_back(static_cast<int>(impl.pool.size()) - 1);
+#if DTRAIN_TORCH_CUDA
+  if (impl.cuda) {
+    impl.released_events.push_back(Impl::makeEvent());
+    impl.released_in_backward.push_back(0);
+  }
+#endif
+}
+
+// Reduce-scatters bucket b's staging buffer in place (this rank's average
+// lands in its slice) and adds the slice into the shard: on CUDA at once on
+// the communication stream, freeing the slot for stream-ordered reuse; on
+// the CPU once the collective is done (completeOldest).
+void DataParallel::launchReduceScatter(int b) {
+  Impl& impl = *impl_;
+  const torch::Tensor& staging = impl.staging[b];
+  const int64_t slice = buckets_[b].numel / comm_->size();
+  const torch::Tensor own = staging.narrow(0, comm_->rank() * slice, slice);
+  ReduceScatterOptions options;
+  options.op = ReduceOp::kAvg;
+  options.timeout = options_.timeout;
+  void* stream = impl.commStream();
+  if (observer_ != nullptr) observer_->bucketLaunching(b, stream);
+  impl.works.push_back(comm_->reduceScatter(bufferOf(staging, stream), bufferOf(own, stream), options));
+  if (observer_ != nullptr) observer_->bucketLaunched(b, stream);
+#if DTRAIN_TORCH_CUDA
+  if (impl.cuda) {
+    const c10::cuda::CUDAStreamGuard guard(*impl.comm_stream);
+    torch::NoGradGuard no_grad;
+    shards_[b].grad.add_(own);
+    const int slot = impl.slot_of_bucket[b];
+    DTRAIN_CUDA_CHECK(cudaEventRecord(impl.released_events[slot], impl.comm_stream->stream()));
+    impl.released_in_backward[slot] = 1;
+    releaseStaging(b);
+    return;
+  }
+#endif
+  impl.in_flight.push_back({b, impl.works.back()});
+}
+
+// CPU: waits for the oldest in-flight reduce-scatter and adds its slice
+// into the shard.
+void DataParallel::completeOldest() {
+  Impl& impl = *impl_;
+  const Impl::InFlight oldest = impl.in_flight.front();
+  impl.in_flight.pop_front();
+  oldest.work->wait(options_.timeout);
+  const int64_t slice = buckets_[oldest.bucket].numel / comm_->size();
+  {
+    torch::NoGradGuard no_grad;
+    shards_[oldest.bucket].grad.add_(impl.staging[oldest.bucket].narrow(0, comm_->rank() * slice, slice));
+  }
+  releaseStaging(oldest.bucket);
+  if (observer_ != nullptr) observer_->bucketCompleted(oldest.bucket);
+}
+
+void DataParallel::releaseStaging(int b) {
+  Impl& impl = *impl_;
+  impl.free_slots.push_back(impl.slot_of_bucket[b]);
+  impl.slot_of_bucket[b] = -1;
+  impl.staging[b] = torch::Tensor();
 }
 
 void DataParallel::setObserver(GradSyncObserver* observer) {
@@ -343,7 +574,7 @@ void DataParallel::setObserver(GradSyncObserver* observer) {
 
 int64_t DataParallel::bucketBytes(int b) const {
   const Bucket& bucket = buckets_.at(static_cast<size_t>(b));
-  return bucket.numel * static_cast<int64_t>(slabs_[static_cast<size_t>(bucket.slab)].grad.element_size());
+  return bucket.numel * static_cast<int64_t>(slabs_[static_cast<size_t>(bucket.slab)].param.element_size());
 }
 
 }  // namespace dtrain

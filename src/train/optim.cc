@@ -343,8 +343,15 @@ std::unique_ptr<Optimizer> makeAdamW(std::vector<FlatSlab> slabs, const AdamWOpt
   return std::make_unique<AdamW>(std::move(slabs), options);
 }
 
-torch::Tensor clipGradNormOnDevice(const std::vector<FlatSlab>& slabs, double max_norm) {
+namespace {
+
+void requireMaxNorm(double max_norm) {
   if (!(max_norm > 0)) throw ConfigError("clipGradNorm: invalid max_norm " + num(max_norm) + " (expected > 0)");
+}
+
+}  // namespace
+
+torch::Tensor gradSquaredNorm(const std::vector<FlatSlab>& slabs) {
   if (slabs.empty()) return torch::zeros({}, torch::kDouble);
   torch::NoGradGuard no_grad;
   // Slabs may differ in dtype: sum the squares in float64 on the first
@@ -356,12 +363,26 @@ torch::Tensor clipGradNormOnDevice(const std::vector<FlatSlab>& slabs, double ma
                               : slab.grad.norm().to(slabs.front().grad.device(), torch::kDouble).square();
     squares = squares.defined() ? squares + square : square;
   }
-  const torch::Tensor total = squares.sqrt();
+  return squares;
+}
+
+void clipGradsWithNorm(const std::vector<FlatSlab>& slabs, const torch::Tensor& total_norm, double max_norm) {
+  requireMaxNorm(max_norm);
+  torch::NoGradGuard no_grad;
   // min(1, max_norm / (total + 1e-6)), and 1 for a non-finite norm: the
   // decision is arithmetic on the device, never a branch on the host.
-  const torch::Tensor coefficient =
-      torch::where(torch::isfinite(total), (max_norm / (total + 1e-6)).clamp_max(1.0), torch::ones_like(total));
+  const torch::Tensor coefficient = torch::where(torch::isfinite(total_norm),
+                                                 (max_norm / (total_norm + 1e-6)).clamp_max(1.0),
+                                                 torch::ones_like(total_norm));
   for (const FlatSlab& slab : slabs) slab.grad.mul_(coefficient.to(slab.grad.dtype()));
+}
+
+torch::Tensor clipGradNormOnDevice(const std::vector<FlatSlab>& slabs, double max_norm) {
+  requireMaxNorm(max_norm);
+  if (slabs.empty()) return torch::zeros({}, torch::kDouble);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor total = gradSquaredNorm(slabs).sqrt();
+  clipGradsWithNorm(slabs, total, max_norm);
   return total;
 }
 

@@ -83,13 +83,14 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
   set.integer("--timeout", o.timeout_s, "Seconds a collective may take before the job fails")
       .range(1, kMaxTimeoutSeconds)
       .unit("seconds");
-  set.number("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB)")
+  set.number("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB, or this if smaller)")
       .above(0)
       .atMost(16384)
       .unit("MiB");
-  set.choice("--shard", o.shard, {"none", "optimizer"},
-             "What is sharded across ranks: none (replicated, as DDP) or optimizer (ZeRO-1: each rank keeps and "
-             "updates 1/N of the optimizer state, then the parameters are all-gathered)");
+  set.choice("--shard", o.shard, {"none", "optimizer", "gradients"},
+             "What is sharded across ranks: none (replicated, as DDP), optimizer (ZeRO-1: each rank keeps and "
+             "updates 1/N of the optimizer state, then the parameters are all-gathered) or gradients (ZeRO-2: "
+             "also 1/N of the gradients, reduce-scattered bucket by bucket during backward)");
 }
 
 void declareData(OptionSet& set, DataOptions& o) {

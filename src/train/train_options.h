@@ -98,7 +98,7 @@ struct ParallelOptions {
   std::string backend = "auto";  // auto | nccl | gloo ($DTRAIN_BACKEND)
   int64_t timeout_s = 600;       // collective timeout
   double bucket_mb = 25;         // gradient bucket cap (the first bucket is 1 MiB)
-  std::string shard = "none";    // none | optimizer (ZeRO-1)
+  std::string shard = "none";    // none | optimizer (ZeRO-1) | gradients (ZeRO-2)
 };
 
 struct CheckpointOptions {

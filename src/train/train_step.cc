@@ -133,14 +133,23 @@ void TrainStep::body(const torch::Tensor& inputs, const torch::Tensor& targets) 
   optimizer_.zeroGrad();
   const torch::Tensor loss = forwardBackward(inputs, targets);
   mark("optimizer");
-  if (options_.clip_grad_norm > 0) {
-    scaler_.unscale(dp_.slabs());
-    clipGradNormOnDevice(dp_.slabs(), options_.clip_grad_norm);
-  }
+  if (options_.clip_grad_norm > 0) clipGradients();
   scaler_.step(optimizer_);
   torch::NoGradGuard no_grad;
   loss_sum_.add_(loss);
   mark("end");
+}
+
+// Unscales and clips what this rank holds: the full gradients, or (ZeRO-2)
+// its shard, by the norm over every rank's shard.
+void TrainStep::clipGradients() {
+  if (dp_.shardsGradients()) {
+    scaler_.unscale(dp_.shards());
+    clipGradNormOnDevice(dp_.shards(), options_.clip_grad_norm, *dp_.communicator(), options_.collective_timeout);
+    return;
+  }
+  scaler_.unscale(dp_.slabs());
+  clipGradNormOnDevice(dp_.slabs(), options_.clip_grad_norm);
 }
 
 void TrainStep::eager(const torch::Tensor& inputs, const torch::Tensor& targets) {

@@ -14,6 +14,11 @@
 //   one batch of all rows would (for a loss that is a mean over rows).
 // - Gradient clipping computes the global norm and the clip coefficient on
 //   the device (clipGradNormOnDevice), so it is part of a captured step.
+//   With ZeRO-2 (DataParallel's shard_gradients) it clips this rank's
+//   gradient shard by the norm over all ranks' shards (one all-reduce of
+//   the squared norm, stream-ordered on CUDA).
+// - ZeRO-2 reduces every micro-batch's gradients (DataParallel has no full
+//   gradient to accumulate into) and they add up in the shard.
 // - With cuda_graphs on a CUDA device: each batch size is run eagerly for
 //   warmup_steps steps (cuDNN picks its algorithms, NCCL and the allocator
 //   settle), then one step is captured into a CUDA graph together with the
@@ -44,6 +49,7 @@
 //   the launcher, which stops the group.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -75,6 +81,8 @@ struct TrainStepOptions {
   // parts, each forward and backward in turn (gradients all-reduced after
   // the last only), then one optimizer update with the mean loss.
   int64_t accumulation = 1;
+  // Of the gradient norm's all-reduce (ZeRO-2 clipping).
+  std::chrono::milliseconds collective_timeout{std::chrono::minutes(10)};
 };
 
 class TrainStep {
@@ -107,6 +115,7 @@ class TrainStep {
   struct Graph;
   void eager(const torch::Tensor& inputs, const torch::Tensor& targets);
   void body(const torch::Tensor& inputs, const torch::Tensor& targets);
+  void clipGradients();
   // Forward and backward of every micro-batch; the mean loss (detached).
   torch::Tensor forwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets);
   void replay(Graph& graph, const torch::Tensor& inputs, const torch::Tensor& targets);

@@ -102,6 +102,13 @@ LoopSettings loopSettings(const TrainOptions& o, TrainingJob& job) {
   return s;
 }
 
+// What --shard splits, for the start line.
+std::string shardNote(const std::string& shard, int ranks) {
+  if (shard == "optimizer") return " (sharded over " + std::to_string(ranks) + " ranks, ZeRO-1)";
+  if (shard == "gradients") return " (sharded over " + std::to_string(ranks) + " ranks, ZeRO-2)";
+  return "";
+}
+
 std::string startLine(const TrainOptions& o, const Task& task, TrainingJob& job, const BatchSource& batches,
                       const TrainPosition& position) {
   Context& ctx = job.context();
@@ -110,9 +117,8 @@ std::string startLine(const TrainOptions& o, const Task& task, TrainingJob& job,
          std::to_string(o.data.batch_size) + (micro > 1 ? " x " + std::to_string(micro) + " micro-batches" : "") +
          ", " + ctx.backend() + " on " + ctx.device().str() + ", " +
          precisionName(job.precision()) + ", " + o.optimizer.kind + " state " +
-         std::to_string(job.optimizer().stateBytes()) + " bytes per rank" +
-         (o.parallel.shard == "optimizer" ? " (sharded over " + std::to_string(ctx.size()) + " ranks, ZeRO-1)"
-                                          : std::string()) +
+         std::to_string(job.optimizer().stateBytes()) + " bytes per rank" + shardNote(o.parallel.shard, ctx.size()) +
+         ", gradients " + std::to_string(job.dataParallel().gradientBytes()) + " bytes per rank" +
          (position.step > 0 ? ", resumed at step " + std::to_string(position.step) : std::string()) +
          batches.describe();
 }

@@ -29,6 +29,43 @@ void configureKernels(const ExecutionOptions& execution) {
   at::globalContext().setDeterministicCuDNN(execution.deterministic);
 }
 
+// How --shard lays DataParallel out: ZeRO-1 pads each slab so that it
+// splits into equal slices of 64-element multiples (every slice stays
+// aligned); ZeRO-2 pads each bucket so (DataParallel does that itself).
+DataParallelOptions dataParallelOptions(const JobParts& parts, const Context& ctx, models::Model& model,
+                                        Precision precision) {
+  DataParallelOptions options;
+  options.bucket_mb = parts.parallel.bucket_mb;
+  options.first_bucket_mb = std::min(1.0, parts.parallel.bucket_mb);
+  options.timeout = ctx.collectiveTimeout();
+  options.no_weight_decay = model.noWeightDecayParameters();
+  if (parts.parallel.shard == "optimizer") options.slab_multiple = int64_t{64} * ctx.size();
+  if (parts.parallel.shard == "gradients") {
+    if (precision == Precision::kFp16) {
+      throw ConfigError("--shard gradients with --precision fp16: the loss scaler's inf/nan check does not yet "
+                        "span every rank's gradient shard; use --precision bf16 or fp32, or --shard optimizer");
+    }
+    options.shard_gradients = true;
+  }
+  return options;
+}
+
+// The optimizer --optimizer names, over the slabs or this rank's share of
+// them as --shard says.
+std::unique_ptr<Optimizer> makeJobOptimizer(const JobParts& parts, DataParallel& dp, Context& ctx) {
+  const OptimizerOptions& options = parts.optimizer;
+  const auto make = [&options](std::vector<FlatSlab> slices) { return makeOptimizer(options, slices); };
+  if (parts.parallel.shard == "optimizer") {
+    std::vector<int64_t> logical;
+    for (size_t i = 0; i < dp.slabs().size(); ++i) logical.push_back(dp.slabNumel(i));
+    return makeShardedOptimizer(dp.slabs(), logical, ctx.communicator(), make, ctx.collectiveTimeout());
+  }
+  if (parts.parallel.shard == "gradients") {
+    return makeShardedOptimizer(dp.shardLayout(), ctx.communicator(), make, ctx.collectiveTimeout());
+  }
+  return makeOptimizer(options, dp.slabs());
+}
+
 }  // namespace
 
 void useChannelsLast(torch::nn::Module& model) {
@@ -76,25 +113,9 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   if (parts.channels_last) useChannelsLast(*model_);
   model_->to(ctx_->device());
 
-  DataParallelOptions dp_options;
-  dp_options.bucket_mb = parts.parallel.bucket_mb;
-  dp_options.timeout = ctx_->collectiveTimeout();
-  dp_options.no_weight_decay = model_->noWeightDecayParameters();
-  const bool shard_optimizer = parts.parallel.shard == "optimizer";
-  // Equal slices of 64-element multiples, so every slice stays aligned.
-  if (shard_optimizer) dp_options.slab_multiple = int64_t{64} * ctx_->size();
-  dp_ = std::make_unique<DataParallel>(model_, ctx_->communicator(), dp_options);
-  if (shard_optimizer) {
-    std::vector<int64_t> logical;
-    for (size_t i = 0; i < dp_->slabs().size(); ++i) logical.push_back(dp_->slabNumel(i));
-    const OptimizerOptions options = parts.optimizer;
-    optimizer_ = makeShardedOptimizer(
-        dp_->slabs(), logical, ctx_->communicator(),
-        [&options](std::vector<FlatSlab> slices) { return makeOptimizer(options, slices); },
-        ctx_->collectiveTimeout());
-  } else {
-    optimizer_ = makeOptimizer(parts.optimizer, dp_->slabs());
-  }
+  dp_ = std::make_unique<DataParallel>(model_, ctx_->communicator(),
+                                       dataParallelOptions(parts, *ctx_, *model_, precision_));
+  optimizer_ = makeJobOptimizer(parts, *dp_, *ctx_);
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision_ == Precision::kFp16;
   scaler_ = std::make_unique<GradScaler>(scaler_options);
@@ -105,6 +126,7 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   step_options.precision = precision_;
   step_options.clip_grad_norm = parts.optimizer.clip_grad_norm;
   step_options.communicator_capturable = ctx_->backend() == "nccl";
+  step_options.collective_timeout = ctx_->collectiveTimeout();
   step_ = std::make_unique<TrainStep>(*model_, *dp_, *optimizer_, *scaler_, ctx_->device(), step_options);
 }
 
@@ -124,7 +146,7 @@ std::string TrainingJob::deviceName() const {
 
 int64_t TrainingJob::allreduceBytesPerStep() const {
   int64_t bytes = 0;
-  for (const FlatSlab& slab : dp_->slabs()) bytes += slab.grad.numel() * slab.grad.element_size();
+  for (size_t b = 0; b < dp_->buckets().size(); ++b) bytes += dp_->bucketBytes(static_cast<int>(b));
   return bytes;
 }
 

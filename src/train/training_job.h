@@ -50,7 +50,8 @@ class TrainingJob {
   Optimizer& optimizer() { return *optimizer_; }
   GradScaler& scaler() { return *scaler_; }
   TrainStep& step() { return *step_; }
-  // Bytes of gradients one step all-reduces.
+  // Bytes of gradients one step all-reduces (reduce-scatters with --shard
+  // gradients), per backward.
   int64_t allreduceBytesPerStep() const;
   // The device's name as the driver reports it ("NVIDIA H100 80GB HBM3"), "cpu" on the CPU.
   std::string deviceName() const;

@@ -4,7 +4,9 @@
 // stream of random global batches. Each rank trains on its slice of the
 // global batch (optionally as several micro-batches under noSync); rank 0
 // writes the final parameters as raw float32 to --out. With N ranks x B it
-// must end where 1 rank x N*B ends.
+// must end where 1 rank x N*B ends. --shard gradients trains with ZeRO-2
+// (reduce-scattered gradient shards, a sharded optimizer); --clip N clips
+// by the global gradient norm.
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -108,15 +110,19 @@ int main(int argc, char** argv) {
   options.bucket_mb = std::stod(arg(argc, argv, "bucket-mb", "25"));
   options.first_bucket_mb = std::min(1.0, options.bucket_mb);
   options.no_weight_decay = subject.no_weight_decay;
+  options.shard_gradients = arg(argc, argv, "shard", "none") == "gradients";
+  const double clip = std::stod(arg(argc, argv, "clip", "0"));
   dtrain::DataParallel dp(subject.module, ctx->communicator(), options);
 
-  std::unique_ptr<dtrain::Optimizer> optimizer;
-  if (optimizer_name == "adamw") {
-    optimizer = dtrain::makeAdamW(dp.slabs(), {.lr = 1e-2, .weight_decay = 0.05});
-  } else {
-    optimizer = dtrain::makeSGD(dp.slabs(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3,
-                                             .nesterov = optimizer_name == "nesterov"});
-  }
+  const auto make = [&](std::vector<dtrain::FlatSlab> slabs) -> std::unique_ptr<dtrain::Optimizer> {
+    if (optimizer_name == "adamw") return dtrain::makeAdamW(std::move(slabs), {.lr = 1e-2, .weight_decay = 0.05});
+    return dtrain::makeSGD(std::move(slabs), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3,
+                                              .nesterov = optimizer_name == "nesterov"});
+  };
+  std::unique_ptr<dtrain::Optimizer> optimizer =
+      options.shard_gradients
+          ? dtrain::makeShardedOptimizer(dp.shardLayout(), ctx->communicator(), make, ctx->collectiveTimeout())
+          : make(dp.slabs());
   const int64_t local = global_batch / ctx->size();
   for (int s = 0; s < steps; ++s) {
     auto [x, y] = subject.batch(global_batch, s);
@@ -133,6 +139,11 @@ int main(int argc, char** argv) {
         loss.backward();
       }
     }
+    if (clip > 0 && options.shard_gradients) {
+      dtrain::clipGradNorm(dp.shards(), clip, *ctx->communicator(), ctx->collectiveTimeout());
+    } else if (clip > 0) {
+      dtrain::clipGradNorm(dp.slabs(), clip);
+    }
     optimizer->step();
   }
   if (ctx->rank() == 0 && !out.empty()) {
@@ -142,6 +153,8 @@ int main(int argc, char** argv) {
     std::ofstream file(out, std::ios::binary);
     file.write(static_cast<const char*>(all.data_ptr()), all.numel() * sizeof(float));
   }
-  std::printf("rank %d done, %zu bucket(s)\n", ctx->rank(), dp.buckets().size());
+  std::printf("rank %d done, %zu bucket(s), gradients %lld bytes, optimizer state %lld bytes\n", ctx->rank(),
+              dp.buckets().size(), static_cast<long long>(dp.gradientBytes()),
+              static_cast<long long>(optimizer->stateBytes()));
   return 0;
 }
