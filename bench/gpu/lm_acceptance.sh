@@ -14,7 +14,9 @@
 #   bench/gpu/lm_acceptance.sh            build if needed, then compare
 #   bench/gpu/lm_acceptance.sh build      only build (when the build alone needs a call)
 # fused_ops_test and train_fused_optim_test run first (SKIP_FUSED_TEST=1
-# leaves them out); a --breakdown time split of gpt2-124m runs last.
+# leaves them out); a --breakdown time split of gpt2-124m runs next, and with
+# PROFILE=1 Nsight Compute times every kernel of one eager gpt2-124m step
+# ($OUT/kernels.csv; bench/gpu/kernel_table.py sums it by kernel).
 # Knobs: ROUNDS (2), STEPS (40), WARMUP (10), LLAMA_BATCH (4), PEER_COMPILE
 # (default | max-autotune-no-cudagraphs | none), PEER_PARALLEL (ddp | fsdp2),
 # DTRAIN_ARGS, PEER_ARGS, BUDGET_S. Needs .deps/ as the other GPU scripts.
@@ -33,7 +35,7 @@ build() {
     -DDTRAIN_WITH_NCCL=ON -DDTRAIN_WITH_CUDA_KERNELS=ON -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_DEPS_PREFIX="$PWD/.deps" \
     -DCMAKE_PREFIX_PATH="$PWD/.deps/usr;$torch_prefix" \
     -DNCCL_INCLUDE_DIR="$nccl_home/include" -DNCCL_LIBRARY="$nccl_home/lib/libnccl.so.2" > "$OUT/build.log" 2>&1 \
-    && ninja -C build-gpu dtrain fused_ops_test train_fused_optim_test >> "$OUT/build.log" 2>&1 \
+    && ninja -C build-gpu dtrain fused_ops_test train_fused_optim_test kernels_test >> "$OUT/build.log" 2>&1 \
     || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; tail -30 "$OUT/build.log"; exit 1; }
 }
 
@@ -55,6 +57,9 @@ if [ -x build-gpu/tests/models/fused_ops_test ] && [ -z "${SKIP_FUSED_TEST:-}" ]
   timeout 60 build-gpu/tests/train/train_fused_optim_test --gtest_brief=1 > "$OUT/fused_optim_test.log" 2>&1
   echo "train_fused_optim_test exit $?"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" "$OUT/fused_optim_test.log" | head -20
+  timeout 90 build-gpu/tests/models/kernels/kernels_test --gtest_brief=1 > "$OUT/kernels_test.log" 2>&1
+  echo "kernels_test exit $?"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|FAILED" "$OUT/kernels_test.log" | head -20
 fi
 gpus2=2; [ "$ngpu" -lt 2 ] && gpus2=""
 left=$(( ${BUDGET_S:-540} - ($(date +%s) - started) ))
@@ -86,4 +91,19 @@ if [ "$left" -gt 30 ] && [ -z "${SKIP_BREAKDOWN:-}" ]; then
   log "time split: gpt2-124m, eager, --breakdown (${left} s left)"
   timeout "$left" "$dtrain" bench train --model gpt2-124m --seq-len 1024 --batch-size 16 --precision bf16 \
     --no-cuda-graphs --breakdown --steps 10 --warmup 3 ${DTRAIN_ARGS:-} 2>&1 | tee "$OUT/breakdown.txt" | tail -25
+fi
+
+# Every kernel of one eager gpt2-124m step under Nsight Compute (one metric,
+# the kernel's duration; clocks left alone): what the forward and backward
+# spend their time on, kernel by kernel.
+left=$(( ${BUDGET_S:-540} + 50 - ($(date +%s) - started) ))
+if [ -n "${PROFILE:-}" ] && [ "$left" -gt 40 ] && command -v ncu > /dev/null; then
+  log "ncu: every kernel of gpt2-124m steps, eager (${left} s left)"
+  # In-process (RANK/WORLD_SIZE set, no --gpus): ncu then sees the worker's kernels.
+  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29611 \
+    timeout "$left" ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --page raw \
+    --log-file "$OUT/ncu.log" "$dtrain" bench train --model gpt2-124m --seq-len 1024 --batch-size 16 \
+    --precision bf16 --no-cuda-graphs --steps 1 --warmup 1 ${DTRAIN_ARGS:-} > "$OUT/kernels.csv" 2> "$OUT/ncu.err"
+  echo "ncu exit $?, $(wc -l < "$OUT/kernels.csv") lines"
+  python3 bench/gpu/kernel_table.py "$OUT/kernels.csv" "$OUT/ncu.log" 2>&1 | head -40
 fi
