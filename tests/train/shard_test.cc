@@ -66,7 +66,9 @@ void expectSameState(const std::string& a_path, const std::string& b_path) {
   }
   EXPECT_GT(compared, 10);
   for (const auto& [key, tensor] : b.tensors) {
-    if (key.rfind("optimizer.", 0) == 0) EXPECT_TRUE(a.tensors.count(key)) << key << " only in " << b_path;
+    if (key.rfind("optimizer.", 0) == 0) {
+      EXPECT_TRUE(a.tensors.count(key)) << key << " only in " << b_path;
+    }
   }
 }
 
@@ -114,13 +116,21 @@ std::string checkpointOf(const TempDir& dir, int step) {
   return dir / name;
 }
 
+// The same run replicated (into `replicated`) and with `--shard shard`
+// (into `sharded`); both must exit 0. Call with ASSERT_NO_FATAL_FAILURE.
+void runReplicatedAndSharded(int ranks, const std::string& common, const std::string& shard,
+                             const TempDir& replicated, const TempDir& sharded, testing::CommandResult* a, testing::CommandResult* b) {
+  *a = runCommand(launch(ranks, common + "--shard none --checkpoint-dir " + replicated.path()), 300);
+  ASSERT_EQ(a->exit_code, 0) << a->output;
+  *b = runCommand(launch(ranks, common + "--shard " + shard + " --checkpoint-dir " + sharded.path()), 300);
+  ASSERT_EQ(b->exit_code, 0) << b->output;
+}
+
 TEST(ShardOptimizerTest, AdamWWithClippingAndAccumulationEqualsReplicated) {
   TempDir replicated("dtrain-shard-none"), sharded("dtrain-shard-opt");
   const std::string common = kAdamW + "--tokens-per-step 512 --max-steps 6 --checkpoint-every 6 ";
-  auto a = runCommand(launch(2, common + "--shard none --checkpoint-dir " + replicated.path()), 300);
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand(launch(2, common + "--shard optimizer --checkpoint-dir " + sharded.path()), 300);
-  ASSERT_EQ(b.exit_code, 0) << b.output;
+  testing::CommandResult a, b;
+  ASSERT_NO_FATAL_FAILURE(runReplicatedAndSharded(2, common, "optimizer", replicated, sharded, &a, &b));
   expectSameState(checkpointOf(replicated, 6), checkpointOf(sharded, 6));
   // Each rank holds half the AdamW state (two moments of every slab, up to
   // the padding that makes slabs split evenly), counted from its tensors.
@@ -135,10 +145,8 @@ TEST(ShardOptimizerTest, SgdWithMomentumOnThreeRanksEqualsReplicated) {
   TempDir replicated("dtrain-shard-sgd-none"), sharded("dtrain-shard-sgd-opt");
   const std::string common = "--optimizer sgd --lr 0.05 --momentum 0.9 --weight-decay 1e-4 --max-steps 5 "
                              "--checkpoint-every 5 ";
-  auto a = runCommand(launch(3, common + "--shard none --checkpoint-dir " + replicated.path()), 300);
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand(launch(3, common + "--shard optimizer --checkpoint-dir " + sharded.path()), 300);
-  ASSERT_EQ(b.exit_code, 0) << b.output;
+  testing::CommandResult a, b;
+  ASSERT_NO_FATAL_FAILURE(runReplicatedAndSharded(3, common, "optimizer", replicated, sharded, &a, &b));
   expectSameState(checkpointOf(replicated, 5), checkpointOf(sharded, 5));
 }
 
@@ -189,10 +197,8 @@ constexpr double kSgdRounding = 1e-5;
 TEST(ShardGradientsTest, AdamWWithClippingAndAccumulationMatchesReplicated) {
   TempDir replicated("dtrain-zero2-none"), sharded("dtrain-zero2-grad");
   const std::string common = kAdamW + "--tokens-per-step 512 --max-steps 6 --checkpoint-every 6 ";
-  auto a = runCommand(launch(2, common + "--shard none --checkpoint-dir " + replicated.path()), 300);
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand(launch(2, common + "--shard gradients --checkpoint-dir " + sharded.path()), 300);
-  ASSERT_EQ(b.exit_code, 0) << b.output;
+  testing::CommandResult a, b;
+  ASSERT_NO_FATAL_FAILURE(runReplicatedAndSharded(2, common, "gradients", replicated, sharded, &a, &b));
   EXPECT_TRUE(testing::contains(b.output, "(sharded over 2 ranks, ZeRO-2)")) << b.output;
   expectCloseState(checkpointOf(replicated, 6), checkpointOf(sharded, 6), kAdamWRounding);
   const int64_t whole = stateBytes(a.output), half = stateBytes(b.output);
@@ -206,10 +212,8 @@ TEST(ShardGradientsTest, AdamWWithClippingAndAccumulationMatchesReplicated) {
 TEST(ShardGradientsTest, TwoRanksWithoutClippingOrAccumulationEqualReplicatedBitwise) {
   TempDir replicated("dtrain-zero2-bits-none"), sharded("dtrain-zero2-bits-grad");
   const std::string common = kAdamWNoClip + "--max-steps 5 --checkpoint-every 5 --bucket-mb 0.02 ";
-  auto a = runCommand(launch(2, common + "--shard none --checkpoint-dir " + replicated.path()), 300);
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand(launch(2, common + "--shard gradients --checkpoint-dir " + sharded.path()), 300);
-  ASSERT_EQ(b.exit_code, 0) << b.output;
+  testing::CommandResult a, b;
+  ASSERT_NO_FATAL_FAILURE(runReplicatedAndSharded(2, common, "gradients", replicated, sharded, &a, &b));
   expectSameState(checkpointOf(replicated, 5), checkpointOf(sharded, 5));
 }
 
@@ -222,10 +226,8 @@ TEST(ShardGradientsTest, SgdWithMomentumOnThreeRanksMatchesReplicated) {
   TempDir replicated("dtrain-zero2-sgd-none"), sharded("dtrain-zero2-sgd-grad");
   const std::string common = "--optimizer sgd --lr 0.05 --momentum 0.9 --weight-decay 1e-4 --max-steps 5 "
                              "--checkpoint-every 5 --bucket-mb 0.02 ";
-  auto a = runCommand(launch(3, common + "--shard none --checkpoint-dir " + replicated.path()), 300);
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand(launch(3, common + "--shard gradients --checkpoint-dir " + sharded.path()), 300);
-  ASSERT_EQ(b.exit_code, 0) << b.output;
+  testing::CommandResult a, b;
+  ASSERT_NO_FATAL_FAILURE(runReplicatedAndSharded(3, common, "gradients", replicated, sharded, &a, &b));
   expectCloseState(checkpointOf(replicated, 5), checkpointOf(sharded, 5), kSgdRounding);
 }
 
