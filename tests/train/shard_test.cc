@@ -126,6 +126,14 @@ void runReplicatedAndSharded(int ranks, const std::string& common, const std::st
   ASSERT_EQ(b->exit_code, 0) << b->output;
 }
 
+// Resumes (or starts) a run of `args` on 3 ranks in `dir` up to step 6,
+// which must exit 0. Call with ASSERT_NO_FATAL_FAILURE.
+void resumeOnThreeRanksToStep6(const std::string& args, const TempDir& dir) {
+  auto run = runCommand(
+      launch(3, args + "--max-steps 6 --checkpoint-every 6 --resume auto --checkpoint-dir " + dir.path()), 300);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+}
+
 TEST(ShardOptimizerTest, AdamWWithClippingAndAccumulationEqualsReplicated) {
   TempDir replicated("dtrain-shard-none"), sharded("dtrain-shard-opt");
   const std::string common = kAdamW + "--tokens-per-step 512 --max-steps 6 --checkpoint-every 6 ";
@@ -171,10 +179,7 @@ TEST(ShardOptimizerTest, ShardedCheckpointsResumeReplicatedAndOnAnotherWorldSize
   // unsharded layout) and training goes on.
   TempDir three("dtrain-shard-three");
   ASSERT_EQ(runCommand("cp " + checkpointOf(mixed, 4) + " " + three.path() + "/", 10).exit_code, 0);
-  auto d = runCommand(launch(3, kAdamWConstant + "--shard optimizer --max-steps 6 --checkpoint-every 6 --resume auto "
-                                         "--checkpoint-dir " + three.path()),
-                      300);
-  ASSERT_EQ(d.exit_code, 0) << d.output;
+  ASSERT_NO_FATAL_FAILURE(resumeOnThreeRanksToStep6(kAdamWConstant + "--shard optimizer ", three));
   const CheckpointState resumed = loadCheckpoint(checkpointOf(three, 6));
   EXPECT_EQ(resumed.meta["world_size"], 3);
   EXPECT_EQ(resumed.meta["step"], 6);
@@ -283,14 +288,8 @@ TEST(ShardGradientsTest, CheckpointsResumeReplicatedAndOnAnotherWorldSize) {
   for (const TempDir* dir : {&three, &three_plain}) {
     ASSERT_EQ(runCommand("cp " + checkpointOf(mixed, 4) + " " + dir->path() + "/", 10).exit_code, 0);
   }
-  auto d = runCommand(launch(3, common + "--shard gradients --max-steps 6 --checkpoint-every 6 --resume auto "
-                                         "--checkpoint-dir " + three.path()),
-                      300);
-  ASSERT_EQ(d.exit_code, 0) << d.output;
-  auto e = runCommand(launch(3, common + "--shard none --max-steps 6 --checkpoint-every 6 --resume auto "
-                                         "--checkpoint-dir " + three_plain.path()),
-                      300);
-  ASSERT_EQ(e.exit_code, 0) << e.output;
+  ASSERT_NO_FATAL_FAILURE(resumeOnThreeRanksToStep6(common + "--shard gradients ", three));
+  ASSERT_NO_FATAL_FAILURE(resumeOnThreeRanksToStep6(common + "--shard none ", three_plain));
   const CheckpointState resumed = loadCheckpoint(checkpointOf(three, 6));
   EXPECT_EQ(resumed.meta["world_size"], 3);
   EXPECT_EQ(resumed.meta["step"], 6);
