@@ -17,7 +17,7 @@
 # leaves them out); a --breakdown time split of gpt2-124m runs next, and with
 # PROFILE=1 Nsight Compute times every kernel of one eager gpt2-124m step
 # ($OUT/kernels.csv; bench/gpu/kernel_table.py sums it by kernel).
-# Knobs: ROUNDS (2), STEPS (40), WARMUP (10), LLAMA_BATCH (4), PEER_COMPILE
+# Knobs: ROUNDS (2), STEPS (40), WARMUP (10), LLAMA_BATCH (4), SKIP_LLAMA, PEER_COMPILE
 # (default | max-autotune-no-cudagraphs | none), PEER_PARALLEL (ddp | fsdp2),
 # DTRAIN_ARGS, PEER_ARGS, BUDGET_S. Needs .deps/ as the other GPU scripts.
 # Logs and results go to $OUT/<phase>.tgz (lm_compare.md, lm_compare.json).
@@ -31,11 +31,13 @@ source bench/gpu/lib.sh
 # dtrain with the fused CUDA kernels, and fused_ops_test (every fused
 # operation and whole tiny models against the libtorch path) beside it.
 build() {
+  local tests="fused_ops_test train_fused_optim_test kernels_test"
+  [ -n "${SKIP_FUSED_TEST:-}" ] && tests=""
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WITH_GLOO=OFF -DDTRAIN_WITH_TORCH=ON \
     -DDTRAIN_WITH_NCCL=ON -DDTRAIN_WITH_CUDA_KERNELS=ON -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_DEPS_PREFIX="$PWD/.deps" \
     -DCMAKE_PREFIX_PATH="$PWD/.deps/usr;$torch_prefix" \
     -DNCCL_INCLUDE_DIR="$nccl_home/include" -DNCCL_LIBRARY="$nccl_home/lib/libnccl.so.2" > "$OUT/build.log" 2>&1 \
-    && ninja -C build-gpu dtrain fused_ops_test train_fused_optim_test kernels_test >> "$OUT/build.log" 2>&1 \
+    && ninja -C build-gpu dtrain $tests >> "$OUT/build.log" 2>&1 \
     || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; tail -30 "$OUT/build.log"; exit 1; }
 }
 
@@ -65,8 +67,9 @@ gpus2=2; [ "$ngpu" -lt 2 ] && gpus2=""
 left=$(( ${BUDGET_S:-540} - ($(date +%s) - started) ))
 [ "$left" -lt 90 ] && { echo "only $left s left after the build: run the script again (build-gpu/ is kept)"; exit 0; }
 log "dtrain bench train vs the PyTorch LM peer: gpt2-124m (1${gpus2:+,$gpus2} GPUs), llama-1b (1 GPU); ${left} s left"
-python3 bench/lm_compare.py --dtrain "$dtrain" \
-  --config gpt2-124m 1024 16 "1${gpus2:+,$gpus2}" --config llama-1b 2048 "${LLAMA_BATCH:-4}" 1 \
+configs=(--config gpt2-124m 1024 16 "1${gpus2:+,$gpus2}")
+[ -z "${SKIP_LLAMA:-}" ] && configs+=(--config llama-1b 2048 "${LLAMA_BATCH:-4}" 1)
+python3 bench/lm_compare.py --dtrain "$dtrain" "${configs[@]}" \
   --steps "${STEPS:-40}" --warmup "${WARMUP:-10}" --rounds "${ROUNDS:-2}" --deadline-s "$left" \
   --compile "${PEER_COMPILE:-default}" --parallel "${PEER_PARALLEL:-ddp}" \
   ${DTRAIN_ARGS:+--dtrain-args "$DTRAIN_ARGS"} ${PEER_ARGS:+--peer-args "$PEER_ARGS"} \
