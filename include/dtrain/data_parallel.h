@@ -61,6 +61,30 @@
 //   parameters but no gradient (FlatSlab::grad undefined): optimizers take
 //   shardLayout() (makeShardedOptimizer) and clip shards() with the
 //   communicator (clipGradNormOnDevice).
+// - ZeRO-3 (options.shard_parameters; FSDP's FULL_SHARD): the parameters
+//   are sharded too. The model is cut into units (a models::Model's
+//   shardingUnits(): unit 0 its embeddings, final norm and head, then one
+//   per transformer block); buckets are the units' runs of parameters in
+//   each slab (no size cap), padded to 64 x N as in ZeRO-2, and rank r
+//   keeps the r-th 1/N of each as its float32 master copy (shards()'
+//   params, views into one master shard per slab) besides its gradient
+//   shard. The module's parameters become views into preallocated slots
+//   of options.param_dtype (float32, or bfloat16 to compute in it as
+//   FSDP's MixedPrecisionPolicy(param_dtype=bf16)): unit 0 has a slot of
+//   its own, the blocks share two. The model calls this DataParallel's
+//   unitHooks() (construction registers them with a models::Model): a
+//   unit's slot is all-gathered just before its forward and again before
+//   its backward, the next unit's gather issued ahead on a stream and
+//   communicator of its own (options.gather_communicator) so it overlaps
+//   compute; gradients go to staging and are reduce-scattered as in
+//   ZeRO-2. The optimizer (makeShardedOptimizer over shardLayout())
+//   updates the master shards; the slots are refilled at the next forward.
+//   Parameters hold their values only while their unit is gathered: read
+//   them with fullParameters() (a collective) and set them with
+//   loadFullParameters(). slabs() have neither parameters nor gradients.
+// - options.reduce_dtype (ZeRO-2 and ZeRO-3): the dtype gradients are
+//   staged and reduce-scattered in (float32, or bfloat16 for half the
+//   bytes, as FSDP's reduce_dtype); the gradient shards stay float32.
 // - A failed or timed-out all-reduce surfaces from backward() (CommError).
 // - An observer (setObserver) is told when each backward starts and ends
 //   and when each bucket is ready and reduced; timing, timelines and
@@ -81,6 +105,10 @@ namespace dtrain {
 
 class Communicator;
 class Work;
+struct SlabPlan;
+namespace models {
+class UnitHooks;
+}
 
 struct DataParallelOptions {
   double bucket_mb = 25.0;
@@ -99,6 +127,32 @@ struct DataParallelOptions {
   // ZeRO-2: reduce-scatter the buckets and keep 1/N of the gradients (see
   // the contract).
   bool shard_gradients = false;
+  // ZeRO-3: shard the parameters too (implies shard_gradients). `units`:
+  // the parameters of each unit, the root first (empty: the module's
+  // models::Model::shardingUnits()); every trainable parameter in exactly
+  // one unit.
+  bool shard_parameters = false;
+  std::vector<std::vector<torch::Tensor>> units;
+  // ZeRO-3: the dtype the gathered parameters compute in (float32 or
+  // bfloat16); the master shards stay float32.
+  torch::ScalarType param_dtype = torch::kFloat;
+  // ZeRO-2 and ZeRO-3: the dtype gradients are reduce-scattered in
+  // (float32 or bfloat16).
+  torch::ScalarType reduce_dtype = torch::kFloat;
+  // ZeRO-3: a communicator over the same ranks for the parameter gathers
+  // (null: the main one; on CUDA give one, so gathers and reduce-scatters
+  // run concurrently without their order depending on each other).
+  std::shared_ptr<Communicator> gather_communicator;
+};
+
+// A run of one parameter's elements that lies in a range of a slab:
+// elements [offset, offset + numel) of parameters()[param] (flattened, row
+// major) sit at `position` from the range's start.
+struct ParameterRun {
+  int param = 0;
+  int64_t offset = 0;
+  int64_t numel = 0;
+  int64_t position = 0;
 };
 
 // One bucket: a contiguous slice [offset, offset + numel) of slab `slab`'s
@@ -153,9 +207,29 @@ class DataParallel {
   const std::shared_ptr<Communicator>& communicator() const { return comm_; }
 
   // ZeRO-2 (shard_gradients): this rank's slice of each bucket, in bucket
-  // order: param a view into the slab, grad a view into its gradient shard.
-  // Empty otherwise.
+  // order: param a view into the slab (ZeRO-3: into its master shard), grad
+  // a view into its gradient shard. Empty otherwise.
   bool shardsGradients() const { return options_.shard_gradients; }
+  bool shardsParameters() const { return options_.shard_parameters; }
+  // ZeRO-3: what the model calls around its units (nullptr otherwise).
+  models::UnitHooks* unitHooks() const;
+  // Every parameter's current value, in parameters() order: the
+  // parameters themselves, or (ZeRO-3, a collective every rank calls)
+  // float32 tensors gathered from the master shards.
+  std::vector<torch::Tensor> fullParameters();
+  // Sets every parameter (values in parameters() order, each of its
+  // parameter's shape); ZeRO-3 keeps this rank's slices in its master shard.
+  void loadFullParameters(const std::vector<torch::Tensor>& values);
+  // Bytes of parameters this rank holds: the slabs; ZeRO-3 its master and
+  // compute shards and the gather slots.
+  int64_t parameterBytes() const;
+  // The parameters' elements in elements [begin, begin + numel) of slab
+  // `slab` (the layout the optimizers see: slabs() and, sharded, the
+  // pieces of shardLayout(), padding included), in position order; padding
+  // is in no run. What a checkpoint maps an optimizer's flat state onto.
+  std::vector<ParameterRun> slabRuns(int slab, int64_t begin, int64_t numel) const;
+  // Slab `slab`'s length in that layout (with its padding).
+  int64_t paddedSlabNumel(size_t slab) const { return padded_numel_.at(slab); }
   const std::vector<FlatSlab>& shards() const { return shards_; }
   // What a sharded optimizer needs (pieces are the buckets); ZeRO-2 only.
   ShardLayout shardLayout() const;
@@ -193,6 +267,7 @@ class DataParallel {
 
  private:
   struct Impl;
+  void checkDtypes() const;
   torch::Device collectParameters();
   void buildSlabs(torch::Device device);
   void installHooks();
@@ -200,9 +275,15 @@ class DataParallel {
   void startBackward();
   void launchBucket(int bucket);
   void finishBackward();
-  // ZeRO-2 (data_parallel.cc tells the steps).
+  // ZeRO-2 and ZeRO-3 (data_parallel_shards.cc tells the steps).
   void planLaunchOrder();
-  void buildShards();
+  void buildShards(const std::vector<torch::Tensor>& full);
+  void buildUnits(const SlabPlan& plan, torch::Device device);
+  std::vector<int> unitOfParameters();
+  void publishShards();
+  void backwardStarting();
+  torch::ScalarType stagingDtype(int bucket) const;
+  torch::Device device() const;
   void stageGradient(int param, int bucket);
   void acquireStaging(int bucket);
   void addStagingBuffer();
@@ -217,13 +298,24 @@ class DataParallel {
   std::vector<torch::Tensor> params_;
   std::vector<FlatSlab> slabs_;
   std::vector<int64_t> slab_numel_;
+  std::vector<torch::ScalarType> slab_dtype_;
+  std::vector<int64_t> padded_numel_;  // each slab's length with its padding
   std::vector<int64_t> param_offset_;  // each parameter's element offset in its slab
   std::vector<Bucket> buckets_;
   // ZeRO-2: the buckets as pieces, this rank's slices, the shard buffers.
   std::vector<ShardPiece> pieces_;
   std::vector<FlatSlab> shards_;
   std::vector<torch::Tensor> grad_shards_;
+  std::vector<int64_t> shard_position_;  // each piece's offset in its slab's shard
   int64_t staging_bytes_ = 0;  // of the largest bucket
+  torch::ScalarType staging_dtype_ = torch::kFloat;
+  // ZeRO-3: per slab the float32 master shard and the same in param_dtype
+  // (the same tensor for float32); the gather slots.
+  std::vector<torch::Tensor> param_shards_;
+  std::vector<torch::Tensor> compute_shards_;
+  std::vector<torch::Tensor> slots_;
+  std::vector<int> unit_of_param_;
+  int unit_count_ = 0;
   std::vector<int> bucket_of_param_;
   std::vector<int> launch_order_;  // bucket indices, in the order every rank launches them
   std::shared_ptr<Impl> impl_;  // hooks, per-backward state, streams, events

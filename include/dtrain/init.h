@@ -49,6 +49,10 @@ class Context {
   bool isMain() const { return rank() == 0; }
   torch::Device device() const { return device_; }
   const std::shared_ptr<Communicator>& communicator() const { return communicator_; }
+  // Another communicator over the same ranks and backend (`name` keeps its
+  // bootstrap keys apart; every rank calls this with the same name, at the
+  // same point): collectives on it never wait behind the main one's.
+  std::shared_ptr<Communicator> newCommunicator(const std::string& name);
   std::string backend() const;
   std::chrono::milliseconds collectiveTimeout() const { return collective_timeout_; }
 

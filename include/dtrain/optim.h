@@ -159,23 +159,33 @@ struct ShardPiece {
   int64_t logical_numel = 0;
 };
 
-// Where the state of a ZeRO-2 run lives (DataParallel::shardLayout()).
+// Where the state of a ZeRO-2 or ZeRO-3 run lives (DataParallel::shardLayout()).
 struct ShardLayout {
-  std::vector<torch::Tensor> params;   // the full parameter slabs, every rank the same
+  // ZeRO-2: the full parameter slabs, every rank the same. ZeRO-3: empty
+  // (no rank holds a full slab; see slices).
+  std::vector<torch::Tensor> params;
   std::vector<bool> weight_decay;      // each slab's FlatSlab::weight_decay
   std::vector<int64_t> logical_numel;  // each slab's length in the unsharded layout
+  std::vector<int64_t> numel;          // each slab's padded length (the pieces tile it)
   std::vector<ShardPiece> pieces;      // tiling every slab, in slab and offset order
   // grads[k]: this rank's gradient of its part of piece k (numel/N
   // elements, not a view of a full gradient: ZeRO-2 keeps none).
   std::vector<torch::Tensor> grads;
+  // ZeRO-3: slices[k] is this rank's part of piece k's parameters (its
+  // float32 master copy), and `published` runs after every update instead
+  // of an all-gather (DataParallel casts the slices for its next gathers).
+  std::vector<torch::Tensor> slices;
+  std::function<void()> published;
 };
 
-// ZeRO stage 2 (DeepSpeed's gradient partitioning; FSDP's SHARD_GRAD_OP):
-// the same as the ZeRO-1 factory above, over the pieces of `layout`
+// ZeRO stages 2 and 3 (DeepSpeed's gradient and parameter partitioning;
+// FSDP's SHARD_GRAD_OP and FULL_SHARD): the same as the ZeRO-1 factory
+// above, over the pieces of `layout`
 // (DataParallel's buckets, each padded to a multiple of N) instead of whole
 // slabs. `make` gets one slice per piece: this rank's part of the piece's
 // parameters (a view into the slab) and its gradient (layout.grads[k]).
-// After the update every piece is all-gathered in place. The returned
+// After the update every piece is all-gathered in place (ZeRO-3:
+// layout.published runs instead, the slices being the parameters). The returned
 // optimizer's slabs() are those slices: zeroGrad() clears this rank's
 // gradient shard, and clipping them needs the communicator (the
 // clipGradNormOnDevice overload below). stateDict() / loadStateDict() use

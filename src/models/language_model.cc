@@ -51,9 +51,27 @@ torch::Tensor LanguageModel::hidden(const torch::Tensor& tokens) {
     throw ConfigError("language model '" + config_.name + "': input has " + std::to_string(tokens.size(1)) +
                       " tokens per sequence, more than its " + std::to_string(config_.max_seq_len) + " positions");
   }
+  UnitHooks* hooks = unitHooks();
+  if (hooks != nullptr) hooks->beforeForward(0);
   ResidualStream stream{embed(tokens), {}};
-  for (const auto& block : blocks_) stream = block->forwardStream(stream);
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    const int unit = static_cast<int>(b) + 1;
+    if (hooks != nullptr) hooks->beforeForward(unit);
+    stream = blocks_[b]->forwardStream(stream);
+    if (hooks != nullptr) {
+      std::vector<torch::Tensor> out = hooks->afterForward(unit, {stream.residual, stream.pending});
+      stream = {out.at(0), out.at(1)};
+    }
+  }
   return finalNormOf(stream);
+}
+
+std::vector<std::vector<torch::Tensor>> LanguageModel::shardingUnits() {
+  std::vector<std::vector<torch::Tensor>> units;
+  units.push_back(embeddingParameters());
+  for (const torch::Tensor& p : headParameters()) units.front().push_back(p);
+  for (const auto& block : blocks_) units.push_back(block->parameters());
+  return units;
 }
 
 torch::Tensor LanguageModel::forward(torch::Tensor tokens) {
@@ -86,7 +104,9 @@ torch::Tensor LanguageModel::loss(const torch::Tensor& tokens, const torch::Tens
                       shapeText(tokens) + ", got " + std::string(c10::toString(targets.scalar_type())) + " " +
                       shapeText(targets));
   }
-  return ops::classifierCrossEntropy(hidden(tokens), outputWeight(), targets);
+  torch::Tensor loss = ops::classifierCrossEntropy(hidden(tokens), outputWeight(), targets);
+  if (UnitHooks* hooks = unitHooks()) loss = hooks->afterForward(0, {loss}).at(0);
+  return loss;
 }
 
 std::shared_ptr<LanguageModel> createLanguageModel(const LanguageModelConfig& config) {

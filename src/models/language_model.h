@@ -91,6 +91,8 @@ class LanguageModel : public Model {
   // The sharding units' parameters besides the blocks'.
   virtual std::vector<torch::Tensor> embeddingParameters() = 0;
   virtual std::vector<torch::Tensor> headParameters() = 0;
+  // Unit 0: embeddingParameters() and headParameters(); then each block's.
+  std::vector<std::vector<torch::Tensor>> shardingUnits() override;
 
   // lm_counts.h's trainingFlopsPerToken for this model; trainingFlopsPerSample()
   // is config().seq_len times trainingFlopsPerToken(config().seq_len).

@@ -48,6 +48,25 @@ struct ModelOptions {
 // alike. Subclasses register their parameters with torch::nn::Module as
 // usual, so parameters(), to(), train()/eval() and torch::save work
 // unchanged.
+// Where a model's forward is, unit by unit, for a wrapper that keeps each
+// unit's parameters elsewhere between uses (ZeRO-3: DataParallel gathers a
+// unit just before its forward and again before its backward). Unit 0 is
+// the model's root (what no other unit holds: a language model's
+// embeddings, final norm and head); units 1.. are its blocks in order.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  // Before unit `unit`'s forward reads its parameters (unit 0: at the
+  // start of the forward).
+  virtual void beforeForward(int unit) = 0;
+  // After unit `unit`'s forward: its outputs (undefined ones allowed), and
+  // what the model goes on with instead, the same values; under grad mode
+  // their gradients arriving in backward are the unit's "before
+  // backward". Unit 0's output is the loss: its gradient arriving is the
+  // start of backward.
+  virtual std::vector<torch::Tensor> afterForward(int unit, std::vector<torch::Tensor> outputs) = 0;
+};
+
 class Model : public torch::nn::Module {
  public:
   // The network's output for a batch of inputs: logits.
@@ -64,10 +83,22 @@ class Model : public torch::nn::Module {
   // Parameters the optimizer's weight decay must leave alone (GPT recipes:
   // norms, biases and embeddings). Default: none, every parameter decays.
   virtual std::vector<torch::Tensor> noWeightDecayParameters() { return {}; }
+  // The model's units for UnitHooks: unit 0 (the root) first, then one per
+  // block, each listing its parameters; together every trainable
+  // parameter once. Empty (the default): the model has no units and calls
+  // no hooks.
+  virtual std::vector<std::vector<torch::Tensor>> shardingUnits() { return {}; }
+  // The hooks of every later forward (nullptr: none); not owned. Only
+  // models with shardingUnits() call them.
+  void setUnitHooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
+  UnitHooks* unitHooks() const { return unit_hooks_; }
 
  protected:
   // Set by the constructor: the forward's FLOPs per sample.
   double forward_flops_ = 0;
+
+ private:
+  UnitHooks* unit_hooks_ = nullptr;
 };
 
 // FLOPs of a convolution (k x k kernel, no groups) producing an out x out

@@ -6,7 +6,7 @@
 namespace dtrain {
 
 SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket_mb, double bucket_mb,
-                   const std::vector<bool>& decayed) {
+                   const std::vector<bool>& decayed, const std::vector<int>& unit_of_param) {
   SlabPlan plan;
   plan.bucket_of_param.assign(params.size(), -1);
   std::map<std::pair<torch::ScalarType, bool>, int> slab_of_group;
@@ -42,7 +42,12 @@ SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket
     for (size_t k = 0; k < slab.params.size(); ++k) {
       const double cap_bytes = (plan.buckets.size() == first_bucket ? first_bucket_mb : bucket_mb) * 1024 * 1024;
       const double bytes = static_cast<double>(params[slab.params[k]].numel()) * element;
-      if (!current.params.empty() && current_bytes + bytes > cap_bytes) {
+      const auto full = [&] {
+        if (unit_of_param.empty()) return current_bytes + bytes > cap_bytes;
+        return unit_of_param[static_cast<size_t>(slab.params[k])] !=
+               unit_of_param[static_cast<size_t>(current.params.back())];
+      };
+      if (!current.params.empty() && full()) {
         current.numel = slab.offsets[k] - current.offset;
         plan.buckets.push_back(current);
         current = Bucket{static_cast<int>(s), slab.offsets[k], 0, {}};

@@ -35,8 +35,11 @@ struct SlabPlan {
 };
 
 // `decayed[i]`: whether params[i] is weight-decayed (empty: all are).
+// `unit_of_param[i]` (ZeRO-3; empty: none): the unit params[i] belongs to;
+// then buckets are the longest runs of one unit's parameters in a slab,
+// whatever their size, and the caps do not apply.
 SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket_mb, double bucket_mb,
-                   const std::vector<bool>& decayed = {});
+                   const std::vector<bool>& decayed = {}, const std::vector<int>& unit_of_param = {});
 
 // The same plan with every bucket's numel rounded up to a multiple of
 // `multiple` by zero padding after it, the buckets (and their parameters)

@@ -12,7 +12,9 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "models/model.h"
 #include "train/bucket_plan.h"
+#include "train/data_parallel_impl.h"
 #include "train/tensor_buffer.h"
 
 #if DTRAIN_TORCH_CUDA
@@ -44,76 +46,6 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-struct DataParallel::Impl {
-  DataParallel* owner = nullptr;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: params hold them weakly
-  std::vector<int> initial_pending;
-  std::vector<int> pending;
-  std::vector<char> ready;
-  int next_bucket = 0;
-  bool in_backward = false;
-  std::vector<std::shared_ptr<Work>> works;  // this backward's all-reduces, in launch order
-  std::vector<std::shared_ptr<Work>> previous_works;
-
-  // ZeRO-2: staging buffers (bytes, each of the largest bucket's size) in
-  // which a bucket's gradients gather until its reduce-scatter, and which
-  // bucket holds which. Free slots are reused oldest release first (on
-  // CUDA: the reduce-scatter that used it had the most time to finish).
-  std::vector<torch::Tensor> pool;
-  std::deque<int> free_slots;
-  std::vector<int> slot_of_bucket;   // -1: none
-  std::vector<torch::Tensor> staging;  // per bucket: its view of its slot
-  struct InFlight {
-    int bucket;
-    std::shared_ptr<Work> work;
-  };
-  // CPU: reduce-scattered buckets whose part is not yet in the shard.
-  std::deque<InFlight> in_flight;
-
-  bool cuda = false;
-  int device_index = 0;
-#if DTRAIN_TORCH_CUDA
-  std::optional<c10::cuda::CUDAStream> comm_stream;
-  std::optional<c10::cuda::CUDAStream> compute;  // compute_stream as a torch stream
-  // ZeRO-2: per slot, recorded on the communication stream once its bucket
-  // was added into the shard; the compute stream waits on it before reuse
-  // within the same backward (an earlier backward's were joined at its
-  // end, and a captured step must not wait on an event from outside it).
-  std::vector<cudaEvent_t> released_events;
-  std::vector<char> released_in_backward;
-  // The communication stream waits on ready_events[b] before bucket b's
-  // all-reduce, and the compute stream on joined_event after the last.
-  std::vector<cudaEvent_t> ready_events;
-  cudaEvent_t joined_event = nullptr;
-
-  static cudaEvent_t makeEvent() {
-    cudaEvent_t event = nullptr;
-    DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-    return event;
-  }
-#endif
-  // The stream backward runs this backward's gradient kernels on: the
-  // current stream of the first gradient hook (autograd runs a node on its
-  // forward's stream). Final callbacks may run with another current stream,
-  // so the join at the end of backward uses this one (it must be the
-  // capturing stream when the step is captured into a CUDA graph).
-  void* compute_stream = nullptr;
-  void* commStream() const {
-#if DTRAIN_TORCH_CUDA
-    if (cuda) return comm_stream->stream();
-#endif
-    return nullptr;
-  }
-
-  ~Impl() {
-#if DTRAIN_TORCH_CUDA
-    for (cudaEvent_t e : ready_events) cudaEventDestroy(e);
-    for (cudaEvent_t e : released_events) cudaEventDestroy(e);
-    if (joined_event != nullptr) cudaEventDestroy(joined_event);
-#endif
-  }
-};
-
 DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> communicator,
                            DataParallelOptions options)
     : module_(std::move(module)), comm_(std::move(communicator)), options_(options) {
@@ -124,6 +56,8 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
                       std::to_string(options_.bucket_mb) + ", first_bucket_mb=" +
                       std::to_string(options_.first_bucket_mb) + ")");
   }
+  if (options_.shard_parameters) options_.shard_gradients = true;
+  checkDtypes();
   const torch::Device device = collectParameters();
   impl_ = std::make_shared<Impl>();
   impl_->owner = this;
@@ -135,8 +69,25 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
   buildSlabs(device);
   installHooks();
   if (options_.broadcast_at_start && comm_->size() > 1) {
-    syncParameters();
+    if (!options_.shard_parameters) syncParameters();  // ZeRO-3 started its shards from rank 0's values
     syncBuffers();
+  }
+}
+
+void DataParallel::checkDtypes() const {
+  const auto floating = [](torch::ScalarType t) { return t == torch::kFloat || t == torch::kBFloat16; };
+  if (!floating(options_.param_dtype) || !floating(options_.reduce_dtype)) {
+    throw ConfigError(std::string("DataParallel: param_dtype ") + c10::toString(options_.param_dtype) +
+                      ", reduce_dtype " + c10::toString(options_.reduce_dtype) +
+                      "; expected Float or BFloat16 for each");
+  }
+  if (options_.param_dtype != torch::kFloat && !options_.shard_parameters) {
+    throw ConfigError("DataParallel: param_dtype BFloat16 needs shard_parameters (ZeRO-3); the other stages "
+                      "compute in the parameters' own dtype (use autocast)");
+  }
+  if (options_.reduce_dtype != torch::kFloat && !options_.shard_gradients) {
+    throw ConfigError("DataParallel: reduce_dtype BFloat16 needs shard_gradients or shard_parameters (ZeRO-2 "
+                      "or ZeRO-3), which reduce from staging buffers");
   }
 }
 
@@ -172,22 +123,36 @@ void DataParallel::buildSlabs(torch::Device device) {
   if (!exempt.empty()) {
     for (const torch::Tensor& p : params_) decayed.push_back(exempt.count(p.unsafeGetTensorImpl()) == 0);
   }
-  SlabPlan plan = planSlabs(params_, options_.first_bucket_mb, options_.bucket_mb, decayed);
-  for (const SlabLayout& layout : plan.slabs) slab_numel_.push_back(layout.numel);
-  // ZeRO-2: 64-element slices keep every rank's part aligned.
+  if (options_.shard_parameters) unit_of_param_ = unitOfParameters();
+  SlabPlan plan = planSlabs(params_, options_.first_bucket_mb, options_.bucket_mb, decayed, unit_of_param_);
+  for (const SlabLayout& layout : plan.slabs) {
+    slab_numel_.push_back(layout.numel);
+    slab_dtype_.push_back(layout.dtype);
+  }
+  // ZeRO-2 and ZeRO-3: 64-element slices keep every rank's part aligned.
   if (options_.shard_gradients) plan = padBuckets(std::move(plan), int64_t{64} * comm_->size(), pieces_);
   buckets_ = plan.buckets;
   bucket_of_param_ = plan.bucket_of_param;
   param_offset_.assign(params_.size(), 0);
-  torch::NoGradGuard no_grad;
+  for (const SlabLayout& layout : plan.slabs) {
+    for (size_t k = 0; k < layout.params.size(); ++k) param_offset_[layout.params[k]] = layout.offsets[k];
+  }
   if (options_.slab_multiple < 1) {
     throw ConfigError("DataParallel: slab_multiple is " + std::to_string(options_.slab_multiple) +
                       "; expected >= 1");
   }
+  planLaunchOrder();
+  if (options_.shard_parameters) {
+    for (const SlabLayout& layout : plan.slabs) padded_numel_.push_back(layout.numel);
+    buildUnits(plan, device);
+    return;
+  }
+  torch::NoGradGuard no_grad;
   for (const SlabLayout& layout : plan.slabs) {
     auto tensor_options = torch::TensorOptions().dtype(layout.dtype).device(device);
     const int64_t multiple = options_.slab_multiple;
     const int64_t numel = (layout.numel + multiple - 1) / multiple * multiple;
+    padded_numel_.push_back(numel);
     // ZeRO-2 keeps no full gradient: autograd's gradients go to staging.
     FlatSlab slab{torch::zeros({numel}, tensor_options),
                   options_.shard_gradients ? torch::Tensor() : torch::zeros({numel}, tensor_options),
@@ -195,7 +160,6 @@ void DataParallel::buildSlabs(torch::Device device) {
     for (size_t k = 0; k < layout.params.size(); ++k) {
       torch::Tensor& p = params_[layout.params[k]];
       const int64_t offset = layout.offsets[k];
-      param_offset_[layout.params[k]] = offset;
       torch::Tensor view = slab.param.as_strided(p.sizes(), p.strides(), offset);
       view.copy_(p.detach());
       p.set_data(view);
@@ -204,11 +168,14 @@ void DataParallel::buildSlabs(torch::Device device) {
     }
     slabs_.push_back(std::move(slab));
   }
-  planLaunchOrder();
-  if (options_.shard_gradients) buildShards();
+  if (options_.shard_gradients) {
+    std::vector<torch::Tensor> full;
+    for (const FlatSlab& slab : slabs_) full.push_back(slab.param);
+    buildShards(full);
+  }
 }
 
-// Replicated: plan order (slab by slab). ZeRO-2: the order backward is
+// Replicated: plan order (slab by slab). ZeRO-2 and ZeRO-3: the order backward is
 // expected to finish the buckets in, across slabs (by their earliest
 // registered parameter, latest first), so that a slab's buckets do not
 // hold staging buffers while another slab's wait for their turn (a
@@ -223,37 +190,6 @@ void DataParallel::planLaunchOrder() {
   }
   std::stable_sort(launch_order_.begin(), launch_order_.end(),
                    [&earliest](int a, int b) { return earliest[a] > earliest[b]; });
-}
-
-// ZeRO-2: this rank's slice of every bucket, each slab's gradient shard
-// (the slices of its buckets, in order) and the staging buffers' size.
-void DataParallel::buildShards() {
-  const int64_t world = comm_->size(), rank = comm_->rank();
-  std::vector<int64_t> shard_numel(slabs_.size(), 0);
-  for (const ShardPiece& piece : pieces_) shard_numel[static_cast<size_t>(piece.slab)] += piece.numel / world;
-  for (size_t s = 0; s < slabs_.size(); ++s) grad_shards_.push_back(torch::zeros({shard_numel[s]}, slabs_[s].param.options()));
-  std::vector<int64_t> position(slabs_.size(), 0);
-  for (const ShardPiece& piece : pieces_) {
-    const size_t s = static_cast<size_t>(piece.slab);
-    const int64_t slice = piece.numel / world;
-    shards_.push_back({slabs_[s].param.narrow(0, piece.offset + rank * slice, slice),
-                       grad_shards_[s].narrow(0, position[s], slice), slabs_[s].weight_decay});
-    position[s] += slice;
-    staging_bytes_ = std::max(staging_bytes_, piece.numel * static_cast<int64_t>(slabs_[s].param.element_size()));
-  }
-}
-
-ShardLayout DataParallel::shardLayout() const {
-  if (!options_.shard_gradients) throw ConfigError("DataParallel: shardLayout() needs shard_gradients (ZeRO-2)");
-  ShardLayout layout;
-  for (const FlatSlab& slab : slabs_) {
-    layout.params.push_back(slab.param);
-    layout.weight_decay.push_back(slab.weight_decay);
-  }
-  layout.logical_numel = slab_numel_;
-  layout.pieces = pieces_;
-  for (const FlatSlab& shard : shards_) layout.grads.push_back(shard.grad);
-  return layout;
 }
 
 int64_t DataParallel::gradientBytes() const {
@@ -296,7 +232,11 @@ void DataParallel::installHooks() {
   }
 }
 
-DataParallel::~DataParallel() = default;
+DataParallel::~DataParallel() {
+  if (!impl_ || !impl_->gather) return;
+  auto* model = dynamic_cast<models::Model*>(module_.get());
+  if (model != nullptr && model->unitHooks() == impl_->gather.get()) model->setUnitHooks(nullptr);
+}
 
 void DataParallel::zeroGrad() {
   for (FlatSlab& slab : slabs_) {
@@ -306,6 +246,10 @@ void DataParallel::zeroGrad() {
 }
 
 void DataParallel::syncParameters() {
+  if (options_.shard_parameters) {
+    throw ConfigError("DataParallel: syncParameters() with sharded parameters (ZeRO-3): each rank holds its own "
+                      "slices, started from rank 0's values at construction");
+  }
   std::vector<torch::Tensor> flats;
   for (const FlatSlab& slab : slabs_) flats.push_back(slab.param);
   broadcastTensors(flats);
@@ -452,121 +396,6 @@ void DataParallel::finishBackward() {
   }
 }
 
-// ZeRO-2, in the hook after autograd accumulated the parameter's gradient:
-// add it into its bucket's staging buffer, then drop it, so a rank never
-// holds more than the gradients of the buckets being gathered.
-void DataParallel::stageGradient(int param, int b) {
-  acquireStaging(b);
-  torch::Tensor& grad = params_[param].mutable_grad();
-  if (!grad.defined()) return;
-  torch::NoGradGuard no_grad;
-  const torch::Tensor& staging = impl_->staging[b];
-  const torch::Tensor& p = params_[param];
-  const int64_t offset = staging.storage_offset() + param_offset_[param] - buckets_[b].offset;
-  staging.as_strided(p.sizes(), p.strides(), offset).add_(grad);
-  grad = torch::Tensor();
-}
-
-// Gives bucket b a zeroed staging buffer (if it has none): a free one, the
-// oldest in-flight bucket's once that is done (CPU), or a new one.
-void DataParallel::acquireStaging(int b) {
-  Impl& impl = *impl_;
-  if (impl.slot_of_bucket[b] >= 0) return;
-  if (impl.free_slots.empty()) {
-    if (!impl.in_flight.empty()) {
-      completeOldest();
-    } else {
-      addStagingBuffer();
-    }
-  }
-  const int slot = impl.free_slots.front();
-  impl.free_slots.pop_front();
-  impl.slot_of_bucket[b] = slot;
-  const torch::Tensor& param = slabs_[buckets_[b].slab].param;
-  torch::NoGradGuard no_grad;
-  impl.staging[b] = impl.pool[slot].narrow(0, 0, buckets_[b].numel * param.element_size()).view(param.scalar_type());
-#if DTRAIN_TORCH_CUDA
-  if (impl.cuda) {
-    // On the compute stream (a final callback may run with another one
-    // current), after the last reduce-scatter that used this slot.
-    const c10::cuda::CUDAStreamGuard guard(*impl.compute);
-    if (impl.released_in_backward[slot]) {
-      DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(impl.compute->stream(), impl.released_events[slot], 0));
-    }
-    impl.staging[b].zero_();
-    return;
-  }
-#endif
-  impl.staging[b].zero_();
-}
-
-void DataParallel::addStagingBuffer() {
-  Impl& impl = *impl_;
-  const torch::Device device = slabs_.front().param.device();
-  impl.pool.push_back(torch::empty({staging_bytes_}, torch::TensorOptions().dtype(torch::kByte).device(device)));
-  impl.free_slots.push_back(static_cast<int>(impl.pool.size()) - 1);
-#if DTRAIN_TORCH_CUDA
-  if (impl.cuda) {
-    impl.released_events.push_back(Impl::makeEvent());
-    impl.released_in_backward.push_back(0);
-  }
-#endif
-}
-
-// Reduce-scatters bucket b's staging buffer in place (this rank's average
-// lands in its slice) and adds the slice into the shard: on CUDA at once on
-// the communication stream, freeing the slot for stream-ordered reuse; on
-// the CPU once the collective is done (completeOldest).
-void DataParallel::launchReduceScatter(int b) {
-  Impl& impl = *impl_;
-  const torch::Tensor& staging = impl.staging[b];
-  const int64_t slice = buckets_[b].numel / comm_->size();
-  const torch::Tensor own = staging.narrow(0, comm_->rank() * slice, slice);
-  ReduceScatterOptions options;
-  options.op = ReduceOp::kAvg;
-  options.timeout = options_.timeout;
-  void* stream = impl.commStream();
-  if (observer_ != nullptr) observer_->bucketLaunching(b, stream);
-  impl.works.push_back(comm_->reduceScatter(bufferOf(staging, stream), bufferOf(own, stream), options));
-  if (observer_ != nullptr) observer_->bucketLaunched(b, stream);
-#if DTRAIN_TORCH_CUDA
-  if (impl.cuda) {
-    const c10::cuda::CUDAStreamGuard guard(*impl.comm_stream);
-    torch::NoGradGuard no_grad;
-    shards_[b].grad.add_(own);
-    const int slot = impl.slot_of_bucket[b];
-    DTRAIN_CUDA_CHECK(cudaEventRecord(impl.released_events[slot], impl.comm_stream->stream()));
-    impl.released_in_backward[slot] = 1;
-    releaseStaging(b);
-    return;
-  }
-#endif
-  impl.in_flight.push_back({b, impl.works.back()});
-}
-
-// CPU: waits for the oldest in-flight reduce-scatter and adds its slice
-// into the shard.
-void DataParallel::completeOldest() {
-  Impl& impl = *impl_;
-  const Impl::InFlight oldest = impl.in_flight.front();
-  impl.in_flight.pop_front();
-  oldest.work->wait(options_.timeout);
-  const int64_t slice = buckets_[oldest.bucket].numel / comm_->size();
-  {
-    torch::NoGradGuard no_grad;
-    shards_[oldest.bucket].grad.add_(impl.staging[oldest.bucket].narrow(0, comm_->rank() * slice, slice));
-  }
-  releaseStaging(oldest.bucket);
-  if (observer_ != nullptr) observer_->bucketCompleted(oldest.bucket);
-}
-
-void DataParallel::releaseStaging(int b) {
-  Impl& impl = *impl_;
-  impl.free_slots.push_back(impl.slot_of_bucket[b]);
-  impl.slot_of_bucket[b] = -1;
-  impl.staging[b] = torch::Tensor();
-}
-
 void DataParallel::setObserver(GradSyncObserver* observer) {
   std::lock_guard<std::mutex> lock(mutex_);
   observer_ = observer;
@@ -574,7 +403,8 @@ void DataParallel::setObserver(GradSyncObserver* observer) {
 
 int64_t DataParallel::bucketBytes(int b) const {
   const Bucket& bucket = buckets_.at(static_cast<size_t>(b));
-  return bucket.numel * static_cast<int64_t>(slabs_[static_cast<size_t>(bucket.slab)].param.element_size());
+  const torch::ScalarType dtype = options_.shard_gradients ? stagingDtype(b) : slab_dtype_[static_cast<size_t>(bucket.slab)];
+  return bucket.numel * static_cast<int64_t>(c10::elementSize(dtype));
 }
 
 }  // namespace dtrain

@@ -61,6 +61,13 @@ Context::~Context() {
   }
 }
 
+std::shared_ptr<Communicator> Context::newCommunicator(const std::string& name) {
+  CommunicatorOptions options;
+  options.store_prefix = "train/comm/" + name;
+  if (device_.is_cuda()) options.device = device_.index();
+  return createCommunicator(communicator_->backendName(), world_->store, world_->rank, world_->size, options);
+}
+
 int Context::rank() const { return world_->rank; }
 int Context::size() const { return world_->size; }
 int Context::localRank() const { return world_->local_rank; }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -58,11 +59,16 @@ void broadcastMap(TensorMap& tensors, Context& ctx) {
 }
 
 // The model's parameters by name (views into DataParallel's slabs, so a
-// checkpoint does not depend on how the slabs are laid out) and buffers.
+// checkpoint does not depend on how the slabs are laid out; with sharded
+// parameters gathered from every rank's shards, a collective) and buffers.
 TensorMap modelTensors(DataParallel& dp) {
   TensorMap tensors;
+  const std::vector<torch::Tensor> values = dp.fullParameters();
+  std::unordered_map<const void*, size_t> index;
+  for (size_t i = 0; i < dp.parameters().size(); ++i) index[dp.parameters()[i].unsafeGetTensorImpl()] = i;
   for (const auto& item : dp.module()->named_parameters(/*recurse=*/true)) {
-    tensors["model.param." + item.key()] = item.value();
+    auto it = index.find(item.value().unsafeGetTensorImpl());
+    tensors["model.param." + item.key()] = it == index.end() ? item.value() : values[it->second];
   }
   for (const auto& item : dp.module()->named_buffers(/*recurse=*/true)) {
     tensors["model.buffer." + item.key()] = item.value();
@@ -145,9 +151,10 @@ JobCheckpoint::JobCheckpoint(TrainingJob& job, const CheckpointOptions& options,
   }
 }
 
-CheckpointState JobCheckpoint::pack(const TrainPosition& position, const TensorMap& optimizer) const {
+CheckpointState JobCheckpoint::pack(const TrainPosition& position, TensorMap model,
+                                    const TensorMap& optimizer) const {
   CheckpointState out;
-  out.tensors = modelTensors(job_.dataParallel());
+  out.tensors = std::move(model);
   for (auto& [key, tensor] : optimizer) out.tensors["optimizer." + key] = tensor;
   for (auto& [key, tensor] : job_.scaler().stateDict()) out.tensors[key] = tensor;
   {
@@ -174,10 +181,12 @@ CheckpointState JobCheckpoint::pack(const TrainPosition& position, const TensorM
 void JobCheckpoint::save(const TrainPosition& position) {
   if (!enabled()) return;
   job_.dataParallel().syncBuffers();
-  // Every rank asks: a sharded optimizer gathers its state collectively.
+  // Every rank asks: sharded parameters and a sharded optimizer gather
+  // their state collectively.
+  TensorMap model = modelTensors(job_.dataParallel());
   const TensorMap optimizer = job_.optimizer().stateDict();
   if (checkpointer_) {
-    const std::string path = checkpointer_->save(position.step, pack(position, optimizer));
+    const std::string path = checkpointer_->save(position.step, pack(position, std::move(model), optimizer));
     DTRAIN_LOG_DEBUG("checkpoint " << path);
   }
 }
@@ -244,9 +253,19 @@ void JobCheckpoint::restore(const std::pair<std::string, CheckpointState>* found
   broadcastMap(optimizer, ctx);
   broadcastMap(scaler, ctx);
   {
+    // By parameter, in DataParallel's order (a tied weight has two names).
+    DataParallel& dp = job_.dataParallel();
+    std::unordered_map<const void*, torch::Tensor> by_impl;
+    for (const auto& item : dp.module()->named_parameters(/*recurse=*/true)) {
+      by_impl[item.value().unsafeGetTensorImpl()] = model.at("model.param." + item.key());
+    }
+    std::vector<torch::Tensor> values;
+    for (const torch::Tensor& p : dp.parameters()) values.push_back(by_impl.at(p.unsafeGetTensorImpl()));
+    dp.loadFullParameters(values);
     torch::NoGradGuard no_grad;
-    TensorMap live = modelTensors(job_.dataParallel());
-    for (auto& [key, tensor] : live) tensor.copy_(model.at(key));
+    for (const auto& item : dp.module()->named_buffers(/*recurse=*/true)) {
+      item.value().copy_(model.at("model.buffer." + item.key()));
+    }
   }
   job_.optimizer().loadStateDict(optimizer);
   job_.scaler().loadStateDict(scaler);

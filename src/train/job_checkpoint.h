@@ -64,7 +64,8 @@ class JobCheckpoint {
 
  private:
   // The checkpoint of rank 0, with the optimizer state every rank gathered.
-  CheckpointState pack(const TrainPosition& position, const std::map<std::string, torch::Tensor>& optimizer) const;
+  CheckpointState pack(const TrainPosition& position, std::map<std::string, torch::Tensor> model,
+                       const std::map<std::string, torch::Tensor>& optimizer) const;
   // Every rank: rank 0's state from `found` (nullptr on the others), then
   // broadcast to all.
   void restore(const std::pair<std::string, CheckpointState>* found);

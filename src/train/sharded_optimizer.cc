@@ -53,6 +53,10 @@ class ShardedOptimizer : public Optimizer {
   void step() override {
     inner_->step();
     if (!capturable_) ++steps_;
+    if (layout_.published) {  // ZeRO-3: the slices are all there is
+      layout_.published();
+      return;
+    }
     torch::NoGradGuard no_grad;
     const int64_t world = comm_->size(), rank = comm_->rank();
     for (const ShardPiece& piece : layout_.pieces) {
@@ -163,10 +167,20 @@ void checkLayout(const ShardLayout& layout, int64_t world) {
     throw ConfigError("sharded optimizer: " + std::to_string(layout.grads.size()) + " gradients for " +
                       std::to_string(layout.pieces.size()) + " pieces");
   }
+  const bool sliced = layout.params.empty();  // ZeRO-3
+  if (sliced && (layout.slices.size() != layout.pieces.size() || !layout.published)) {
+    throw ConfigError("sharded optimizer: no parameter slabs, and " + std::to_string(layout.slices.size()) +
+                      " parameter slices for " + std::to_string(layout.pieces.size()) +
+                      " pieces (ZeRO-3 needs one each and a published callback)");
+  }
+  if (layout.numel.size() != layout.logical_numel.size()) {
+    throw ConfigError("sharded optimizer: " + std::to_string(layout.numel.size()) + " slab lengths for " +
+                      std::to_string(layout.logical_numel.size()) + " slabs");
+  }
   for (size_t k = 0; k < layout.pieces.size(); ++k) {
     const ShardPiece& p = layout.pieces[k];
-    if (p.slab < 0 || p.slab >= static_cast<int>(layout.params.size())) fail(k, "names no slab");
-    const int64_t numel = layout.params[static_cast<size_t>(p.slab)].numel();
+    if (p.slab < 0 || p.slab >= static_cast<int>(layout.numel.size())) fail(k, "names no slab");
+    const int64_t numel = layout.numel[static_cast<size_t>(p.slab)];
     const int64_t logical = layout.logical_numel[static_cast<size_t>(p.slab)];
     if (p.offset < 0 || p.numel <= 0 || p.offset + p.numel > numel || p.logical_numel < 0 ||
         p.logical_numel > p.numel || p.logical_offset < 0 || p.logical_offset + p.logical_numel > logical) {
@@ -178,6 +192,10 @@ void checkLayout(const ShardLayout& layout, int64_t world) {
     }
     if (layout.grads[k].numel() != p.numel / world) {
       fail(k, "has a gradient of " + std::to_string(layout.grads[k].numel()) + " elements; expected " +
+                  std::to_string(p.numel / world));
+    }
+    if (sliced && layout.slices[k].numel() != p.numel / world) {
+      fail(k, "has a parameter slice of " + std::to_string(layout.slices[k].numel()) + " elements; expected " +
                   std::to_string(p.numel / world));
     }
   }
@@ -194,8 +212,9 @@ std::unique_ptr<Optimizer> makeSharded(std::vector<FlatSlab> visible, ShardLayou
     const ShardPiece& piece = layout.pieces[k];
     const size_t slab = static_cast<size_t>(piece.slab);
     const int64_t slice = piece.numel / world;
-    slices.push_back({layout.params[slab].narrow(0, piece.offset + rank * slice, slice), layout.grads[k],
-                      layout.weight_decay[slab]});
+    const torch::Tensor param =
+        layout.params.empty() ? layout.slices[k] : layout.params[slab].narrow(0, piece.offset + rank * slice, slice);
+    slices.push_back({param, layout.grads[k], layout.weight_decay[slab]});
   }
   if (visible.empty()) visible = slices;
   std::unique_ptr<Optimizer> inner = make(std::move(slices));
@@ -225,6 +244,7 @@ std::unique_ptr<Optimizer> makeShardedOptimizer(
                         std::to_string(world) + " ranks (DataParallelOptions::slab_multiple)");
     }
     layout.params.push_back(slabs[i].param);
+    layout.numel.push_back(numel);
     layout.weight_decay.push_back(slabs[i].weight_decay);
     layout.pieces.push_back({static_cast<int>(i), 0, numel, 0, logical_numel[i]});
     layout.grads.push_back(slabs[i].grad.narrow(0, rank * (numel / world), numel / world));

@@ -87,10 +87,15 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
       .above(0)
       .atMost(16384)
       .unit("MiB");
-  set.choice("--shard", o.shard, {"none", "optimizer", "gradients"},
+  set.choice("--shard", o.shard, {"none", "optimizer", "gradients", "full"},
              "What is sharded across ranks: none (replicated, as DDP), optimizer (ZeRO-1: each rank keeps and "
-             "updates 1/N of the optimizer state, then the parameters are all-gathered) or gradients (ZeRO-2: "
-             "also 1/N of the gradients, reduce-scattered bucket by bucket during backward)");
+             "updates 1/N of the optimizer state, then the parameters are all-gathered), gradients (ZeRO-2: "
+             "also 1/N of the gradients, reduce-scattered bucket by bucket during backward) or full (ZeRO-3, "
+             "FSDP's FULL_SHARD: also 1/N of the parameters, each transformer block all-gathered just before "
+             "its forward and its backward; with --precision bf16 the gathered parameters are bf16)");
+  set.choice("--reduce-dtype", o.reduce_dtype, {"fp32", "bf16"},
+             "The dtype gradients are reduce-scattered in with --shard gradients or full (bf16: half the bytes; "
+             "each rank's gradient shard stays fp32)");
 }
 
 void declareData(OptionSet& set, DataOptions& o) {

@@ -98,7 +98,8 @@ struct ParallelOptions {
   std::string backend = "auto";  // auto | nccl | gloo ($DTRAIN_BACKEND)
   int64_t timeout_s = 600;       // collective timeout
   double bucket_mb = 25;         // gradient bucket cap (the first bucket is 1 MiB)
-  std::string shard = "none";    // none | optimizer (ZeRO-1) | gradients (ZeRO-2)
+  std::string shard = "none";    // none | optimizer (ZeRO-1) | gradients (ZeRO-2) | full (ZeRO-3)
+  std::string reduce_dtype = "fp32";  // fp32 | bf16: what gradients are reduce-scattered in (ZeRO-2, ZeRO-3)
 };
 
 struct CheckpointOptions {

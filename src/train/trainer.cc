@@ -106,6 +106,7 @@ LoopSettings loopSettings(const TrainOptions& o, TrainingJob& job) {
 std::string shardNote(const std::string& shard, int ranks) {
   if (shard == "optimizer") return " (sharded over " + std::to_string(ranks) + " ranks, ZeRO-1)";
   if (shard == "gradients") return " (sharded over " + std::to_string(ranks) + " ranks, ZeRO-2)";
+  if (shard == "full") return " (sharded over " + std::to_string(ranks) + " ranks, ZeRO-3)";
   return "";
 }
 
@@ -119,6 +120,7 @@ std::string startLine(const TrainOptions& o, const Task& task, TrainingJob& job,
          precisionName(job.precision()) + ", " + o.optimizer.kind + " state " +
          std::to_string(job.optimizer().stateBytes()) + " bytes per rank" + shardNote(o.parallel.shard, ctx.size()) +
          ", gradients " + std::to_string(job.dataParallel().gradientBytes()) + " bytes per rank" +
+         ", parameters " + std::to_string(job.dataParallel().parameterBytes()) + " bytes per rank" +
          (position.step > 0 ? ", resumed at step " + std::to_string(position.step) : std::string()) +
          batches.describe();
 }

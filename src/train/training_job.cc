@@ -40,12 +40,22 @@ DataParallelOptions dataParallelOptions(const JobParts& parts, const Context& ct
   options.timeout = ctx.collectiveTimeout();
   options.no_weight_decay = model.noWeightDecayParameters();
   if (parts.parallel.shard == "optimizer") options.slab_multiple = int64_t{64} * ctx.size();
-  if (parts.parallel.shard == "gradients") {
+  const std::string& shard = parts.parallel.shard;
+  if (shard == "gradients" || shard == "full") {
     if (precision == Precision::kFp16) {
-      throw ConfigError("--shard gradients with --precision fp16: the loss scaler's inf/nan check does not yet "
-                        "span every rank's gradient shard; use --precision bf16 or fp32, or --shard optimizer");
+      throw ConfigError("--shard " + shard + " with --precision fp16: the loss scaler's inf/nan check does not "
+                        "yet span every rank's gradient shard; use --precision bf16 or fp32, or --shard optimizer");
     }
     options.shard_gradients = true;
+    options.reduce_dtype = parts.parallel.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  } else if (parts.parallel.reduce_dtype != "fp32") {
+    throw ConfigError("--reduce-dtype " + parts.parallel.reduce_dtype + " with --shard " + shard +
+                      ": only --shard gradients and full reduce from staging buffers of their own dtype; use "
+                      "--reduce-dtype fp32 or one of those");
+  }
+  if (shard == "full") {
+    options.shard_parameters = true;
+    options.param_dtype = precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat;
   }
   return options;
 }
@@ -60,7 +70,7 @@ std::unique_ptr<Optimizer> makeJobOptimizer(const JobParts& parts, DataParallel&
     for (size_t i = 0; i < dp.slabs().size(); ++i) logical.push_back(dp.slabNumel(i));
     return makeShardedOptimizer(dp.slabs(), logical, ctx.communicator(), make, ctx.collectiveTimeout());
   }
-  if (parts.parallel.shard == "gradients") {
+  if (parts.parallel.shard == "gradients" || parts.parallel.shard == "full") {
     return makeShardedOptimizer(dp.shardLayout(), ctx.communicator(), make, ctx.collectiveTimeout());
   }
   return makeOptimizer(options, dp.slabs());
@@ -113,8 +123,11 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   if (parts.channels_last) useChannelsLast(*model_);
   model_->to(ctx_->device());
 
-  dp_ = std::make_unique<DataParallel>(model_, ctx_->communicator(),
-                                       dataParallelOptions(parts, *ctx_, *model_, precision_));
+  DataParallelOptions dp_options = dataParallelOptions(parts, *ctx_, *model_, precision_);
+  // ZeRO-3's gathers: a communicator of their own on the GPUs (NCCL would
+  // otherwise order them with the reduce-scatters).
+  if (dp_options.shard_parameters && ctx_->device().is_cuda()) dp_options.gather_communicator = ctx_->newCommunicator("gather");
+  dp_ = std::make_unique<DataParallel>(model_, ctx_->communicator(), std::move(dp_options));
   optimizer_ = makeJobOptimizer(parts, *dp_, *ctx_);
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision_ == Precision::kFp16;
