@@ -1,0 +1,106 @@
+// One checkpoint file (.dtck, the format include/dtrain/checkpoint.h
+// documents): an atomic, streaming writer and a reader that reads any byte
+// range of any tensor with pread, so that neither side ever holds more than
+// one tensor (or one chunk of it) in memory. Single-file checkpoints, the
+// shards of a sharded checkpoint and its metadata are all such files.
+// (private to train/)
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/types.h>
+
+namespace dtrain {
+
+// The dtype's name in the format ("float32", ...), or nullptr if it cannot be stored.
+const char* checkpointDtypeName(torch::ScalarType type);
+// The dtype of a name in the format; nullopt for an unknown name.
+std::optional<torch::ScalarType> checkpointDtypeFromName(const std::string& name);
+
+// One tensor to write. `fetch` is called once, when its turn comes, and
+// returns the tensor's values (any device, any strides, shape as declared);
+// CUDA tensors are copied to the host a chunk at a time.
+struct TensorToWrite {
+  std::string name;
+  torch::ScalarType dtype = torch::kFloat;
+  std::vector<int64_t> shape;
+  std::function<torch::Tensor()> fetch;
+};
+
+struct WrittenFile {
+  uint64_t bytes = 0;  // the whole file
+  uint32_t crc = 0;    // the trailer's CRC-32
+};
+
+// Writes `path` atomically (a temporary in the same directory, fsync,
+// rename, fsync of the directory): a crash leaves either the old file or
+// the new one. ConfigError for a tensor the format cannot hold, a fetched
+// tensor of another shape or dtype, or meta that is not JSON, before the
+// file is in place; IoError naming `path` and the OS reason, with the
+// temporary removed.
+WrittenFile writeCheckpointFile(const std::string& path, const nlohmann::json& meta,
+                                const std::vector<TensorToWrite>& tensors);
+
+// Where temporaries of `final_name` live: ".<final_name>.tmp-<host>-<pid>".
+std::string checkpointTemporaryName(const std::string& final_name);
+// Removes, in dir, the temporaries whose names start with ".<stem>" that
+// processes of this host which no longer run left behind.
+void removeDeadCheckpointTemporaries(const std::string& dir, const std::string& stem);
+
+struct CheckpointFileEntry {
+  std::string name;
+  torch::ScalarType dtype = torch::kFloat;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;  // of its first byte, from the start of the file
+  uint64_t bytes = 0;
+  int64_t numel() const;
+};
+
+// An open checkpoint file whose preamble, size, trailer and header were
+// checked (not yet its CRC: verify() does that in one streaming pass).
+// Errors are ConfigErrors naming the file and what was expected (a
+// truncated file gives both sizes; a header that does not parse is
+// reported as a checksum mismatch when the CRC fails too), IoErrors when
+// it cannot be read.
+class CheckpointFile {
+ public:
+  explicit CheckpointFile(const std::string& path);
+  ~CheckpointFile();
+  CheckpointFile(const CheckpointFile&) = delete;
+  CheckpointFile& operator=(const CheckpointFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return size_; }
+  uint32_t storedCrc() const { return stored_crc_; }
+  const nlohmann::json& meta() const { return meta_; }
+  const std::vector<CheckpointFileEntry>& entries() const { return entries_; }
+  // The entry of that name, or nullptr.
+  const CheckpointFileEntry* find(const std::string& name) const;
+
+  // Bytes [offset, offset + size) of the file (pread; IoError if it shrank).
+  void read(uint64_t offset, void* out, size_t size) const;
+  // CRC-32 of the payload against the trailer ("checksum mismatch").
+  void verify() const;
+  // Every tensor on the CPU, checking the CRC in the same pass.
+  std::vector<std::pair<std::string, torch::Tensor>> readAll() const;
+
+ private:
+  void checkTrailer(uint64_t header_bytes);
+  uint32_t crcOf(uint64_t begin, uint64_t end, uint32_t crc) const;
+
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  uint64_t payload_ = 0;
+  uint64_t data_begin_ = 0;
+  uint32_t stored_crc_ = 0;
+  nlohmann::json meta_;
+  std::vector<CheckpointFileEntry> entries_;
+};
+
+}  // namespace dtrain
