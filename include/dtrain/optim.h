@@ -54,6 +54,18 @@ struct FlatSlab {
   bool weight_decay = true;
 };
 
+// One tensor of an optimizer's state as this rank holds it: it covers
+// elements [begin, begin + tensor.numel()) of slab `slab`, in the layout
+// the optimizers see (DataParallel's slabs, or the pieces of a ZeRO-2/3
+// ShardLayout, padding included: what DataParallel::slabRuns maps onto
+// parameters). What a sharded checkpoint saves and restores per parameter.
+struct LocalOptimizerState {
+  std::string name;  // "adamw.exp_avg", "adamw.exp_avg_sq", "sgd.momentum"
+  int slab = 0;
+  int64_t begin = 0;
+  torch::Tensor tensor;  // the live 1-D state: writing into it restores it
+};
+
 struct SGDOptions {
   double lr = 0.1;
   double momentum = 0;
@@ -100,6 +112,14 @@ class Optimizer {
   // ConfigError naming a missing key or a shape/dtype mismatch.
   virtual void loadStateDict(const std::map<std::string, torch::Tensor>& state) = 0;
   virtual std::string name() const = 0;  // "sgd" / "adamw"
+  // This rank's state, gathering nothing (no collective, unlike a sharded
+  // optimizer's stateDict()): every state tensor with the slab range it
+  // covers, live (no copies). The step count is stepCount(). To restore,
+  // copy into the tensors, then setStepCount().
+  virtual std::vector<LocalOptimizerState> localState() const = 0;
+  // Sets the steps taken (stateDict()'s "<name>.step"; AdamW's bias
+  // corrections follow it). ConfigError unless steps >= 0.
+  virtual void setStepCount(int64_t steps);
   // Bytes of optimizer state this rank holds (its slice when sharded),
   // counted from the state tensors.
   virtual int64_t stateBytes() const;

@@ -165,6 +165,12 @@ class SGD final : public Optimizer {
 
   std::string name() const override { return "sgd"; }
 
+  std::vector<LocalOptimizerState> localState() const override {
+    std::vector<LocalOptimizerState> state;
+    for (size_t i = 0; i < momentum_.size(); ++i) state.push_back({"sgd.momentum", static_cast<int>(i), 0, momentum_[i]});
+    return state;
+  }
+
  protected:
   void onCapturableChanged() override {
     if (capturable_ && options_.momentum != 0 && steps_ == 0) {
@@ -226,6 +232,20 @@ class AdamW final : public Optimizer {
   }
 
   std::string name() const override { return "adamw"; }
+
+  std::vector<LocalOptimizerState> localState() const override {
+    std::vector<LocalOptimizerState> state;
+    for (size_t i = 0; i < slabs_.size(); ++i) {
+      state.push_back({"adamw.exp_avg", static_cast<int>(i), 0, exp_avg_[i]});
+      state.push_back({"adamw.exp_avg_sq", static_cast<int>(i), 0, exp_avg_sq_[i]});
+    }
+    return state;
+  }
+
+  void setStepCount(int64_t steps) override {
+    Optimizer::setStepCount(steps);
+    if (step_tensor_.defined()) step_tensor_.fill_(static_cast<double>(steps_));
+  }
 
  protected:
   void onCapturableChanged() override {
@@ -307,6 +327,11 @@ void Optimizer::setCapturable(bool on) {
   capturable_ = on;
   onCapturableChanged();
   if (capturable_) lr_tensor_.fill_(lr_);
+}
+
+void Optimizer::setStepCount(int64_t steps) {
+  if (steps < 0) throw ConfigError(name() + ": step count " + std::to_string(steps) + ", expected >= 0");
+  steps_ = steps;
 }
 
 int64_t Optimizer::stateBytes() const {

@@ -132,6 +132,22 @@ class ShardedOptimizer : public Optimizer {
   std::string name() const override { return inner_->name(); }
   int64_t stateBytes() const override { return inner_->stateBytes(); }
 
+  // The inner optimizer's "slab" k is this rank's slice of piece k.
+  std::vector<LocalOptimizerState> localState() const override {
+    std::vector<LocalOptimizerState> state = inner_->localState();
+    for (LocalOptimizerState& s : state) {
+      const ShardPiece& piece = layout_.pieces.at(static_cast<size_t>(s.slab));
+      s.begin += piece.offset + comm_->rank() * (piece.numel / comm_->size());
+      s.slab = piece.slab;
+    }
+    return state;
+  }
+
+  void setStepCount(int64_t steps) override {
+    inner_->setStepCount(steps);
+    Optimizer::setStepCount(steps);
+  }
+
  protected:
   void onCapturableChanged() override { inner_->setCapturable(capturable_); }
 
