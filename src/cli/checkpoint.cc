@@ -1,6 +1,8 @@
-// `dtrain checkpoint info|export`: what a checkpoint of `dtrain train`
-// holds, and its model's weights as a safetensors file:
+// `dtrain checkpoint info|consolidate|export`: what a checkpoint of
+// `dtrain train` holds, the whole of a sharded one in one file, and its
+// model's weights as a safetensors file:
 //   dtrain checkpoint info ckpt/ [--json]
+//   dtrain checkpoint consolidate ckpt/ckpt-000000800 --out ckpt-800.dtck
 //   dtrain checkpoint export ckpt/ --out model.safetensors
 // The options are declared in train/checkpoint_options.cc; the runtime (and
 // with it libtorch) is loaded only when the command runs
@@ -23,7 +25,8 @@ void registerAction(CLI::App& parent, const std::string& action, const std::stri
   auto bound = bindNew<CheckpointToolOptions>(*cmd, "dtrain checkpoint " + action, declare);
   bound->options.action = action;
   cmd->add_option("CHECKPOINT", bound->options.checkpoint,
-                  "A checkpoint file of `dtrain train`, or its --checkpoint-dir (the newest valid one there)")
+                  "A checkpoint of `dtrain train` (a file, or a sharded checkpoint's directory), or its "
+                  "--checkpoint-dir (the newest valid one there)")
       ->required();
   cmd->callback([bound, &exit_code] {
     exit_code.value =
@@ -34,12 +37,17 @@ void registerAction(CLI::App& parent, const std::string& action, const std::stri
 }  // namespace
 
 void registerCheckpoint(CLI::App& app, ExitCode& exit_code) {
-  CLI::App* cmd = app.add_subcommand("checkpoint", "Inspect a checkpoint of `dtrain train`, or export its weights");
+  CLI::App* cmd = app.add_subcommand(
+      "checkpoint", "Inspect a checkpoint of `dtrain train`, consolidate a sharded one, or export its weights");
   cmd->require_subcommand(1);
   registerAction(*cmd, "info",
                  "What a checkpoint holds: step, position, world size, model and config, tokenizer, optimizer, "
                  "tensors",
                  declareCheckpointInfoOptions, exit_code);
+  registerAction(*cmd, "consolidate",
+                 "Write a checkpoint (sharded or not) as one file holding every tensor whole, which --resume, "
+                 "`dtrain generate` and export read",
+                 declareCheckpointConsolidateOptions, exit_code);
   registerAction(*cmd, "export",
                  "Write the model's weights as a safetensors file under PyTorch state-dict names (gpt2: nanoGPT's; "
                  "llama: Meta's)",

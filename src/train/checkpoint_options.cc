@@ -11,6 +11,13 @@ void declareCheckpointInfoOptions(OptionSet& set, CheckpointToolOptions& o) {
   set.toggle("--json", o.json, "Print one JSON object (meta, tensors with shape and dtype) instead of text");
 }
 
+void declareCheckpointConsolidateOptions(OptionSet& set, CheckpointToolOptions& o) {
+  set.path("--out", o.out,
+           "The checkpoint file to write: every tensor of the checkpoint whole, in the single-file format that "
+           "`dtrain train --resume`, `dtrain generate` and `dtrain checkpoint export` read")
+      .creatable();
+}
+
 void declareCheckpointExportOptions(OptionSet& set, CheckpointToolOptions& o) {
   set.path("--out", o.out,
            "The safetensors file to write: the model's parameters and buffers under their PyTorch state-dict "
@@ -23,10 +30,13 @@ void checkCheckpointToolOptions(const CheckpointToolOptions& options) {
   OptionSet set("dtrain checkpoint " + options.action);
   if (options.action == "info") {
     declareCheckpointInfoOptions(set, copy);
+  } else if (options.action == "consolidate") {
+    declareCheckpointConsolidateOptions(set, copy);
   } else if (options.action == "export") {
     declareCheckpointExportOptions(set, copy);
   } else {
-    throw ConfigError("dtrain checkpoint: unknown action '" + options.action + "'; expected info or export");
+    throw ConfigError("dtrain checkpoint: unknown action '" + options.action +
+                      "'; expected info, consolidate or export");
   }
   set.checkAll();
   if (options.checkpoint.empty()) {
@@ -36,11 +46,14 @@ void checkCheckpointToolOptions(const CheckpointToolOptions& options) {
   struct stat info {};
   if (::stat(options.checkpoint.c_str(), &info) != 0) {
     throw ConfigError("CHECKPOINT " + options.checkpoint +
-                      ": no such file or directory; expected a checkpoint file of `dtrain train` or its checkpoint "
-                      "directory");
+                      ": no such file or directory; expected a checkpoint of `dtrain train` (a file or a sharded "
+                      "checkpoint's directory) or its checkpoint directory");
   }
   if (options.action == "export" && options.out.empty()) {
     throw ConfigError("dtrain checkpoint export: --out is required: the .safetensors file to write");
+  }
+  if (options.action == "consolidate" && options.out.empty()) {
+    throw ConfigError("dtrain checkpoint consolidate: --out is required: the checkpoint file (.dtck) to write");
   }
 }
 

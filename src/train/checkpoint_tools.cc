@@ -2,7 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -13,7 +15,10 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "models/safetensors.h"
+#include "train/checkpoint_file.h"
+#include "train/checkpoint_sharded.h"
 
 namespace dtrain {
 namespace {
@@ -22,22 +27,15 @@ const std::string kParam = "model.param.", kBuffer = "model.buffer.", kOptimizer
 
 bool startsWith(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
 
-// stat(2), not std::filesystem: PyTorch's 2.x wheels export their own copy
-// of it from libtorch.so (see checkpoint.cc).
-bool isDirectory(const std::string& path) {
-  struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-}
-
 int64_t fileBytes(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0 ? static_cast<int64_t>(info.st_size) : -1;
 }
 
-std::string shapeText(const torch::Tensor& t) {
-  std::ostringstream out;
-  out << t.sizes();
-  return out.str();
+int64_t checkpointBytes(const CheckpointReader& reader) {
+  int64_t bytes = 0;
+  for (const auto& file : reader.files()) bytes += static_cast<int64_t>(file.second);
+  return bytes;
 }
 
 std::string metaText(const nlohmann::json& meta, const char* key) {
@@ -46,14 +44,23 @@ std::string metaText(const nlohmann::json& meta, const char* key) {
   return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
+// Every tensor name, aliases included (a tied weight under each of its names).
+std::vector<std::string> allNames(const CheckpointReader& reader) {
+  std::vector<std::string> names;
+  for (const CheckpointTensorInfo& t : reader.tensors()) names.push_back(t.name);
+  for (const auto& [alias, target] : reader.aliases()) names.push_back(alias);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 struct Group {
   int tensors = 0;
   int64_t elements = 0;
   int64_t bytes = 0;
-  void add(const torch::Tensor& t) {
+  void add(const CheckpointTensorInfo& t) {
     ++tensors;
     elements += t.numel();
-    bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    bytes += t.numel() * static_cast<int64_t>(c10::elementSize(t.dtype));
   }
 };
 
@@ -64,10 +71,24 @@ std::string groupText(const char* name, const Group& g) {
   return out.str();
 }
 
-void printInfo(const std::string& path, const CheckpointState& state) {
-  const nlohmann::json& meta = state.meta;
+void printLayout(std::ostream& out, const CheckpointReader& reader) {
+  out << "checkpoint " << reader.path() << " (" << checkpointBytes(reader) << " bytes";
+  if (reader.sharded()) {
+    out << "; sharded: " << reader.worldSize() << " shard(s) written with --shard " << reader.stage() << ")\n";
+    const auto files = reader.files();
+    for (size_t i = 0; i + 1 < files.size(); ++i) {
+      out << "  shard " << files[i].first.substr(files[i].first.rfind('/') + 1) << ": " << files[i].second
+          << " bytes\n";
+    }
+  } else {
+    out << ")\n";
+  }
+}
+
+void printInfo(const CheckpointReader& reader) {
+  const nlohmann::json& meta = reader.meta();
   std::ostringstream out;
-  out << "checkpoint " << path << " (" << fileBytes(path) << " bytes)\n";
+  printLayout(out, reader);
   out << "  step " << metaText(meta, "step") << ", epoch " << metaText(meta, "epoch") << ", batch "
       << metaText(meta, "batch") << " of the epoch; world size " << metaText(meta, "world_size") << ", batch size "
       << metaText(meta, "batch_size") << " per rank, seed " << metaText(meta, "seed") << "\n";
@@ -84,51 +105,63 @@ void printInfo(const std::string& path, const CheckpointState& state) {
     out << "  tokenizer " << metaText(meta["tokenizer"], "kind") << "\n";
   }
   Group params, buffers, optimizer, other;
-  for (const auto& [key, tensor] : state.tensors) {
-    Group& g = startsWith(key, kParam)       ? params
-               : startsWith(key, kBuffer)    ? buffers
-               : startsWith(key, kOptimizer) ? optimizer
-                                             : other;
-    g.add(tensor);
+  for (const CheckpointTensorInfo& t : reader.tensors()) {
+    Group& g = startsWith(t.name, kParam)       ? params
+               : startsWith(t.name, kBuffer)    ? buffers
+               : startsWith(t.name, kOptimizer) ? optimizer
+                                                : other;
+    g.add(t);
   }
   out << groupText("model parameters", params) << groupText("model buffers", buffers)
       << groupText("optimizer state", optimizer) << groupText("other (loss scaler, RNG)", other);
+  if (!reader.aliases().empty()) out << "  aliases (tied weights): " << reader.aliases().size() << "\n";
   std::cout << out.str() << std::flush;
 }
 
-void printInfoJson(const std::string& path, const CheckpointState& state) {
+void printInfoJson(const CheckpointReader& reader) {
   nlohmann::json out;
-  out["path"] = path;
-  out["bytes"] = fileBytes(path);
-  out["meta"] = state.meta;
+  out["path"] = reader.path();
+  out["bytes"] = checkpointBytes(reader);
+  out["meta"] = reader.meta();
   nlohmann::json tensors = nlohmann::json::object();
-  for (const auto& [key, tensor] : state.tensors) {
-    tensors[key] = {{"shape", tensor.sizes().vec()}, {"dtype", std::string(c10::toString(tensor.scalar_type()))}};
+  for (const CheckpointTensorInfo& t : reader.tensors()) {
+    tensors[t.name] = {{"shape", t.shape}, {"dtype", std::string(c10::toString(t.dtype))}};
   }
   out["tensors"] = tensors;
+  if (reader.sharded()) {
+    nlohmann::json shards = nlohmann::json::array();
+    const auto files = reader.files();
+    for (size_t i = 0; i + 1 < files.size(); ++i) {
+      shards.push_back({{"file", files[i].first.substr(files[i].first.rfind('/') + 1)}, {"bytes", files[i].second}});
+    }
+    out["sharded"] = {{"world_size", reader.worldSize()}, {"stage", reader.stage()}, {"shards", shards},
+                      {"aliases", reader.aliases()}};
+  }
   std::cout << out.dump() << std::endl;
 }
 
-void exportWeights(const std::string& path, const CheckpointState& state, const std::string& out) {
+// Written beside its destination, then renamed: never a half-written file.
+void exportWeights(const CheckpointReader& reader, const std::string& out) {
   models::NamedTensors tensors;
-  for (const auto& [key, tensor] : state.tensors) {
-    if (startsWith(key, kParam)) tensors.emplace_back(key.substr(kParam.size()), tensor);
+  const std::vector<std::string> names = allNames(reader);
+  for (const std::string& name : names) {
+    if (startsWith(name, kParam)) tensors.emplace_back(name.substr(kParam.size()), reader.readTensor(name));
   }
   if (tensors.empty()) {
-    throw ConfigError("checkpoint " + path + " holds no model parameters ('" + kParam +
+    throw ConfigError("checkpoint " + reader.path() + " holds no model parameters ('" + kParam +
                       "<name>'); expected a checkpoint of `dtrain train`");
   }
-  for (const auto& [key, tensor] : state.tensors) {
-    if (startsWith(key, kBuffer)) tensors.emplace_back(key.substr(kBuffer.size()), tensor);
+  for (const std::string& name : names) {
+    if (startsWith(name, kBuffer)) tensors.emplace_back(name.substr(kBuffer.size()), reader.readTensor(name));
   }
-  std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", metaText(state.meta, "step")},
-                                                 {"model", metaText(state.meta, "model")}};
-  if (state.meta.contains("model_config") && state.meta["model_config"].is_object()) {
-    for (const auto& [key, value] : state.meta["model_config"].items()) {
+  const nlohmann::json& meta = reader.meta();
+  std::map<std::string, std::string> metadata = {{"format", "pt"}, {"step", metaText(meta, "step")},
+                                                 {"model", metaText(meta, "model")}};
+  if (meta.contains("model_config") && meta["model_config"].is_object()) {
+    for (const auto& [key, value] : meta["model_config"].items()) {
       metadata[key] = value.is_string() ? value.get<std::string>() : value.dump();
     }
   }
-  // Written beside its destination, then renamed: never a half-written file.
   const std::string staging = out + ".partial";
   models::writeSafetensors(staging, tensors, metadata);
   if (std::rename(staging.c_str(), out.c_str()) != 0) {
@@ -139,31 +172,69 @@ void exportWeights(const std::string& path, const CheckpointState& state, const 
   int64_t elements = 0;
   for (const auto& item : tensors) elements += item.second.numel();
   std::cerr << "dtrain checkpoint export: " << tensors.size() << " tensor(s), " << elements << " elements from "
-            << path << " to " << out << " (" << fileBytes(out) << " bytes)" << std::endl;
+            << reader.path() << " to " << out << " (" << fileBytes(out) << " bytes)" << std::endl;
+}
+
+// One file with every tensor whole, read and written one at a time.
+void consolidate(const CheckpointReader& reader, const std::string& out) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<TensorToWrite> tensors;
+  for (const std::string& name : allNames(reader)) {
+    const CheckpointTensorInfo& t = *reader.find(name);
+    tensors.push_back({name, t.dtype, t.shape, [&reader, name] { return reader.readTensor(name); }});
+  }
+  const WrittenFile written = writeCheckpointFile(out, reader.meta(), tensors);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cerr << "dtrain checkpoint consolidate: " << tensors.size() << " tensor(s) from " << reader.path() << " ("
+            << reader.files().size() << " file(s)) to " << out << ": " << written.bytes << " bytes in " << seconds << " s"
+            << std::endl;
 }
 
 }  // namespace
 
-std::pair<std::string, CheckpointState> loadNamedCheckpoint(const std::string& path, const std::string& what) {
-  if (!isDirectory(path)) return {path, loadCheckpoint(path)};
-  auto found = resolveResume("auto", path);
-  if (!found) {
-    throw ConfigError(what + " " + path +
-                      ": no valid checkpoint (ckpt-*.dtck) in this directory; expected the --checkpoint-dir of "
-                      "`dtrain train` or a checkpoint file");
+std::unique_ptr<CheckpointReader> openNamedCheckpoint(const std::string& path, const std::string& what) {
+  if (!isDirectory(path) || isShardedCheckpointDir(path)) {
+    auto reader = std::make_unique<CheckpointReader>(path);
+    reader->verify();
+    return reader;
   }
-  return std::move(*found);
+  std::vector<int64_t> rejected;
+  while (const std::optional<std::string> found = newestCompleteCheckpoint(path, "ckpt", rejected)) {
+    try {
+      auto reader = std::make_unique<CheckpointReader>(*found);
+      reader->verify();
+      return reader;
+    } catch (const Error& e) {
+      DTRAIN_LOG_WARN("skipping an invalid checkpoint: " << e.message());
+      rejected.push_back(checkpointStepOf(found->substr(found->rfind('/') + 1), "ckpt"));
+    }
+  }
+  throw ConfigError(what + " " + path +
+                    ": no valid checkpoint (ckpt-*.dtck or a complete ckpt-*/) in this directory; expected the "
+                    "--checkpoint-dir of `dtrain train` or a checkpoint");
+}
+
+std::pair<std::string, CheckpointState> loadNamedModel(const std::string& path, const std::string& what) {
+  const std::unique_ptr<CheckpointReader> reader = openNamedCheckpoint(path, what);
+  CheckpointState state;
+  state.meta = reader->meta();
+  for (const std::string& name : allNames(*reader)) {
+    if (startsWith(name, "model.")) state.tensors[name] = reader->readTensor(name);
+  }
+  return {reader->path(), std::move(state)};
 }
 
 int runCheckpointTool(const CheckpointToolOptions& options) {
   checkCheckpointToolOptions(options);
-  const auto [path, state] = loadNamedCheckpoint(options.checkpoint, "CHECKPOINT");
+  const std::unique_ptr<CheckpointReader> reader = openNamedCheckpoint(options.checkpoint, "CHECKPOINT");
   if (options.action == "export") {
-    exportWeights(path, state, options.out);
+    exportWeights(*reader, options.out);
+  } else if (options.action == "consolidate") {
+    consolidate(*reader, options.out);
   } else if (options.json) {
-    printInfoJson(path, state);
+    printInfoJson(*reader);
   } else {
-    printInfo(path, state);
+    printInfo(*reader);
   }
   return 0;
 }

@@ -225,7 +225,7 @@ void printTiming(const Completion& done, int64_t prompt_tokens) {
 
 int runGeneration(const GenerateOptions& o) {
   checkGenerateOptions(o);
-  const auto [path, state] = loadNamedCheckpoint(o.checkpoint, "--checkpoint");
+  const auto [path, state] = loadNamedModel(o.checkpoint, "--checkpoint");
   const models::LanguageModelConfig config = configOf(path, state.meta);
   const std::unique_ptr<data::Tokenizer> tokenizer = chooseTokenizer(o, path, state.meta);
   const std::vector<int64_t> context = contextTokens(o, *tokenizer, config);

@@ -1,4 +1,5 @@
-// `dtrain checkpoint info|export` as real processes, on checkpoints written
+// `dtrain checkpoint info|export` as real processes (on sharded checkpoints:
+// reshard_test), on checkpoints written
 // here with dtrain::Checkpointer in the format of train/job_checkpoint.h:
 // info names what the checkpoint holds, export writes exactly its model
 // tensors under their state-dict names, a PyTorch model of the same
@@ -140,7 +141,7 @@ TEST(CheckpointCliTest, BadInputExitsTwoNamingIt) {
   EXPECT_TRUE(contains(r.output, "CHECKPOINT " + (dir / "missing") + ": no such file or directory")) << r.output;
   r = checkpointTool("info " + dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(contains(r.output, "no valid checkpoint (ckpt-*.dtck) in this directory")) << r.output;
+  EXPECT_TRUE(contains(r.output, "no valid checkpoint (ckpt-*.dtck or a complete ckpt-*/) in this directory")) << r.output;
   const std::string path = writeCheckpoint(dir.path(), tinyLlama());
   r = checkpointTool("export " + path);
   EXPECT_EQ(r.exit_code, 2) << r.output;
