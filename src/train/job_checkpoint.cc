@@ -1,140 +1,123 @@
 #include "train/job_checkpoint.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Generator.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <exception>
-#include <mutex>
-#include <unordered_map>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "train/tensor_buffer.h"
+#include "common/settings.h"
+#include "train/checkpoint_file.h"
+#include "train/checkpoint_sharded.h"
+#include "train/job_checkpoint_legacy.h"
+#include "train/train_settings.h"
 
 namespace dtrain {
 namespace {
 
-using TensorMap = std::map<std::string, torch::Tensor>;
+using Clock = std::chrono::steady_clock;
+const std::string kPrefix = "ckpt";
 
-// What rank 0 tells the others about --resume. It travels as a vector that
-// only rank 0 fills and every rank sums (all values are small integers,
-// exact in a double).
-struct ResumeRecord {
-  enum class Outcome { kNothing = 0, kFound = 1, kConfigError = 2, kIoError = 3 };
-  Outcome outcome = Outcome::kNothing;
-  TrainPosition position;
-  int64_t world_size = 0;  // of the job that wrote the checkpoint
-  int64_t batch_size = 0;
+// How a rank's part of a collective step ended: what every rank learns,
+// so that all throw together instead of waiting in the next collective.
+enum Outcome { kOk = 0, kConfigError = 1, kIoError = 2 };
 
-  std::vector<double> encode() const {
-    return {static_cast<double>(outcome),         static_cast<double>(position.epoch),
-            static_cast<double>(position.batch),  static_cast<double>(position.step),
-            static_cast<double>(world_size),      static_cast<double>(batch_size)};
-  }
-  static ResumeRecord decode(const std::vector<double>& v) {
-    auto at = [&](size_t i) { return static_cast<int64_t>(std::llround(v.at(i))); };
-    ResumeRecord r;
-    r.outcome = static_cast<Outcome>(at(0));
-    r.position = {at(1), at(2), at(3)};
-    r.world_size = at(4);
-    r.batch_size = at(5);
-    return r;
-  }
-};
-
-// Broadcasts every tensor of the map from rank 0, in key order (every rank
-// holds the same keys and shapes: the same model, optimizer and scaler).
-void broadcastMap(TensorMap& tensors, Context& ctx) {
-  if (ctx.size() == 1) return;
-  for (auto& [key, tensor] : tensors) {
-    torch::Tensor staged = tensor.to(ctx.device()).contiguous().clone();
-    BroadcastOptions options;
-    options.timeout = ctx.collectiveTimeout();
-    ctx.communicator()->broadcast(bufferOf(staged, currentStreamOf(staged)), options)->wait(ctx.collectiveTimeout());
-    tensor = staged.to(tensor.device());
-  }
-}
-
-// The model's parameters by name (views into DataParallel's slabs, so a
-// checkpoint does not depend on how the slabs are laid out; with sharded
-// parameters gathered from every rank's shards, a collective) and buffers.
-TensorMap modelTensors(DataParallel& dp) {
-  TensorMap tensors;
-  const std::vector<torch::Tensor> values = dp.fullParameters();
-  std::unordered_map<const void*, size_t> index;
-  for (size_t i = 0; i < dp.parameters().size(); ++i) index[dp.parameters()[i].unsafeGetTensorImpl()] = i;
-  for (const auto& item : dp.module()->named_parameters(/*recurse=*/true)) {
-    auto it = index.find(item.value().unsafeGetTensorImpl());
-    tensors["model.param." + item.key()] = it == index.end() ? item.value() : values[it->second];
-  }
-  for (const auto& item : dp.module()->named_buffers(/*recurse=*/true)) {
-    tensors["model.buffer." + item.key()] = item.value();
-  }
-  return tensors;
-}
-
-void requireSame(const torch::Tensor& saved, const torch::Tensor& live, const std::string& key,
-                 const std::string& path) {
-  if (saved.sizes() != live.sizes() || saved.scalar_type() != live.scalar_type()) {
-    throw ConfigError("checkpoint " + path + ": '" + key + "' has shape " + toString(saved.sizes()) + " " +
-                      c10::toString(saved.scalar_type()) + ", but this model has " + toString(live.sizes()) + " " +
-                      c10::toString(live.scalar_type()) + " (a different --model or data set?)");
-  }
-}
-
-// Copies every live tensor's saved value into `live` (rank 0).
-void takeSaved(TensorMap& live, const TensorMap& saved, const std::string& prefix, const std::string& path) {
-  for (auto& [key, tensor] : live) {
-    auto it = saved.find(prefix + key);
-    if (it == saved.end()) {
-      throw ConfigError("checkpoint " + path + " has no '" + prefix + key +
-                        "' (a different --model, --optimizer or precision?)");
-    }
-    requireSame(it->second, tensor, prefix + key, path);
-    tensor = it->second;
-  }
-}
-
-// Rank 0: resolves --resume. A failure is kept in `error` (and named by the
-// outcome) so that every rank learns of it before anyone throws.
-ResumeRecord findCheckpoint(const std::string& resume, const std::string& dir,
-                            std::optional<std::pair<std::string, CheckpointState>>& found,
-                            std::exception_ptr& error) {
-  ResumeRecord record;
+Outcome outcomeOf(const std::exception_ptr& error) {
+  if (!error) return kOk;
   try {
-    found = resolveResume(resume, dir);
+    std::rethrow_exception(error);
   } catch (const ConfigError&) {
-    error = std::current_exception();
-    record.outcome = ResumeRecord::Outcome::kConfigError;
-    return record;
-  } catch (const std::exception&) {
-    error = std::current_exception();
-    record.outcome = ResumeRecord::Outcome::kIoError;
-    return record;
+    return kConfigError;
+  } catch (...) {
+    return kIoError;
   }
-  if (found) {
-    const auto& meta = found->second.meta;
-    record.outcome = ResumeRecord::Outcome::kFound;
-    record.position = {meta.value("epoch", int64_t{0}), meta.value("batch", int64_t{0}),
-                       meta.value("step", int64_t{0})};
-    record.world_size = meta.value("world_size", int64_t{0});
-    record.batch_size = meta.value("batch_size", int64_t{0});
-  }
-  return record;
 }
 
-void restoreCpuGenerator(const TensorMap& saved) {
-  auto rng = saved.find("rng.cpu");
-  if (rng == saved.end()) return;
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(rng->second);
+// Every rank's values (the same count on each), through one all-reduce.
+std::vector<std::vector<double>> exchange(Context& ctx, const std::vector<double>& mine) {
+  const size_t n = mine.size();
+  std::vector<double> all(n * static_cast<size_t>(ctx.size()), 0.0);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(n * static_cast<size_t>(ctx.rank())));
+  ctx.allreduceSum(all);
+  std::vector<std::vector<double>> out;
+  for (int r = 0; r < ctx.size(); ++r) {
+    out.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(n * r), all.begin() + static_cast<std::ptrdiff_t>(n * (r + 1)));
+  }
+  return out;
+}
+
+int64_t asInt(double value) { return static_cast<int64_t>(std::llround(value)); }
+
+// After exchange(): rethrows this rank's error, or throws one of the kind
+// the first failing rank had, naming it. `what` says what failed.
+void throwIfAnyFailed(const std::vector<std::vector<double>>& outcomes, const std::exception_ptr& mine,
+                      const std::string& what) {
+  if (mine) std::rethrow_exception(mine);
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    const int64_t code = asInt(outcomes[r][0]);
+    if (code == kOk) continue;
+    const std::string why = what + ": rank " + std::to_string(r) + " failed (see its error)";
+    if (code == kConfigError) throw ConfigError(why);
+    throw IoError(why);
+  }
+}
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3f GiB", bytes / double(int64_t{1} << 30));
+  return text;
+}
+
+std::string seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f s", s);
+  return text;
+}
+
+double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// DTRAIN_FAULT_KILL_IN_CHECKPOINT=RANK:STEP: this rank SIGKILLs itself
+// halfway through its shard of step STEP (first attempt only), for drills.
+void armCheckpointKill(std::vector<TensorToWrite>& tensors, int rank, int64_t step) {
+  const std::string spec = faultKillInCheckpointSetting();
+  if (spec.empty() || tensors.empty()) return;
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos) throw ConfigError("DTRAIN_FAULT_KILL_IN_CHECKPOINT='" + spec + "' is not RANK:STEP");
+  if (parseInt64(spec.substr(0, colon), "DTRAIN_FAULT_KILL_IN_CHECKPOINT rank") != rank ||
+      parseInt64(spec.substr(colon + 1), "DTRAIN_FAULT_KILL_IN_CHECKPOINT step") != step ||
+      envInt("TORCHELASTIC_RESTART_COUNT", 0, 1 << 30).value_or(0) != 0) {
+    return;
+  }
+  TensorToWrite& middle = tensors[tensors.size() / 2];
+  middle.fetch = [rank, step, fetch = middle.fetch]() -> torch::Tensor {
+    DTRAIN_LOG_WARN("DTRAIN_FAULT_KILL_IN_CHECKPOINT: rank " << rank << " kills itself while writing its shard of "
+                                                             << "step " << step);
+    ::kill(::getpid(), SIGKILL);
+    return fetch();
+  };
 }
 
 }  // namespace
+
+// What rank 0 tells the others about --resume (small integers, exact in
+// the doubles of an all-reduce).
+struct JobCheckpoint::Candidate {
+  enum Kind { kNothing = 0, kSharded = 1, kFile = 2, kSlabFile = 3, kError = 4 };
+  int64_t kind = kNothing;
+  int64_t error = kOk;  // kError: ConfigError or IoError
+  int64_t step = 0;     // of the checkpoint's name (auto)
+  TrainPosition position;
+  int64_t world_size = 0;  // of the job that wrote it
+  int64_t batch_size = 0;
+  std::exception_ptr thrown;  // rank 0's error
+};
 
 TrainPosition nextPosition(int64_t epoch, int64_t batch, int64_t step, int64_t steps_per_epoch) {
   if (batch >= steps_per_epoch) return {epoch + 1, 0, step};
@@ -144,131 +127,297 @@ TrainPosition nextPosition(int64_t epoch, int64_t batch, int64_t step, int64_t s
 JobCheckpoint::JobCheckpoint(TrainingJob& job, const CheckpointOptions& options, CheckpointIdentity identity)
     : job_(job), options_(options), identity_(std::move(identity)) {
   if (enabled() && job_.context().isMain()) {
-    CheckpointerOptions o;
-    o.dir = options_.dir;
-    o.keep = options_.keep;
-    checkpointer_ = std::make_unique<Checkpointer>(o);
+    if (const int err = makeDirectories(options_.dir)) {
+      throw errnoError("mkdir", err, "cannot create checkpoint directory '" + options_.dir + "'");
+    }
   }
 }
 
-CheckpointState JobCheckpoint::pack(const TrainPosition& position, TensorMap model,
-                                    const TensorMap& optimizer) const {
-  CheckpointState out;
-  out.tensors = std::move(model);
-  for (auto& [key, tensor] : optimizer) out.tensors["optimizer." + key] = tensor;
-  for (auto& [key, tensor] : job_.scaler().stateDict()) out.tensors[key] = tensor;
-  {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    out.tensors["rng.cpu"] = generator.get_state();
+CheckpointLayout& JobCheckpoint::layout() {
+  if (!layout_) {
+    Context& ctx = job_.context();
+    layout_ = std::make_unique<CheckpointLayout>(job_.dataParallel(), job_.optimizer(), job_.scaler(), ctx.rank(),
+                                                 ctx.size());
   }
-  out.meta = {{"step", position.step},
-              {"epoch", position.epoch},
-              {"batch", position.batch},
-              {"world_size", job_.context().size()},
-              {"batch_size", identity_.batch_size},
-              {"model", identity_.model},
-              {"dataset", identity_.dataset},
-              {"optimizer", job_.optimizer().name()},
-              {"seed", identity_.seed}};
-  if (!identity_.model_config.empty()) out.meta["model_config"] = identity_.model_config;
+  return *layout_;
+}
+
+nlohmann::json JobCheckpoint::meta(const TrainPosition& position) const {
+  nlohmann::json meta = {{"step", position.step},
+                         {"epoch", position.epoch},
+                         {"batch", position.batch},
+                         {"world_size", job_.context().size()},
+                         {"batch_size", identity_.batch_size},
+                         {"model", identity_.model},
+                         {"dataset", identity_.dataset},
+                         {"optimizer", job_.optimizer().name()},
+                         {"seed", identity_.seed},
+                         {"tensor_layout", kParameterLayout}};
+  if (!identity_.model_config.empty()) meta["model_config"] = identity_.model_config;
   if (!identity_.tokenizer.empty()) {
-    out.meta["tokenizer"] = {{"kind", identity_.tokenizer}, {"path", identity_.tokenizer_path}};
+    meta["tokenizer"] = {{"kind", identity_.tokenizer}, {"path", identity_.tokenizer_path}};
   }
-  return out;
+  return meta;
+}
+
+// Rank 0 makes the directory and, when it holds an older write of this
+// step, removes its metadata first (so it is incomplete until the new one
+// is) and the shards of other world sizes; every rank learns how it went.
+void JobCheckpoint::prepareDirectory(const std::string& path) {
+  Context& ctx = job_.context();
+  std::exception_ptr error;
+  if (ctx.isMain()) {
+    try {
+      if (const int err = makeDirectories(path)) {
+        throw errnoError("mkdir", err, "cannot create checkpoint directory '" + path + "'");
+      }
+      const std::string metadata = path + "/" + kShardedMetadataFile;
+      if (::unlink(metadata.c_str()) != 0 && errno != ENOENT) throw errnoError("unlink", errno, metadata);
+      removeStaleShards(path, ctx.size());
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  throwIfAnyFailed(exchange(ctx, {static_cast<double>(outcomeOf(error))}), error, "preparing checkpoint " + path);
+}
+
+// Every rank writes its shard; returns each rank's {outcome, bytes, crc}.
+std::vector<std::vector<double>> JobCheckpoint::writeShard(const std::string& path, int64_t step) {
+  Context& ctx = job_.context();
+  std::exception_ptr error;
+  WrittenFile written;
+  try {
+    std::vector<TensorToWrite> tensors = layout().tensorsToWrite();
+    armCheckpointKill(tensors, ctx.rank(), step);
+    const nlohmann::json meta = {{"shard", {{"rank", ctx.rank()}, {"world_size", ctx.size()}, {"step", step}}}};
+    written = writeCheckpointFile(path + "/" + shardFileName(ctx.rank(), ctx.size()), meta, tensors);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  const auto all = exchange(ctx, {static_cast<double>(outcomeOf(error)), static_cast<double>(written.bytes),
+                                  static_cast<double>(written.crc)});
+  throwIfAnyFailed(all, error, "writing checkpoint " + path);
+  return all;
+}
+
+void JobCheckpoint::writeMetadata(const std::string& path, const TrainPosition& position,
+                                  const std::vector<std::vector<double>>& written) {
+  Context& ctx = job_.context();
+  ShardedMetadata md;
+  md.meta = meta(position);
+  md.world_size = ctx.size();
+  md.stage = layout().stage();
+  md.tensors = layout().logicalTensors();
+  md.aliases = layout().aliases();
+  for (int r = 0; r < ctx.size(); ++r) {
+    md.shards.push_back({shardFileName(r, ctx.size()), static_cast<uint64_t>(asInt(written[r][1])),
+                         static_cast<uint32_t>(asInt(written[r][2])), layout().rangesOf(r)});
+  }
+  writeShardedMetadata(path, md);
+  pruneCheckpoints(options_.dir, kPrefix, options_.keep, path);
 }
 
 void JobCheckpoint::save(const TrainPosition& position) {
-  if (!enabled()) return;
+  if (!enabled() || position.step == saved_step_) return;
+  const std::string path = options_.dir + "/" + checkpointStem(kPrefix, position.step);
+  if (path == resumed_path_ && position.step == resumed_step_) return;  // that checkpoint is this state
+  const auto start = Clock::now();
   job_.dataParallel().syncBuffers();
-  // Every rank asks: sharded parameters and a sharded optimizer gather
-  // their state collectively.
-  TensorMap model = modelTensors(job_.dataParallel());
-  const TensorMap optimizer = job_.optimizer().stateDict();
-  if (checkpointer_) {
-    const std::string path = checkpointer_->save(position.step, pack(position, std::move(model), optimizer));
-    DTRAIN_LOG_DEBUG("checkpoint " << path);
+  prepareDirectory(path);
+  const auto written = writeShard(path, position.step);
+  if (job_.context().isMain()) {
+    writeMetadata(path, position, written);
+    double bytes = 0;
+    for (const auto& w : written) bytes += w[1];
+    const double took = secondsSince(start);
+    DTRAIN_LOG_INFO("checkpoint step " << position.step << ": " << gib(bytes) << " in " << seconds(took) << " ("
+                                       << gib(took > 0 ? bytes / took : 0) << "/s, " << written.size()
+                                       << " shard(s)) -> " << path);
   }
+  saved_step_ = position.step;
+}
+
+namespace {
+
+std::string joined(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+std::string messageOf(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return e.message();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+// Rank 0: the checkpoint --resume names, with what its meta says. With
+// auto, one that is incomplete or whose metadata (or slab-layout file)
+// does not load is skipped with a warning; otherwise its error is kept.
+JobCheckpoint::Candidate JobCheckpoint::pick(const std::vector<int64_t>& rejected,
+                                             std::optional<CheckpointState>& slab_state) const {
+  const bool automatic = options_.resume == "auto";
+  std::vector<int64_t> skip = rejected;
+  for (;;) {
+    Candidate c;
+    try {
+      std::string path = checkpointLocation(options_.resume);
+      if (automatic) {
+        const std::optional<std::string> found = newestCompleteCheckpoint(options_.dir, kPrefix, skip);
+        if (!found) return c;
+        path = *found;
+        c.step = checkpointStepOf(path.substr(path.rfind('/') + 1), kPrefix);
+      }
+      nlohmann::json meta;
+      if (isDirectory(path)) {
+        if (!isShardedCheckpointDir(path)) {
+          throw ConfigError("--resume " + path + " is a directory but no checkpoint (expected a checkpoint file, a "
+                            "sharded checkpoint's directory or its " + kShardedMetadataFile + ")");
+        }
+        const std::vector<std::string> missing = missingCheckpointParts(path);
+        if (!missing.empty()) throw ConfigError("checkpoint " + path + " is incomplete: " + joined(missing));
+        meta = readShardedMetadata(path).meta;
+        c.kind = Candidate::kSharded;
+      } else {
+        meta = CheckpointFile(path).meta();
+        c.kind = isSlabLayoutCheckpoint(meta) ? Candidate::kSlabFile : Candidate::kFile;
+        if (c.kind == Candidate::kSlabFile) slab_state = loadCheckpoint(path);  // verified whole, as before
+      }
+      c.position = {meta.value("epoch", int64_t{0}), meta.value("batch", int64_t{0}), meta.value("step", int64_t{0})};
+      c.world_size = meta.value("world_size", int64_t{0});
+      c.batch_size = meta.value("batch_size", int64_t{0});
+      return c;
+    } catch (const std::exception&) {
+      if (!automatic) {
+        c.kind = Candidate::kError;
+        c.thrown = std::current_exception();
+        c.error = outcomeOf(c.thrown);
+        return c;
+      }
+      DTRAIN_LOG_WARN("skipping an invalid checkpoint: " << messageOf(std::current_exception()));
+      skip.push_back(c.step);
+    }
+  }
+}
+
+// Rank 0's candidate, told to every rank (its exception stays on rank 0).
+JobCheckpoint::Candidate JobCheckpoint::agree(const Candidate& mine) const {
+  std::vector<double> wire = {static_cast<double>(mine.kind),           static_cast<double>(mine.error),
+                              static_cast<double>(mine.step),           static_cast<double>(mine.position.epoch),
+                              static_cast<double>(mine.position.batch), static_cast<double>(mine.position.step),
+                              static_cast<double>(mine.world_size),     static_cast<double>(mine.batch_size)};
+  job_.context().allreduceSum(wire);  // only rank 0's is non-zero
+  Candidate c;
+  c.kind = asInt(wire[0]);
+  c.error = asInt(wire[1]);
+  c.step = asInt(wire[2]);
+  c.position = {asInt(wire[3]), asInt(wire[4]), asInt(wire[5])};
+  c.world_size = asInt(wire[6]);
+  c.batch_size = asInt(wire[7]);
+  c.thrown = mine.thrown;
+  return c;
+}
+
+// Every rank checks the CRCs of its share of the checkpoint's files, then
+// reads what it holds. False (with a warning) when `may_skip` and some
+// rank found it bad; its error otherwise.
+bool JobCheckpoint::loadVerified(const std::string& path, bool may_skip) {
+  Context& ctx = job_.context();
+  const auto start = Clock::now();
+  std::unique_ptr<CheckpointReader> reader;
+  std::exception_ptr error;
+  try {
+    reader = std::make_unique<CheckpointReader>(path);
+    const size_t files = reader->files().size();
+    for (size_t i = static_cast<size_t>(ctx.rank()); i < files; i += static_cast<size_t>(ctx.size())) {
+      reader->verifyFile(i);
+    }
+  } catch (const std::exception&) {
+    error = std::current_exception();
+  }
+  const auto outcomes = exchange(ctx, {static_cast<double>(outcomeOf(error))});
+  int failed = -1;
+  for (size_t r = 0; r < outcomes.size() && failed < 0; ++r) failed = outcomes[r][0] != 0 ? static_cast<int>(r) : -1;
+  if (failed >= 0 && may_skip) {
+    if (error) DTRAIN_LOG_WARN("skipping an invalid checkpoint: " << messageOf(error));
+    if (!error && ctx.isMain()) {
+      DTRAIN_LOG_WARN("skipping an invalid checkpoint " << path << ": rank " << failed << " found it bad (its warning says why)");
+    }
+    return false;
+  }
+  throwIfAnyFailed(outcomes, error, "--resume " + path);
+  const double checked_s = secondsSince(start);
+  int64_t bytes = 0;
+  try {
+    bytes = layout().restore(*reader);
+  } catch (const std::exception&) {
+    error = std::current_exception();
+  }
+  throwIfAnyFailed(exchange(ctx, {static_cast<double>(outcomeOf(error))}), error, "restoring from " + path);
+  if (ctx.isMain()) {
+    DTRAIN_LOG_INFO("loaded checkpoint " << path << " (" << reader->worldSize() << " shard(s)"
+                                         << (reader->stage().empty() ? "" : ", --shard " + reader->stage())
+                                         << "): checked in " << seconds(checked_s) << ", rank 0 read " << gib(bytes)
+                                         << " in " << seconds(secondsSince(start) - checked_s));
+  }
+  return true;
 }
 
 TrainPosition JobCheckpoint::resume() {
   Context& ctx = job_.context();
   const std::string& resume = options_.resume;
   if (resume.empty() || resume == "none") return {};
-  std::optional<std::pair<std::string, CheckpointState>> found;
-  std::exception_ptr error;
-  ResumeRecord record = ctx.isMain() ? findCheckpoint(resume, options_.dir, found, error) : ResumeRecord{};
-  std::vector<double> wire = record.encode();
-  ctx.allreduceSum(wire);
-  record = ResumeRecord::decode(wire);
-  switch (record.outcome) {
-    case ResumeRecord::Outcome::kConfigError:
-    case ResumeRecord::Outcome::kIoError: {
-      if (error) std::rethrow_exception(error);
+  const bool automatic = resume == "auto";
+  if (automatic && options_.dir.empty()) throw ConfigError("--resume auto needs --checkpoint-dir");
+  std::vector<int64_t> rejected;
+  for (;;) {
+    std::optional<CheckpointState> slab_state;
+    const Candidate c = agree(ctx.isMain() ? pick(rejected, slab_state) : Candidate{});
+    if (c.kind == Candidate::kError) {
+      if (c.thrown) std::rethrow_exception(c.thrown);
       const std::string why = "--resume " + resume + ": rank 0 could not read the checkpoint (see its error)";
-      if (record.outcome == ResumeRecord::Outcome::kConfigError) throw ConfigError(why);
+      if (c.error == kConfigError) throw ConfigError(why);
       throw IoError(why);
     }
-    case ResumeRecord::Outcome::kNothing:
+    if (c.kind == Candidate::kNothing) {
       if (ctx.isMain()) {
-        DTRAIN_LOG_INFO("--resume " << resume << ": no valid checkpoint in '" << options_.dir
-                                    << "', starting from step 0");
+        DTRAIN_LOG_INFO("--resume " << resume << ": no valid checkpoint in '" << options_.dir << "', starting from step 0");
       }
       return {};
-    case ResumeRecord::Outcome::kFound: break;
-  }
-  TrainPosition position = record.position;
-  if ((record.world_size != ctx.size() || record.batch_size != identity_.batch_size) && position.batch != 0) {
+    }
+    const std::string path = automatic ? options_.dir + "/" + checkpointStem(kPrefix, c.step) +
+                                             (c.kind == Candidate::kSharded ? "" : ".dtck")
+                                       : checkpointLocation(resume);
+    if (c.kind == Candidate::kSlabFile) {
+      restoreSlabLayoutCheckpoint(job_, path, slab_state ? &*slab_state : nullptr);
+    } else if (!loadVerified(path, automatic)) {
+      rejected.push_back(c.step);
+      continue;
+    }
+    resumed_path_ = path;
+    resumed_step_ = c.position.step;
+    TrainPosition position = c.position;
+    if ((c.world_size != ctx.size() || c.batch_size != identity_.batch_size) && position.batch != 0) {
+      if (ctx.isMain()) {
+        DTRAIN_LOG_WARN("checkpoint at step " << position.step << " was written by " << c.world_size
+                                              << " rank(s) x batch " << c.batch_size << "; this job has " << ctx.size()
+                                              << " x " << identity_.batch_size
+                                              << ", so it resumes at the start of epoch " << position.epoch + 2);
+      }
+      position = {position.epoch + 1, 0, position.step};
+    }
     if (ctx.isMain()) {
-      DTRAIN_LOG_WARN("checkpoint at step " << position.step << " was written by " << record.world_size
-                                            << " rank(s) x batch " << record.batch_size << "; this job has "
-                                            << ctx.size() << " x " << identity_.batch_size
-                                            << ", so it resumes at the start of epoch " << position.epoch + 2);
+      DTRAIN_LOG_INFO("resuming from " << path << " (step " << position.step << ", epoch " << position.epoch + 1
+                                       << ", batch " << position.batch << ")");
     }
-    position = {position.epoch + 1, 0, position.step};
+    return position;
   }
-  if (ctx.isMain()) {
-    DTRAIN_LOG_INFO("resuming from " << found->first << " (step " << position.step << ", epoch "
-                                     << position.epoch + 1 << ", batch " << position.batch << ")");
-  }
-  restore(ctx.isMain() ? &*found : nullptr);
-  return position;
-}
-
-void JobCheckpoint::restore(const std::pair<std::string, CheckpointState>* found) {
-  Context& ctx = job_.context();
-  // Rank 0 loads into its own state; then everything is broadcast.
-  TensorMap model = modelTensors(job_.dataParallel());
-  TensorMap optimizer = job_.optimizer().stateDict();
-  TensorMap scaler = job_.scaler().stateDict();
-  if (found != nullptr) {
-    const std::string& path = found->first;
-    const TensorMap& saved = found->second.tensors;
-    takeSaved(model, saved, "", path);
-    takeSaved(optimizer, saved, "optimizer.", path);
-    takeSaved(scaler, saved, "", path);
-    restoreCpuGenerator(saved);
-  }
-  broadcastMap(model, ctx);
-  broadcastMap(optimizer, ctx);
-  broadcastMap(scaler, ctx);
-  {
-    // By parameter, in DataParallel's order (a tied weight has two names).
-    DataParallel& dp = job_.dataParallel();
-    std::unordered_map<const void*, torch::Tensor> by_impl;
-    for (const auto& item : dp.module()->named_parameters(/*recurse=*/true)) {
-      by_impl[item.value().unsafeGetTensorImpl()] = model.at("model.param." + item.key());
-    }
-    std::vector<torch::Tensor> values;
-    for (const torch::Tensor& p : dp.parameters()) values.push_back(by_impl.at(p.unsafeGetTensorImpl()));
-    dp.loadFullParameters(values);
-    torch::NoGradGuard no_grad;
-    for (const auto& item : dp.module()->named_buffers(/*recurse=*/true)) {
-      item.value().copy_(model.at("model.buffer." + item.key()));
-    }
-  }
-  job_.optimizer().loadStateDict(optimizer);
-  job_.scaler().loadStateDict(scaler);
 }
 
 }  // namespace dtrain

@@ -1,27 +1,36 @@
 // JobCheckpoint: what a `dtrain train` checkpoint holds, how a job writes
 // one, and how it resumes from one (private to train/).
 //
-// Tensors: "model.param.<name>" (every parameter by its module path, e.g.
-// "model.param.transformer.h.0.attn.c_attn.weight"), "model.buffer.<name>"
-// (BatchNorm statistics, rank 0's), the optimizer's and the scaler's state
-// (per slab), "rng.cpu" (the default CPU generator). Meta: step, epoch,
+// Every rank writes its shard of a sharded checkpoint
+// (include/dtrain/checkpoint.h; job_checkpoint_layout.h says which
+// tensors and ranges), in parallel, into <dir>/ckpt-<step>/; once every
+// shard is durable rank 0 writes metadata.dtck, which makes the checkpoint
+// complete, and prunes to --keep whole checkpoints. Meta: step, epoch,
 // batch (the next batch of that epoch), world_size, batch_size, model,
-// dataset, optimizer, seed; a language model's "model_config" (the string
-// pairs of models::languageModelMetadata) and, when it trained on the
-// embedded corpus, "tokenizer" {kind, path}: what `dtrain generate` needs.
+// dataset, optimizer, seed, tensor_layout "parameters"; a language model's
+// "model_config" (the string pairs of models::languageModelMetadata) and,
+// when it trained on the embedded corpus, "tokenizer" {kind, path}: what
+// `dtrain generate` needs.
 //
-// Rank 0 writes checkpoints, and reads one and broadcasts it, so only rank 0
-// needs the checkpoint directory. A checkpoint from a job with another world
-// size or per-rank batch size resumes at the start of the next epoch (the
-// order of samples inside an epoch depends on both), with a warning.
+// Resuming reads a sharded checkpoint of any world size and stage, a
+// single file of the same tensors (`dtrain checkpoint consolidate`), or a
+// single file of the slab layout older dtrains wrote (rank 0 reads that
+// one and broadcasts it). The others need a file system every rank sees:
+// each rank checks the CRCs of its share of the files, then reads the
+// ranges it holds. A checkpoint from a job with another world size or
+// per-rank batch size resumes at the start of the next epoch (the order of
+// samples inside an epoch depends on both), with a warning.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "dtrain/checkpoint.h"
+#include "train/job_checkpoint_layout.h"
 #include "train/train_options.h"
 #include "train/training_job.h"
 
@@ -52,28 +61,41 @@ class JobCheckpoint {
 
   // Whether checkpoints are written at all (--checkpoint-dir given).
   bool enabled() const { return !options_.dir.empty(); }
-  // Every rank: brings the buffers to rank 0's; rank 0 writes the
-  // checkpoint of `position` atomically. Nothing when not enabled.
+  // Every rank: brings the buffers to rank 0's and writes its shard of the
+  // checkpoint of `position`; rank 0 then its metadata. Nothing when not
+  // enabled, or when this job saved (or resumed from) that very
+  // checkpoint and has not stepped since. A rank's failure (IoError naming
+  // the file and the OS reason) is thrown on it as it is, and as an
+  // IoError naming that rank on the others.
   void save(const TrainPosition& position);
-  // Every rank: resolves --resume on rank 0 and restores every rank from it.
-  // Returns where to go on from (step 0 when there is nothing to resume).
-  // Rank 0's error (ConfigError for a bad checkpoint, IoError for one it
-  // cannot read) is rethrown as it is on rank 0, and as the same kind on
-  // the others.
+  // Every rank: resolves --resume (on rank 0), checks the checkpoint's
+  // files (spread over the ranks) and restores every rank from it. Returns
+  // where to go on from (step 0 when there is nothing to resume). With
+  // auto, an incomplete or corrupt checkpoint is skipped with a warning
+  // for the next older one. A failing rank's error (ConfigError for a bad
+  // checkpoint, IoError for one it cannot read) is rethrown as it is on
+  // that rank, and as the same kind on the others.
   TrainPosition resume();
 
  private:
-  // The checkpoint of rank 0, with the optimizer state every rank gathered.
-  CheckpointState pack(const TrainPosition& position, std::map<std::string, torch::Tensor> model,
-                       const std::map<std::string, torch::Tensor>& optimizer) const;
-  // Every rank: rank 0's state from `found` (nullptr on the others), then
-  // broadcast to all.
-  void restore(const std::pair<std::string, CheckpointState>* found);
+  struct Candidate;
+  CheckpointLayout& layout();
+  nlohmann::json meta(const TrainPosition& position) const;
+  void prepareDirectory(const std::string& path);
+  std::vector<std::vector<double>> writeShard(const std::string& path, int64_t step);
+  void writeMetadata(const std::string& path, const TrainPosition& position,
+                     const std::vector<std::vector<double>>& written);
+  Candidate pick(const std::vector<int64_t>& rejected, std::optional<CheckpointState>& slab_state) const;
+  Candidate agree(const Candidate& mine) const;
+  bool loadVerified(const std::string& path, bool may_skip);
 
   TrainingJob& job_;
   CheckpointOptions options_;
   CheckpointIdentity identity_;
-  std::unique_ptr<Checkpointer> checkpointer_;  // rank 0 only
+  std::unique_ptr<CheckpointLayout> layout_;
+  int64_t saved_step_ = -1;    // the step this job saved last, while it has not stepped since
+  std::string resumed_path_;   // the checkpoint it resumed from
+  int64_t resumed_step_ = -1;
 };
 
 }  // namespace dtrain

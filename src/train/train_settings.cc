@@ -17,9 +17,14 @@ DTRAIN_SETTING(std::string, kFaultKillAt, "fault-kill-at", "DTRAIN_FAULT_KILL_AT
                "Testing aid for restart drills: RANK:STEP makes that rank of `dtrain train` SIGKILL itself after "
                "STEP steps, in the first attempt only (TORCHELASTIC_RESTART_COUNT=0).");
 
+DTRAIN_SETTING(std::string, kFaultKillInCheckpoint, "fault-kill-in-checkpoint", "DTRAIN_FAULT_KILL_IN_CHECKPOINT", "",
+               "Testing aid for checkpoint drills: RANK:STEP makes that rank of `dtrain train` SIGKILL itself halfway "
+               "through writing its shard of the checkpoint of step STEP, in the first attempt only.");
+
 }  // namespace
 
 std::string backendSetting() { return kBackend.get(); }
 std::string faultKillAtSetting() { return kFaultKillAt.get(); }
+std::string faultKillInCheckpointSetting() { return kFaultKillInCheckpoint.get(); }
 
 }  // namespace dtrain

@@ -10,5 +10,7 @@ namespace dtrain {
 std::string backendSetting();
 // DTRAIN_FAULT_KILL_AT: "" or RANK:STEP (restart drills).
 std::string faultKillAtSetting();
+// DTRAIN_FAULT_KILL_IN_CHECKPOINT: "" or RANK:STEP (checkpoint-write drills).
+std::string faultKillInCheckpointSetting();
 
 }  // namespace dtrain

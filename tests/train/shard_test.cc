@@ -4,7 +4,7 @@
 // does where its arithmetic is the same (2 ranks, no clipping, no
 // accumulation) and is within rounding where it is not (see
 // kAdamWRounding); each rank holds 1/N of the state (and, ZeRO-2, of the
-// gradients); the checkpoints hold the unsharded optimizer layout (a
+// gradients); their sharded checkpoints hold the state per parameter (a
 // replicated run resumes one and continues bit for bit), and they load on
 // another world size.
 #include <gtest/gtest.h>
@@ -112,7 +112,7 @@ int64_t stateBytes(const std::string& output) { return bytesPerRank(output, "sta
 
 std::string checkpointOf(const TempDir& dir, int step) {
   char name[32];
-  std::snprintf(name, sizeof(name), "ckpt-%09d.dtck", step);
+  std::snprintf(name, sizeof(name), "ckpt-%09d", step);
   return dir / name;
 }
 
@@ -178,7 +178,7 @@ TEST(ShardOptimizerTest, ShardedCheckpointsResumeReplicatedAndOnAnotherWorldSize
   // 2 ranks' checkpoint, 3 sharded ranks: it loads (the state has the
   // unsharded layout) and training goes on.
   TempDir three("dtrain-shard-three");
-  ASSERT_EQ(runCommand("cp " + checkpointOf(mixed, 4) + " " + three.path() + "/", 10).exit_code, 0);
+  ASSERT_EQ(runCommand("cp -r " + checkpointOf(mixed, 4) + " " + three.path() + "/", 10).exit_code, 0);
   ASSERT_NO_FATAL_FAILURE(resumeOnThreeRanksToStep6(kAdamWConstant + "--shard optimizer ", three));
   const CheckpointState resumed = loadCheckpoint(checkpointOf(three, 6));
   EXPECT_EQ(resumed.meta["world_size"], 3);
@@ -286,7 +286,7 @@ TEST(ShardGradientsTest, CheckpointsResumeReplicatedAndOnAnotherWorldSize) {
   // where 3 replicated ranks resumed from it go (within rounding: 3 ranks).
   TempDir three("dtrain-zero2-three"), three_plain("dtrain-zero2-three-plain");
   for (const TempDir* dir : {&three, &three_plain}) {
-    ASSERT_EQ(runCommand("cp " + checkpointOf(mixed, 4) + " " + dir->path() + "/", 10).exit_code, 0);
+    ASSERT_EQ(runCommand("cp -r " + checkpointOf(mixed, 4) + " " + dir->path() + "/", 10).exit_code, 0);
   }
   ASSERT_NO_FATAL_FAILURE(resumeOnThreeRanksToStep6(common + "--shard gradients ", three));
   ASSERT_NO_FATAL_FAILURE(resumeOnThreeRanksToStep6(common + "--shard none ", three_plain));

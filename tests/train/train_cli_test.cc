@@ -88,8 +88,8 @@ TEST(TrainCliTest, KilledRankResumesFromCheckpointToBitwiseEqualParameters) {
   EXPECT_NE(b.output.find("resuming from"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("000000040"), std::string::npos) << "should resume from step 40\n" << b.output;
 
-  auto final_clean = loadCheckpoint(clean + "/ckpt-000000090.dtck");
-  auto final_killed = loadCheckpoint(killed + "/ckpt-000000090.dtck");
+  auto final_clean = loadCheckpoint(clean + "/ckpt-000000090");
+  auto final_killed = loadCheckpoint(killed + "/ckpt-000000090");
   ASSERT_FALSE(final_clean.tensors.empty());
   for (const auto& [key, tensor] : final_clean.tensors) {
     if (key.rfind("model.", 0) != 0 && key.rfind("optimizer.", 0) != 0) continue;
@@ -103,20 +103,21 @@ TEST(TrainCliTest, ResumeAutoSkipsACorruptNewestCheckpoint) {
   const std::string common = dtrainBin() + " train --model mlp --epochs 1 --progress none --checkpoint-dir " + dir;
   auto first = runCommand(common + " --max-steps 30 --checkpoint-every 10", 300);
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  {  // Damage the newest one in the middle.
-    std::fstream f(dir + "/ckpt-000000030.dtck", std::ios::in | std::ios::out | std::ios::binary);
+  const std::string shard = dir + "/ckpt-000000030/rank-00000-of-00001.dtck";
+  {  // Damage the newest one's shard in the middle.
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(2000);
     f.put('\x5a');
   }
   auto second = runCommand(common + " --max-steps 40 --resume auto", 300);
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_NE(second.output.find("ckpt-000000030.dtck"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find(shard + ": checksum mismatch"), std::string::npos) << second.output;
   EXPECT_NE(second.output.find("resuming from"), std::string::npos) << second.output;
-  EXPECT_NE(second.output.find("ckpt-000000020.dtck"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("ckpt-000000020"), std::string::npos) << second.output;
 
-  auto explicit_bad = runCommand(common + " --resume " + dir + "/ckpt-000000030.dtck", 120);
+  auto explicit_bad = runCommand(common + " --resume " + dir + "/ckpt-000000030/metadata.dtck", 120);
   EXPECT_EQ(explicit_bad.exit_code, 2) << explicit_bad.output;
-  EXPECT_NE(explicit_bad.output.find("ckpt-000000030.dtck"), std::string::npos) << explicit_bad.output;
+  EXPECT_NE(explicit_bad.output.find(shard), std::string::npos) << explicit_bad.output;
 }
 
 class TrainBadInputTest : public ::testing::TestWithParam<BadCommandLine> {};
@@ -236,8 +237,8 @@ TEST(TrainCliTest, DataOnDeviceTrainsExactlyLikeTheLoader) {
   auto b = runCommand(launch(2) + common + "--data-on-device --checkpoint-dir " + device_dir, 300);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("data on the device"), std::string::npos) << b.output;
-  auto from_loader = loadCheckpoint(loader_dir + "/ckpt-000000120.dtck");
-  auto from_device = loadCheckpoint(device_dir + "/ckpt-000000120.dtck");
+  auto from_loader = loadCheckpoint(loader_dir + "/ckpt-000000120");
+  auto from_device = loadCheckpoint(device_dir + "/ckpt-000000120");
   ASSERT_FALSE(from_loader.tensors.empty());
   for (const auto& [key, tensor] : from_loader.tensors) {
     if (key.rfind("model.", 0) != 0) continue;

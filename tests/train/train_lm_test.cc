@@ -111,8 +111,8 @@ TEST(TrainLmTest, KilledRankResumesFromCheckpointToBitwiseEqualParameters) {
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_TRUE(contains(b.output, "kills itself after step 30")) << b.output;
   EXPECT_TRUE(contains(b.output, "000000020")) << "should resume from step 20\n" << b.output;
-  auto final_clean = loadCheckpoint(clean / "ckpt-000000060.dtck");
-  auto final_killed = loadCheckpoint(killed / "ckpt-000000060.dtck");
+  auto final_clean = loadCheckpoint(clean / "ckpt-000000060");
+  auto final_killed = loadCheckpoint(killed / "ckpt-000000060");
   ASSERT_TRUE(final_clean.tensors.count("model.param.transformer.wte.weight"));
   EXPECT_EQ(final_clean.meta.at("model_config").at("layers"), "2");
   EXPECT_EQ(final_clean.meta.at("tokenizer").at("kind"), "byte");

@@ -1,0 +1,113 @@
+// CheckpointLayout: a training job's state as the logical tensors of a
+// sharded checkpoint (include/dtrain/checkpoint.h), for any --shard stage
+// and world size. (private to train/)
+//
+// Per parameter (by its first name in the module; a tied weight's other
+// names are aliases): "model.param.<name>" (the master values: the slabs,
+// or ZeRO-3's float32 master shards) and "optimizer.<state>.<name>" for
+// each of the optimizer's per-slab states (Optimizer::localState(), e.g.
+// "optimizer.adamw.exp_avg.<name>"). Whole, written by rank 0:
+// "optimizer.<opt>.step", the loss scaler's state, "rng.cpu" (rank 0's
+// generator), "model.buffer.<name>", and any parameter DataParallel does
+// not train.
+//
+// Which ranks write what: every slab (in the layout the optimizers see,
+// DataParallel::slabRuns) is cut into per-rank ranges, the same ones the
+// optimizer's shards use: ZeRO-2/3 rank r's part of each piece, otherwise
+// the r-th 1/N of each slab (ZeRO-1's slices; replicated state split
+// evenly so that every rank writes its share in parallel). A rank writes,
+// for every parameter, the run of it that falls in its ranges, of every
+// family, copying one run at a time to the host. Loading is the same map
+// backwards: each rank fills every tensor it holds (whole slabs when they
+// are replicated, its slices when sharded) from whichever shards hold the
+// runs, so a checkpoint of any world size and stage loads into any other.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "dtrain/amp.h"
+#include "dtrain/checkpoint.h"
+#include "dtrain/data_parallel.h"
+#include "dtrain/optim.h"
+#include "train/checkpoint_file.h"
+#include "train/checkpoint_sharded.h"
+
+namespace dtrain {
+
+class CheckpointLayout {
+ public:
+  // Reads the layout of the live state (no collective). `rank` of `world`.
+  CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, int rank, int world);
+
+  // "none" | "optimizer" | "gradients" | "full", as the layout shows it.
+  const std::string& stage() const { return stage_; }
+  // Every logical tensor (name order) and the aliases of tied weights.
+  std::vector<LogicalTensor> logicalTensors() const;
+  const std::map<std::string, std::string>& aliases() const { return aliases_; }
+  // The ranges rank r (any rank) writes, in the order it writes them.
+  std::vector<ShardRange> rangesOf(int rank) const;
+  // This rank's ranges with what to write for each (1-D, `count` long).
+  std::vector<TensorToWrite> tensorsToWrite() const;
+
+  // Every tensor this rank holds, from `reader` (written at any world size
+  // and stage). Checks first that the checkpoint has every logical tensor
+  // at this shape and dtype (ConfigError naming the checkpoint, the tensor
+  // and both shapes, nothing changed). Returns the bytes read.
+  int64_t restore(const CheckpointReader& reader) const;
+
+ private:
+  // A parameter's place in the slabs and what its logical tensors are.
+  struct Parameter {
+    std::string name;
+    int slab = 0;
+    int64_t start = 0;  // of its first element in the slab
+    int64_t numel = 0;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> storage_order;  // empty: row-major
+  };
+  // A live 1-D tensor this rank holds over elements [begin, ...) of a slab.
+  struct Held {
+    int slab = 0;
+    int64_t begin = 0;
+    torch::Tensor tensor;
+  };
+  // "model.param" or "optimizer.<state>": a logical tensor per parameter.
+  struct Family {
+    std::string name;
+    std::vector<Held> held;
+    torch::ScalarType dtypeOf(int slab) const;
+  };
+  // A whole tensor: its current value, and how a loaded value is applied.
+  struct Whole {
+    std::string name;
+    std::function<torch::Tensor()> value;
+    std::function<void(const torch::Tensor&)> apply;
+  };
+
+  void findParameters();
+  void findFamilies();
+  void findWholeTensors();
+  // The elements of each slab rank r writes.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ownedBy(int rank) const;
+  void checkAgainst(const CheckpointReader& reader) const;
+  int64_t fill(const CheckpointReader& reader, const Family& family, const Held& held) const;
+
+  DataParallel& dp_;
+  Optimizer& optimizer_;
+  GradScaler& scaler_;
+  int rank_, world_;
+  std::string stage_;
+  std::vector<Parameter> params_;  // DataParallel's order
+  std::map<std::string, std::string> aliases_;
+  std::vector<Family> families_;
+  std::vector<Whole> whole_;
+  std::vector<ShardPiece> pieces_;  // ZeRO-2/3
+};
+
+}  // namespace dtrain
