@@ -112,7 +112,7 @@ class ShardedOptimizer : public Optimizer {
     torch::NoGradGuard no_grad;
     for (const auto& [key, tensor] : state) {
       const int slab = indexOfKey(key);
-      if (slab < 0 || slab >= static_cast<int>(layout_.params.size())) {
+      if (slab < 0 || slab >= static_cast<int>(layout_.numel.size())) {
         inner[key] = tensor;
         continue;
       }
@@ -158,10 +158,12 @@ void checkLayout(const ShardLayout& layout, int64_t world) {
   const auto fail = [](size_t k, const std::string& why) {
     throw ConfigError("sharded optimizer: piece " + std::to_string(k) + " " + why);
   };
-  if (layout.logical_numel.size() != layout.params.size() || layout.weight_decay.size() != layout.params.size()) {
-    throw ConfigError("sharded optimizer: " + std::to_string(layout.logical_numel.size()) + " logical lengths and " +
-                      std::to_string(layout.weight_decay.size()) + " weight-decay flags for " +
-                      std::to_string(layout.params.size()) + " slabs");
+  if (layout.logical_numel.size() != layout.numel.size() || layout.weight_decay.size() != layout.numel.size() ||
+      (!layout.params.empty() && layout.params.size() != layout.numel.size())) {
+    throw ConfigError("sharded optimizer: " + std::to_string(layout.logical_numel.size()) + " logical lengths, " +
+                      std::to_string(layout.weight_decay.size()) + " weight-decay flags and " +
+                      std::to_string(layout.params.size()) + " parameter slabs for " +
+                      std::to_string(layout.numel.size()) + " slabs");
   }
   if (layout.grads.size() != layout.pieces.size()) {
     throw ConfigError("sharded optimizer: " + std::to_string(layout.grads.size()) + " gradients for " +
@@ -172,10 +174,6 @@ void checkLayout(const ShardLayout& layout, int64_t world) {
     throw ConfigError("sharded optimizer: no parameter slabs, and " + std::to_string(layout.slices.size()) +
                       " parameter slices for " + std::to_string(layout.pieces.size()) +
                       " pieces (ZeRO-3 needs one each and a published callback)");
-  }
-  if (layout.numel.size() != layout.logical_numel.size()) {
-    throw ConfigError("sharded optimizer: " + std::to_string(layout.numel.size()) + " slab lengths for " +
-                      std::to_string(layout.logical_numel.size()) + " slabs");
   }
   for (size_t k = 0; k < layout.pieces.size(); ++k) {
     const ShardPiece& p = layout.pieces[k];
