@@ -9,7 +9,8 @@
 #                                          (fully_shard per block, bf16 params, fp32 reduce,
 #                                          torch.compile per block, fused AdamW), bench/lm_compare.py
 #   bench/gpu/zero3_acceptance.sh llama    llama-8b seq 2048 with activation checkpointing, the same
-# Knobs: GPT2_BATCH (16), LLAMA_BATCH (2), ROUNDS (2), STEPS (20), WARMUP (8), DTRAIN_ARGS, PEER_ARGS,
+# Knobs: CHECK_FAMILIES ("gpt2 llama"), GPT2_BATCH (16), LLAMA_BATCH (2), ROUNDS (2; the check's stage
+# table 1), STEPS (20), WARMUP (8), DTRAIN_ARGS, PEER_ARGS,
 # BUDGET_S (540). Results: $OUT/<phase>.tgz.
 set -uo pipefail
 started=$(date +%s)
@@ -49,8 +50,7 @@ check() {
 case "$phase" in
   check)
     log "correctness: --shard full vs none, fp32, 2 GPUs"
-    check gpt2
-    check llama
+    for family in ${CHECK_FAMILIES:-gpt2 llama}; do check "$family"; done
     grep -h -B2 -A8 "Error\|error:" "$OUT"/check-*.log | head -40
     log "gpt2-124m, every --shard stage (${BUDGET_S:-540} s budget)"
     STAGES="none optimizer gradients full" ROUNDS=${ROUNDS:-1} bench/gpu/shard_acceptance.sh
