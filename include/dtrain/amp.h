@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -82,6 +83,14 @@ class GradScaler {
 
   bool enabled() const { return options_.enabled; }
   double currentScale() const;  // 1.0 when disabled
+  // Sharded gradients (each rank unscales only its shard): every rank's
+  // inf/nan flag must count, or ranks would disagree on skipping a step.
+  // `reduce` gets this rank's flag (float32, 0-dim, on the gradients'
+  // device) and must leave the maximum over all ranks in it (an all-reduce:
+  // every rank's unscale() calls it at the same point). Set before training.
+  void setFoundInfReduction(std::function<void(torch::Tensor& found_inf)> reduce) {
+    reduce_found_inf_ = std::move(reduce);
+  }
   // "scaler.scale" (float32 scalar), "scaler.growth_tracker" (int64 scalar),
   // CPU copies; empty when disabled (like torch's).
   std::map<std::string, torch::Tensor> stateDict() const;
@@ -98,6 +107,7 @@ class GradScaler {
   torch::Tensor found_inf_;               // float32, 0-dim; set by unscale()
   bool unscaled_ = false;                 // unscale() ran since the last update()
   bool all_finite_ = true;                // its answer
+  std::function<void(torch::Tensor&)> reduce_found_inf_;
 };
 
 }  // namespace dtrain

@@ -1,6 +1,7 @@
 #include "models/language_model.h"
 
 #include "common/error.h"
+#include "models/activation_checkpoint.h"
 #include "models/gpt2.h"
 #include "models/llama.h"
 #include "models/lm_counts.h"
@@ -57,7 +58,18 @@ torch::Tensor LanguageModel::hidden(const torch::Tensor& tokens) {
   for (size_t b = 0; b < blocks_.size(); ++b) {
     const int unit = static_cast<int>(b) + 1;
     if (hooks != nullptr) hooks->beforeForward(unit);
-    stream = blocks_[b]->forwardStream(stream);
+    if (activation_checkpointing_ && torch::GradMode::is_enabled()) {
+      std::shared_ptr<TransformerBlock> block = blocks_[b];
+      const std::vector<torch::Tensor> out = checkpointed(
+          [block](const std::vector<torch::Tensor>& in) {
+            const ResidualStream next = block->forwardStream(ResidualStream{in[0], in[1]});
+            return std::vector<torch::Tensor>{next.residual, next.pending};
+          },
+          {stream.residual, stream.pending});
+      stream = {out[0], out[1]};
+    } else {
+      stream = blocks_[b]->forwardStream(stream);
+    }
     if (hooks != nullptr) {
       std::vector<torch::Tensor> out = hooks->afterForward(unit, {stream.residual, stream.pending});
       stream = {out.at(0), out.at(1)};

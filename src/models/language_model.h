@@ -93,6 +93,11 @@ class LanguageModel : public Model {
   virtual std::vector<torch::Tensor> headParameters() = 0;
   // Unit 0: embeddingParameters() and headParameters(); then each block's.
   std::vector<std::vector<torch::Tensor>> shardingUnits() override;
+  // Whether training forwards keep no activations inside the blocks and
+  // recompute them in backward (models/activation_checkpoint.h): each
+  // block keeps only its input stream. Off by default.
+  void setActivationCheckpointing(bool on) { activation_checkpointing_ = on; }
+  bool activationCheckpointing() const { return activation_checkpointing_; }
 
   // lm_counts.h's trainingFlopsPerToken for this model; trainingFlopsPerSample()
   // is config().seq_len times trainingFlopsPerToken(config().seq_len).
@@ -114,6 +119,7 @@ class LanguageModel : public Model {
 
   LanguageModelConfig config_;
   std::vector<std::shared_ptr<TransformerBlock>> blocks_;
+  bool activation_checkpointing_ = false;
 };
 
 // Builds the family's model for a config (validated again here), its

@@ -98,9 +98,10 @@ bool GradScaler::unscale(const std::vector<FlatSlab>& slabs) {
   if (unscaled_) return all_finite_;
   if (slabs.empty()) {
     found_inf_ = torch::zeros({}, scale_.options());
+    if (reduce_found_inf_) reduce_found_inf_(found_inf_);
     unscaled_ = true;
-    all_finite_ = true;
-    return true;
+    all_finite_ = found_inf_.item<float>() == 0;
+    return all_finite_;
   }
   const torch::Device device = slabs.front().grad.device();
   std::vector<torch::Tensor> grads;
@@ -125,6 +126,7 @@ bool GradScaler::unscale(const std::vector<FlatSlab>& slabs) {
       grad.mul_(inv_scale);
     }
   }
+  if (reduce_found_inf_) reduce_found_inf_(found_inf_);  // the other ranks' shards count too
   unscaled_ = true;
   all_finite_ = found_inf_.item<float>() == 0;  // the one device read
   return all_finite_;

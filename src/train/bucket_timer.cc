@@ -55,7 +55,7 @@ BucketTimer::BucketTimer(const DataParallel& dp) {
   ready_seen_.assign(buckets, 0);
   start_ms_.assign(buckets, 0);
   end_ms_.assign(buckets, 0);
-  cuda_ = dp.slabs().front().param.is_cuda();
+  cuda_ = dp.parameters().front().is_cuda();
   if (cuda_) events_ = std::make_unique<Events>(buckets);
 }
 

@@ -68,6 +68,16 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
 #endif
   buildSlabs(device);
   installHooks();
+  // A model with units calls our hooks; without sharded parameters only
+  // the loss's (backward starts there, in the outer graph task).
+  auto* model = dynamic_cast<models::Model*>(module_.get());
+  if (!options_.shard_parameters && model != nullptr && !model->shardingUnits().empty()) {
+    std::weak_ptr<Impl> weak = impl_;
+    impl_->backward_start = BackwardStart::create([weak] {
+      if (auto impl = weak.lock()) impl->owner->backwardStarting();
+    });
+    model->setUnitHooks(impl_->backward_start.get());
+  }
   if (options_.broadcast_at_start && comm_->size() > 1) {
     if (!options_.shard_parameters) syncParameters();  // ZeRO-3 started its shards from rank 0's values
     syncBuffers();
@@ -76,13 +86,14 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
 
 void DataParallel::checkDtypes() const {
   const auto floating = [](torch::ScalarType t) { return t == torch::kFloat || t == torch::kBFloat16; };
-  if (!floating(options_.param_dtype) || !floating(options_.reduce_dtype)) {
+  if (!(floating(options_.param_dtype) || options_.param_dtype == torch::kHalf) || !floating(options_.reduce_dtype)) {
     throw ConfigError(std::string("DataParallel: param_dtype ") + c10::toString(options_.param_dtype) +
                       ", reduce_dtype " + c10::toString(options_.reduce_dtype) +
-                      "; expected Float or BFloat16 for each");
+                      "; expected Float, BFloat16 or Half, and Float or BFloat16");
   }
   if (options_.param_dtype != torch::kFloat && !options_.shard_parameters) {
-    throw ConfigError("DataParallel: param_dtype BFloat16 needs shard_parameters (ZeRO-3); the other stages "
+    throw ConfigError(std::string("DataParallel: param_dtype ") + c10::toString(options_.param_dtype) +
+                      " needs shard_parameters (ZeRO-3); the other stages "
                       "compute in the parameters' own dtype (use autocast)");
   }
   if (options_.reduce_dtype != torch::kFloat && !options_.shard_gradients) {
@@ -233,9 +244,9 @@ void DataParallel::installHooks() {
 }
 
 DataParallel::~DataParallel() {
-  if (!impl_ || !impl_->gather) return;
+  if (!impl_ || impl_->hooks() == nullptr) return;
   auto* model = dynamic_cast<models::Model*>(module_.get());
-  if (model != nullptr && model->unitHooks() == impl_->gather.get()) model->setUnitHooks(nullptr);
+  if (model != nullptr && model->unitHooks() == impl_->hooks()) model->setUnitHooks(nullptr);
 }
 
 void DataParallel::zeroGrad() {

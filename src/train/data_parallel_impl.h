@@ -50,8 +50,13 @@ struct DataParallel::Impl {
 
   bool cuda = false;
   int device_index = 0;
-  // ZeRO-3: the gathering of the units' parameters (the model's hooks).
+  // ZeRO-3: the gathering of the units' parameters (the model's hooks);
+  // otherwise, for a model with units, the hook that starts backward.
   std::shared_ptr<UnitGather> gather;
+  std::shared_ptr<BackwardStart> backward_start;
+  models::UnitHooks* hooks() const {
+    return gather ? static_cast<models::UnitHooks*>(gather.get()) : backward_start.get();
+  }
 #if DTRAIN_TORCH_CUDA
   std::optional<c10::cuda::CUDAStream> comm_stream;
   std::optional<c10::cuda::CUDAStream> compute;  // compute_stream as a torch stream

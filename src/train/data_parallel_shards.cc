@@ -244,8 +244,10 @@ void DataParallel::buildUnits(const SlabPlan& plan, torch::Device device) {
   for (const SlabLayout& layout : plan.slabs) {
     torch::Tensor slab = torch::zeros({layout.numel}, torch::TensorOptions().dtype(layout.dtype).device(device));
     for (size_t k = 0; k < layout.params.size(); ++k) {
-      const torch::Tensor& p = params_[static_cast<size_t>(layout.params[k])];
-      slab.as_strided(p.sizes(), p.strides(), layout.offsets[k]).copy_(p.detach());
+      torch::Tensor& p = params_[static_cast<size_t>(layout.params[k])];
+      torch::Tensor view = slab.as_strided(p.sizes(), p.strides(), layout.offsets[k]);
+      view.copy_(p.detach());
+      p.set_data(view);  // the parameter's own memory goes now, not after every slab is built
     }
     full.push_back(slab);
     slabs_.push_back(FlatSlab{torch::Tensor(), torch::Tensor(), layout.weight_decay});
@@ -313,11 +315,12 @@ void DataParallel::publishShards() {
   impl_->gather->invalidate();
 }
 
-// ZeRO-3: the loss's gradient arrived (unit 0's hook), in the outer
+// The loss's gradient arrived (unit 0's hook), in the outer
 // backward's graph task: the backward's bookkeeping starts here rather than
 // at the first gradient, which may come from a nested (recomputing) task.
 void DataParallel::backwardStarting() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (no_sync_ && !options_.shard_gradients) return;  // a backward that only accumulates
   if (!impl_->in_backward) startBackward();
 }
 

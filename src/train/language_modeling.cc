@@ -93,7 +93,11 @@ std::string LanguageModelTask::describe() const {
          train_->describe() + (val_ ? ", validation " + val_->describe() : ", no validation data");
 }
 
-std::shared_ptr<models::Model> LanguageModelTask::makeModel() const { return models::createLanguageModel(config_); }
+std::shared_ptr<models::Model> LanguageModelTask::makeModel() const {
+  std::shared_ptr<models::LanguageModel> model = models::createLanguageModel(config_);
+  model->setActivationCheckpointing(spec_.lm.activation_checkpointing);
+  return model;
+}
 
 int64_t LanguageModelTask::accumulation(int world_size) const {
   if (options_.tokens_per_step == 0) return 1;

@@ -144,15 +144,21 @@ void ProgressDisplay::languageModelFinished(const RunSummary& s) {
     record["perplexity"] = std::exp(e.loss);
   }
   if (s.mfu >= 0) record["mfu"] = s.mfu;
+  if (s.peak_memory_bytes > 0) record["peak_memory_bytes"] = s.peak_memory_bytes;
   writeMetrics(record.dump());
   endBar();
   char judged[96] = "no validation data";
   if (e.samples > 0) std::snprintf(judged, sizeof(judged), "val loss %.4f perplexity %.2f", e.loss, std::exp(e.loss));
   char mfu[32] = "";
   if (s.mfu >= 0) std::snprintf(mfu, sizeof(mfu), ", MFU %.1f%%", s.mfu * 100);
-  std::fprintf(stdout, "dtrain train: %s, %lld steps, %lld tokens on %d rank(s), wall %.1f s, %.0f tokens/s%s\n",
+  char peak[64] = "";
+  if (s.peak_memory_bytes > 0) {
+    std::snprintf(peak, sizeof(peak), ", peak memory %.2f GiB per GPU",
+                  static_cast<double>(s.peak_memory_bytes) / static_cast<double>(int64_t{1} << 30));
+  }
+  std::fprintf(stdout, "dtrain train: %s, %lld steps, %lld tokens on %d rank(s), wall %.1f s, %.0f tokens/s%s%s\n",
                judged, static_cast<long long>(s.steps), static_cast<long long>(s.tokens), s.world_size, s.wall_s,
-               rate, mfu);
+               rate, mfu, peak);
   std::fflush(stdout);
 }
 

@@ -112,7 +112,7 @@ class ShardedOptimizer : public Optimizer {
     torch::NoGradGuard no_grad;
     for (const auto& [key, tensor] : state) {
       const int slab = indexOfKey(key);
-      if (slab < 0 || slab >= static_cast<int>(layout_.params.size())) {
+      if (slab < 0 || slab >= static_cast<int>(layout_.numel.size())) {
         inner[key] = tensor;
         continue;
       }
@@ -174,14 +174,12 @@ void checkLayout(const ShardLayout& layout, int64_t world) {
   const auto fail = [](size_t k, const std::string& why) {
     throw ConfigError("sharded optimizer: piece " + std::to_string(k) + " " + why);
   };
-  // ZeRO-3 has no full parameter slabs (params is empty): count the slabs by numel.
-  const size_t slabs = layout.numel.size();
-  if (layout.logical_numel.size() != slabs || layout.weight_decay.size() != slabs ||
-      (!layout.params.empty() && layout.params.size() != slabs)) {
+  if (layout.logical_numel.size() != layout.numel.size() || layout.weight_decay.size() != layout.numel.size() ||
+      (!layout.params.empty() && layout.params.size() != layout.numel.size())) {
     throw ConfigError("sharded optimizer: " + std::to_string(layout.logical_numel.size()) + " logical lengths, " +
                       std::to_string(layout.weight_decay.size()) + " weight-decay flags and " +
-                      std::to_string(layout.params.size()) + " parameter slabs for " + std::to_string(slabs) +
-                      " slabs");
+                      std::to_string(layout.params.size()) + " parameter slabs for " +
+                      std::to_string(layout.numel.size()) + " slabs");
   }
   if (layout.grads.size() != layout.pieces.size()) {
     throw ConfigError("sharded optimizer: " + std::to_string(layout.grads.size()) + " gradients for " +

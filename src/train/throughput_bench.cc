@@ -13,6 +13,9 @@
 
 #include "common/error.h"
 #include "metrics/gpu_peak.h"
+#include "models/lm_counts.h"
+#include "train/device_memory_stats.h"
+#include "train/memory_estimate.h"
 #include "models/language_model.h"
 #include "train/bucket_timer.h"
 #include "train/training_job.h"
@@ -40,14 +43,6 @@ void synchronize(const torch::Device& device) {
 #else
   (void)device;
 #endif
-}
-
-// The largest of one value per rank.
-double maxOverRanks(Context& ctx, double value) {
-  std::vector<double> slots(static_cast<size_t>(ctx.size()), 0.0);
-  slots[static_cast<size_t>(ctx.rank())] = value;
-  ctx.allreduceSum(slots);
-  return *std::max_element(slots.begin(), slots.end());
 }
 
 nlohmann::json versions(const torch::Device& device) {
@@ -213,7 +208,12 @@ OptimizerOptions benchOptimizer(const BenchTrainOptions& o) {
 ModelFactory benchModel(const BenchTrainOptions& o) {
   if (isLanguageModel(o.model)) {
     const models::LanguageModelConfig config = languageModelConfig(o.model);
-    return [config] { return models::createLanguageModel(config); };
+    const bool checkpointing = o.model.lm.activation_checkpointing;
+    return [config, checkpointing] {
+      std::shared_ptr<models::LanguageModel> model = models::createLanguageModel(config);
+      model->setActivationCheckpointing(checkpointing);
+      return model;
+    };
   }
   return [&o] {
     models::ModelOptions m;
@@ -250,28 +250,6 @@ BenchBatch benchBatch(const BenchTrainOptions& o, torch::Device device) {
   return b;
 }
 
-void resetPeakMemory(const torch::Device& device) {
-#if DTRAIN_TORCH_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
-#else
-  (void)device;
-#endif
-}
-
-// The most memory the caching allocator handed out to tensors since the
-// last reset (0 on the CPU): comparable to torch.cuda.max_memory_allocated().
-int64_t peakMemoryBytes(const torch::Device& device) {
-#if DTRAIN_TORCH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[0].peak;  // [0]: StatType::AGGREGATE (its namespace moved in 2.x)
-  }
-#else
-  (void)device;
-#endif
-  return 0;
-}
-
 void writeResult(const nlohmann::json& result, const std::string& path) {
   if (path.empty()) {
     std::cout << result.dump() << std::endl;
@@ -282,12 +260,40 @@ void writeResult(const nlohmann::json& result, const std::string& path) {
   if (!out) throw IoError("cannot write the bench result to " + path);
 }
 
+// A language model's memory needs per GPU (nullopt for image models).
+std::optional<MemoryInputs> benchMemoryInputs(const BenchTrainOptions& o, const models::LanguageModelConfig& config,
+                                              const OptimizerOptions& optimizer, int ranks) {
+  if (!isLanguageModel(o.model)) return std::nullopt;
+  MemoryInputs in;
+  in.lm = &config;
+  in.parameters = models::parameterCount(config);
+  in.ranks = ranks;
+  in.shard = o.parallel.shard;
+  in.precision = o.execution.precision;
+  in.reduce_dtype = o.parallel.reduce_dtype;
+  in.optimizer = optimizer.kind;
+  in.momentum = optimizer.momentum;
+  in.bucket_mb = o.parallel.bucket_mb;
+  in.tokens = o.input.batch_size * config.seq_len;
+  in.activation_checkpointing = o.model.lm.activation_checkpointing;
+  return in;
+}
+
 }  // namespace
 
 int runThroughputBench(const BenchTrainOptions& o) {
   checkBenchTrainOptions(o);
-  TrainingJob job(JobParts{o.parallel, o.execution, benchOptimizer(o), o.model.channels_last, /*seed=*/1234},
-                  benchModel(o));
+  const OptimizerOptions optimizer = benchOptimizer(o);
+  const models::LanguageModelConfig lm = isLanguageModel(o.model) ? languageModelConfig(o.model)
+                                                                  : models::LanguageModelConfig{};
+  JobParts parts{o.parallel, o.execution, optimizer, o.model.channels_last, /*seed=*/1234, {}};
+  parts.preflight = [&](Context& ctx, const std::string& device_name) {
+    if (!ctx.device().is_cuda()) return;
+    if (auto in = benchMemoryInputs(o, lm, optimizer, ctx.size())) {
+      checkFits(*in, deviceFreeBytes(ctx.device()), device_name);
+    }
+  };
+  TrainingJob job(parts, benchModel(o));
   Context& ctx = job.context();
   const torch::Device device = job.device();
   job.model().train();
@@ -299,7 +305,7 @@ int runThroughputBench(const BenchTrainOptions& o) {
   // The peak covers the warm-up too: the eager steps and the capture are
   // where a step's activations are allocated; graph replays reuse the
   // graph's private pool and allocate nothing new.
-  resetPeakMemory(device);
+  resetPeakAllocated(device);
   for (int64_t i = 0; i < o.warmup; ++i) step.run(inputs, targets);
   synchronize(device);
   ctx.barrier();
@@ -328,7 +334,17 @@ int runThroughputBench(const BenchTrainOptions& o) {
     result["tokens_per_s"] = samples_per_s * static_cast<double>(batch.tokens_per_sample);
     result["seq_len"] = batch.tokens_per_sample;
   }
-  result["peak_memory_bytes"] = static_cast<int64_t>(maxOverRanks(ctx, static_cast<double>(peakMemoryBytes(device))));
+  result["peak_memory_bytes"] = static_cast<int64_t>(maxOverRanks(ctx, static_cast<double>(peakAllocatedBytes(device))));
+  if (auto in = benchMemoryInputs(o, lm, optimizer, ctx.size())) {
+    in->fused_head = device.is_cuda();
+    const MemoryEstimate e = estimateMemory(*in);
+    result["memory_estimate_bytes"] = {{"parameters", e.parameters}, {"gradients", e.gradients},
+                                       {"optimizer", e.optimizer},   {"activations", e.activations},
+                                       {"total", e.total()}};
+    result["memory_held_bytes"] = {{"parameters", job.dataParallel().parameterBytes()},
+                                   {"gradients", job.dataParallel().gradientBytes()},
+                                   {"optimizer", job.optimizer().stateBytes()}};
+  }
   result["loss"] = loss;
   result["graphs"] = step.graphStatus();
   result["graphed_steps"] = step.graphedSteps();

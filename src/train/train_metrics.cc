@@ -1,5 +1,7 @@
 #include "train/train_metrics.h"
 
+#include "train/device_memory_stats.h"
+
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -230,6 +232,10 @@ std::string TrainMetrics::render() const {
       add("dtrain_train_gpu_memory_bytes", "Memory in use on this rank's GPU (all processes).", MetricType::kGauge,
           static_cast<double>(total_bytes - free_bytes));
     }
+    add("dtrain_train_memory_peak_bytes",
+        "Peak memory the training handed out to tensors on this rank's GPU since it started (PyTorch's caching "
+        "allocator, as torch.cuda.max_memory_allocated).",
+        MetricType::kGauge, static_cast<double>(peakAllocatedBytes(device_)));
   }
 #endif
   std::string text = metrics::render(families);

@@ -50,6 +50,7 @@ struct RunSummary {
   double wall_s = 0;
   double train_s = 0;   // the training steps alone (evaluations and checkpoints excluded)
   double mfu = -1;      // over train_s (-1: unknown)
+  int64_t peak_memory_bytes = 0;  // the allocator's peak on this rank's GPU (0 on the CPU)
   int world_size = 1;
 };
 

@@ -43,6 +43,9 @@ void declareLanguageModel(OptionSet& set, LanguageModelSpec& o) {
       .atLeast(0)
       .atMost(1e12)
       .defaultMeans("the model's");
+  set.toggle("--activation-checkpointing", o.activation_checkpointing,
+             "Language models: keep only each transformer block's input during forward and recompute its "
+             "activations in backward (about a third more compute for far less activation memory)");
 }
 
 void declareModel(OptionSet& set, ModelSpec& o, bool with_stem) {
@@ -285,6 +288,24 @@ void checkModelAndData(const ModelSpec& model, const std::string& dataset) {
 
 }  // namespace
 
+namespace {
+
+// --shard and --reduce-dtype against each other and the model.
+void checkParallel(const ParallelOptions& parallel, const ModelSpec& model) {
+  const std::string& shard = parallel.shard;
+  if (shard == "full" && !isLanguageModel(model)) {
+    throw ConfigError("--shard full with --model " + model.name + ": ZeRO-3 gathers a model unit by unit and only "
+                      "the language models (gpt2, llama) have sharding units; use --shard gradients");
+  }
+  if (parallel.reduce_dtype != "fp32" && shard != "gradients" && shard != "full") {
+    throw ConfigError("--reduce-dtype " + parallel.reduce_dtype + " with --shard " + shard +
+                      ": only --shard gradients and full reduce from staging buffers of their own dtype; use "
+                      "--reduce-dtype fp32 or one of those");
+  }
+}
+
+}  // namespace
+
 void checkTrainOptions(const TrainOptions& options) {
   TrainOptions copy = options;
   OptionSet set("dtrain train");
@@ -298,6 +319,7 @@ void checkTrainOptions(const TrainOptions& options) {
   if (!isLanguageModel(options.model) && options.data.tokens_per_step > 0) {
     throw ConfigError("--tokens-per-step is for language models, not --model " + options.model.name);
   }
+  checkParallel(options.parallel, options.model);
 }
 
 void checkBenchTrainOptions(const BenchTrainOptions& options) {
@@ -306,6 +328,7 @@ void checkBenchTrainOptions(const BenchTrainOptions& options) {
   declareBenchTrainOptions(set, copy);
   set.checkAll();
   checkModelAndData(options.model, isLanguageModel(options.model) ? "synthetic" : "synthetic");
+  checkParallel(options.parallel, options.model);
   if (options.execution.cuda_graphs && options.warmup <= options.execution.graph_warmup) {
     throw ConfigError("--warmup " + std::to_string(options.warmup) +
                       " leaves no room to capture the CUDA graph after " +

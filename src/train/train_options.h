@@ -47,6 +47,7 @@ struct LanguageModelSpec {
   int64_t vocab_size = 0;
   std::string tie_embeddings = "auto";  // auto (the named size's) | on | off
   double rope_theta = 0;
+  bool activation_checkpointing = false;  // recompute each block's activations in backward
 };
 
 // Which network, and its memory format.

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "common/log.h"
 #include "train/bucket_timer.h"
@@ -10,7 +11,10 @@
 #include "models/lm_config.h"
 #include "train/image_classification.h"
 #include "train/job_checkpoint.h"
+#include "models/lm_counts.h"
+#include "train/device_memory_stats.h"
 #include "train/language_modeling.h"
+#include "train/memory_estimate.h"
 #include "train/progress_display.h"
 #include "train/step_timeline.h"
 #include "train/train_metrics.h"
@@ -102,6 +106,27 @@ LoopSettings loopSettings(const TrainOptions& o, TrainingJob& job) {
   return s;
 }
 
+// What a language model's job needs per GPU (nullopt for other tasks: an
+// image model's size is known only once it is built, and they are small).
+std::optional<MemoryInputs> memoryInputs(const TrainOptions& o, const Task& task, int ranks, bool cuda) {
+  const auto* lm = dynamic_cast<const LanguageModelTask*>(&task);
+  if (lm == nullptr) return std::nullopt;
+  MemoryInputs in;
+  in.lm = &lm->config();
+  in.parameters = models::parameterCount(lm->config());
+  in.ranks = ranks;
+  in.shard = o.parallel.shard;
+  in.precision = o.execution.precision;
+  in.reduce_dtype = o.parallel.reduce_dtype;
+  in.optimizer = o.optimizer.kind;
+  in.momentum = o.optimizer.momentum;
+  in.bucket_mb = o.parallel.bucket_mb;
+  in.tokens = o.data.batch_size * lm->config().seq_len;
+  in.activation_checkpointing = o.model.lm.activation_checkpointing;
+  in.fused_head = cuda;
+  return in;
+}
+
 // What --shard splits, for the start line.
 std::string shardNote(const std::string& shard, int ranks) {
   if (shard == "optimizer") return " (sharded over " + std::to_string(ranks) + " ranks, ZeRO-1)";
@@ -149,8 +174,12 @@ int runTraining(const TrainOptions& o) {
   // Data errors name the data set and files before any rank waits on another.
   std::unique_ptr<Task> made = makeTask(o);
   Task& task = *made;
-  TrainingJob job(JobParts{o.parallel, o.execution, o.optimizer, o.model.channels_last, o.seed},
-                  [&task] { return task.makeModel(); });
+  JobParts parts{o.parallel, o.execution, o.optimizer, o.model.channels_last, o.seed, {}};
+  parts.preflight = [&o, &task](Context& ctx, const std::string& device_name) {
+    if (!ctx.device().is_cuda()) return;
+    if (auto in = memoryInputs(o, task, ctx.size(), true)) checkFits(*in, deviceFreeBytes(ctx.device()), device_name);
+  };
+  TrainingJob job(parts, [&task] { return task.makeModel(); });
   Context& ctx = job.context();
   setAccumulation(task, job);
   std::unique_ptr<BatchSource> batches = task.trainBatches(ctx.rank(), ctx.size(), ctx.device());
@@ -159,6 +188,9 @@ int runTraining(const TrainOptions& o) {
 
   Watchers watchers = makeWatchers(o, job, start.step);
   watchers.all.message(startLine(o, task, job, *batches, start));
+  if (auto in = memoryInputs(o, task, ctx.size(), ctx.device().is_cuda())) {
+    watchers.all.message(describeEstimate(*in, estimateMemory(*in)));
+  }
   const std::string graphs = job.step().graphStatus();
   if (o.execution.cuda_graphs && !graphs.empty() && graphs != "warming up") {
     watchers.all.message("CUDA graphs off: " + graphs);

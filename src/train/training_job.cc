@@ -8,7 +8,9 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "comm/communicator.h"
 #include "common/error.h"
+#include "train/tensor_buffer.h"
 
 namespace dtrain {
 namespace {
@@ -42,10 +44,6 @@ DataParallelOptions dataParallelOptions(const JobParts& parts, const Context& ct
   if (parts.parallel.shard == "optimizer") options.slab_multiple = int64_t{64} * ctx.size();
   const std::string& shard = parts.parallel.shard;
   if (shard == "gradients" || shard == "full") {
-    if (precision == Precision::kFp16) {
-      throw ConfigError("--shard " + shard + " with --precision fp16: the loss scaler's inf/nan check does not "
-                        "yet span every rank's gradient shard; use --precision bf16 or fp32, or --shard optimizer");
-    }
     options.shard_gradients = true;
     options.reduce_dtype = parts.parallel.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
   } else if (parts.parallel.reduce_dtype != "fp32") {
@@ -55,7 +53,9 @@ DataParallelOptions dataParallelOptions(const JobParts& parts, const Context& ct
   }
   if (shard == "full") {
     options.shard_parameters = true;
-    options.param_dtype = precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat;
+    options.param_dtype = precision == Precision::kBf16   ? torch::kBFloat16
+                          : precision == Precision::kFp16 ? torch::kHalf
+                                                          : torch::kFloat;
   }
   return options;
 }
@@ -117,6 +117,7 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   ctx_ = init(init_options);
   shareCores(*ctx_);
   stream_ = std::make_unique<JobStreamGuard>(ctx_->device());  // a capturable stream for the whole job
+  if (parts.preflight) parts.preflight(*ctx_, deviceName());
 
   torch::manual_seed(parts.seed);
   model_ = make_model();
@@ -132,6 +133,18 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision_ == Precision::kFp16;
   scaler_ = std::make_unique<GradScaler>(scaler_options);
+  if (scaler_options.enabled && dp_->shardsGradients()) {
+    // Each rank checks only its shard: a step is skipped when any rank saw inf/nan.
+    std::shared_ptr<Communicator> comm = ctx_->communicator();
+    const std::chrono::milliseconds timeout = ctx_->collectiveTimeout();
+    scaler_->setFoundInfReduction([comm, timeout](torch::Tensor& found_inf) {
+      AllreduceOptions options;
+      options.op = ReduceOp::kMax;
+      options.timeout = timeout;
+      void* stream = currentStreamOf(found_inf);
+      comm->allreduce(bufferOf(found_inf, stream), bufferOf(found_inf, stream), options)->wait(timeout);
+    });
+  }
 
   TrainStepOptions step_options;
   step_options.cuda_graphs = parts.execution.cuda_graphs;

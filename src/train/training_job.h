@@ -31,6 +31,10 @@ struct JobParts {
   const OptimizerOptions& optimizer;
   bool channels_last = false;
   uint64_t seed = 0;
+  // Called once the group is up and the device chosen, before the model is
+  // made: what must hold before anything is allocated (the memory check).
+  // Gets the context and the device's name.
+  std::function<void(Context&, const std::string&)> preflight;
 };
 
 class TrainingJob {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "train/device_memory_stats.h"
+
 namespace dtrain {
 
 LrScheduleOptions scheduleFor(const ScheduleOptions& options, double base_lr, int64_t steps_per_epoch) {
@@ -154,6 +156,7 @@ RunSummary TrainingLoop::finish() {
   summary.train_s = train_seconds_;
   summary.mfu = train_seconds_ > 0 ? mfu(static_cast<double>(samples_trained_) / train_seconds_) : -1;
   summary.world_size = job_.context().size();
+  summary.peak_memory_bytes = peakAllocatedBytes(job_.device());
   return summary;
 }
 

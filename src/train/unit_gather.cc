@@ -18,11 +18,11 @@
 namespace dtrain {
 namespace {
 
-// Autograd nodes outlive nothing they must not: they name their UnitGather
-// by id, and a node whose gatherer is gone does nothing.
+// Autograd nodes outlive nothing they must not: they name their listener
+// by id, and a node whose listener is gone does nothing.
 struct Registry {
   std::mutex mutex;
-  std::unordered_map<int64_t, std::weak_ptr<UnitGather>> by_id;
+  std::unordered_map<int64_t, std::weak_ptr<BackwardListener>> by_id;
   int64_t next_id = 1;
 };
 Registry& registry() {
@@ -30,7 +30,7 @@ Registry& registry() {
   return instance;
 }
 
-std::shared_ptr<UnitGather> lookup(int64_t id) {
+std::shared_ptr<BackwardListener> lookup(int64_t id) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.by_id.find(id);
@@ -41,16 +41,18 @@ std::shared_ptr<UnitGather> lookup(int64_t id) {
 // backward".
 class UnitBoundary : public torch::autograd::Function<UnitBoundary> {
  public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                torch::autograd::variable_list outputs, int64_t id, int64_t unit) {
+  // The tensors come as a TensorList: that is how Function::apply (1.13
+  // and 2.x) sees a varying number of them as inputs.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList outputs,
+                                                int64_t id, int64_t unit) {
     ctx->saved_data["id"] = id;
     ctx->saved_data["unit"] = unit;
-    return outputs;
+    return outputs.vec();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    if (auto gather = lookup(ctx->saved_data["id"].toInt())) {
-      gather->beforeBackward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    if (auto listener = lookup(ctx->saved_data["id"].toInt())) {
+      listener->beforeBackward(static_cast<int>(ctx->saved_data["unit"].toInt()));
     }
     grads.emplace_back();  // id
     grads.emplace_back();  // unit
@@ -59,6 +61,52 @@ class UnitBoundary : public torch::autograd::Function<UnitBoundary> {
 };
 
 }  // namespace
+
+BackwardListener::~BackwardListener() {
+  if (registry_id_ == 0) return;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.by_id.erase(registry_id_);
+}
+
+void BackwardListener::listen(const std::shared_ptr<BackwardListener>& self) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  registry_id_ = r.next_id++;
+  r.by_id[registry_id_] = self;
+}
+
+std::vector<torch::Tensor> BackwardListener::wrapOutputs(int unit, std::vector<torch::Tensor> outputs) const {
+  if (!torch::GradMode::is_enabled()) return outputs;
+  // Only defined outputs that need gradients take part in backward.
+  torch::autograd::variable_list wrapped;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].defined() && outputs[i].requires_grad()) {
+      wrapped.push_back(outputs[i]);
+      where.push_back(i);
+    }
+  }
+  if (wrapped.empty()) return outputs;
+  torch::autograd::variable_list out =
+      UnitBoundary::apply(at::TensorList(wrapped), registry_id_, static_cast<int64_t>(unit));
+  for (size_t k = 0; k < where.size(); ++k) outputs[where[k]] = out[k];
+  return outputs;
+}
+
+std::shared_ptr<BackwardStart> BackwardStart::create(std::function<void()> on_backward_start) {
+  std::shared_ptr<BackwardStart> hooks(new BackwardStart(std::move(on_backward_start)));
+  hooks->listen(hooks);
+  return hooks;
+}
+
+std::vector<torch::Tensor> BackwardStart::afterForward(int unit, std::vector<torch::Tensor> outputs) {
+  return unit == 0 ? wrapOutputs(0, std::move(outputs)) : outputs;
+}
+
+void BackwardStart::beforeBackward(int unit) {
+  if (unit == 0 && on_start_) on_start_();
+}
 
 struct UnitGather::Streams {
   bool cuda = false;
@@ -84,10 +132,7 @@ std::shared_ptr<UnitGather> UnitGather::create(std::vector<Unit> units, std::sha
                                                std::function<void()> on_backward_start) {
   std::shared_ptr<UnitGather> gather(
       new UnitGather(std::move(units), std::move(comm), timeout, std::move(on_backward_start)));
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  gather->registry_id_ = r.next_id++;
-  r.by_id[gather->registry_id_] = gather;
+  gather->listen(gather);
   return gather;
 }
 
@@ -137,11 +182,7 @@ UnitGather::UnitGather(std::vector<Unit> units, std::shared_ptr<Communicator> co
 #endif
 }
 
-UnitGather::~UnitGather() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  r.by_id.erase(registry_id_);
-}
+UnitGather::~UnitGather() = default;
 
 void UnitGather::checkUnit(int unit) const {
   if (unit < 0 || unit >= static_cast<int>(units_.size())) {
@@ -169,20 +210,7 @@ void UnitGather::beforeForward(int unit) {
 
 std::vector<torch::Tensor> UnitGather::afterForward(int unit, std::vector<torch::Tensor> outputs) {
   checkUnit(unit);
-  if (!torch::GradMode::is_enabled()) return outputs;
-  // Only defined outputs that need gradients take part in backward.
-  torch::autograd::variable_list wrapped;
-  std::vector<size_t> where;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].defined() && outputs[i].requires_grad()) {
-      wrapped.push_back(outputs[i]);
-      where.push_back(i);
-    }
-  }
-  if (wrapped.empty()) return outputs;
-  torch::autograd::variable_list out = UnitBoundary::apply(wrapped, registry_id_, static_cast<int64_t>(unit));
-  for (size_t k = 0; k < where.size(); ++k) outputs[where[k]] = out[k];
-  return outputs;
+  return wrapOutputs(unit, std::move(outputs));
 }
 
 void UnitGather::beforeBackward(int unit) {

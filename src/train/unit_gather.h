@@ -51,7 +51,40 @@ namespace dtrain {
 class Communicator;
 class Work;
 
-class UnitGather : public models::UnitHooks, public std::enable_shared_from_this<UnitGather> {
+// What a unit's outputs' gradients arriving calls (the autograd node that
+// afterForward puts on them finds its listener by id, and does nothing
+// once the listener is gone).
+class BackwardListener {
+ public:
+  virtual ~BackwardListener();
+  virtual void beforeBackward(int unit) = 0;
+
+ protected:
+  // Registers this listener; outputs wrapped by wrapOutputs() call it.
+  void listen(const std::shared_ptr<BackwardListener>& self);
+  std::vector<torch::Tensor> wrapOutputs(int unit, std::vector<torch::Tensor> outputs) const;
+
+ private:
+  int64_t registry_id_ = 0;
+};
+
+// A DataParallel's hooks when its parameters are not sharded: the loss's
+// gradient arriving (unit 0) starts the backward's bookkeeping, in the
+// outer backward's graph task, so that a nested backward (activation
+// checkpointing's recomputation) is never taken for the whole one.
+class BackwardStart : public models::UnitHooks, public BackwardListener {
+ public:
+  static std::shared_ptr<BackwardStart> create(std::function<void()> on_backward_start);
+  void beforeForward(int) override {}
+  std::vector<torch::Tensor> afterForward(int unit, std::vector<torch::Tensor> outputs) override;
+  void beforeBackward(int unit) override;
+
+ private:
+  explicit BackwardStart(std::function<void()> on_backward_start) : on_start_(std::move(on_backward_start)) {}
+  std::function<void()> on_start_;
+};
+
+class UnitGather : public models::UnitHooks, public BackwardListener {
  public:
   // One all-gather: this rank's slice `shard` (compute dtype) into
   // `whole`, the world-size times larger view of the unit's slot.
@@ -73,7 +106,7 @@ class UnitGather : public models::UnitHooks, public std::enable_shared_from_this
 
   void beforeForward(int unit) override;
   std::vector<torch::Tensor> afterForward(int unit, std::vector<torch::Tensor> outputs) override;
-  void beforeBackward(int unit);
+  void beforeBackward(int unit) override;
   void invalidate();
 
   int units() const { return static_cast<int>(units_.size()); }
@@ -99,7 +132,6 @@ class UnitGather : public models::UnitHooks, public std::enable_shared_from_this
   std::function<void()> on_backward_start_;
   std::vector<int> resident_;  // per slot: the unit it holds (valid values), or -1
   int64_t gathers_issued_ = 0;
-  int64_t registry_id_ = 0;  // how autograd nodes find this object
   std::unique_ptr<Streams> streams_;
 };
 

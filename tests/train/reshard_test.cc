@@ -196,10 +196,10 @@ TEST_F(ReshardTest, CheckpointOfAnotherModelIsAClearError) {
       << r.output;
 }
 
-// Killed while writing its shard of step 4 or not, the same ZeRO-2 job
+// Killed while writing its shard of step 4 or not, the same ZeRO-3 job
 // ends with the same bits; the half-written step 4 is skipped by name.
 TEST(ShardedCheckpointCrashTest, RankKilledMidWriteResumesFromTheLastCompleteCheckpoint) {
-  const std::string common = "--shard gradients --max-steps 6 --checkpoint-every 2 --resume auto ";
+  const std::string common = "--shard full --max-steps 6 --checkpoint-every 2 --resume auto ";
   TempDir clean("dtrain-ckpt-kill-clean"), killed("dtrain-ckpt-kill");
   const auto a = runCommand(launch(2, common + "--checkpoint-dir " + clean.path()), 300);
   ASSERT_EQ(a.exit_code, 0) << a.output;

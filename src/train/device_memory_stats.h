@@ -1,0 +1,24 @@
+// The training device's memory as the job sees it (private to train/):
+// what PyTorch's caching allocator handed out, and what the device has.
+// All 0 on the CPU.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/types.h>
+
+#include "dtrain/init.h"
+
+namespace dtrain {
+
+// The most memory the caching allocator handed out to tensors since the
+// start or the last resetPeakAllocated(): torch.cuda.max_memory_allocated().
+int64_t peakAllocatedBytes(const torch::Device& device);
+void resetPeakAllocated(const torch::Device& device);
+// Free and total bytes of the device (cudaMemGetInfo), 0 on the CPU.
+int64_t deviceFreeBytes(const torch::Device& device);
+int64_t deviceTotalBytes(const torch::Device& device);
+// The largest of one value per rank (a collective: every rank calls it).
+double maxOverRanks(Context& ctx, double value);
+
+}  // namespace dtrain
