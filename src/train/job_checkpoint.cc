@@ -338,13 +338,23 @@ bool JobCheckpoint::loadVerified(const std::string& path, bool may_skip) {
     for (size_t i = static_cast<size_t>(ctx.rank()); i < files; i += static_cast<size_t>(ctx.size())) {
       reader->verifyFile(i);
     }
+  } catch (const IoError& e) {
+    // Most likely a rank that does not see the files at all.
+    error = std::make_exception_ptr(IoError(e.message() + " (every rank reads the checkpoint: is --checkpoint-dir on "
+                                            "a file system all ranks see?)"));
   } catch (const std::exception&) {
     error = std::current_exception();
   }
   const auto outcomes = exchange(ctx, {static_cast<double>(outcomeOf(error))});
   int failed = -1;
-  for (size_t r = 0; r < outcomes.size() && failed < 0; ++r) failed = outcomes[r][0] != 0 ? static_cast<int>(r) : -1;
-  if (failed >= 0 && may_skip) {
+  bool unreadable = false;
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    if (failed < 0 && outcomes[r][0] != kOk) failed = static_cast<int>(r);
+    unreadable = unreadable || asInt(outcomes[r][0]) == kIoError;
+  }
+  // A corrupt checkpoint is passed over for an older one; one that a rank
+  // cannot read at all is an error (an older one would not read either).
+  if (failed >= 0 && may_skip && !unreadable) {
     if (error) DTRAIN_LOG_WARN("skipping an invalid checkpoint: " << messageOf(error));
     if (!error && ctx.isMain()) {
       DTRAIN_LOG_WARN("skipping an invalid checkpoint " << path << ": rank " << failed << " found it bad (its warning says why)");

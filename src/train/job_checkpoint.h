@@ -72,7 +72,8 @@ class JobCheckpoint {
   // files (spread over the ranks) and restores every rank from it. Returns
   // where to go on from (step 0 when there is nothing to resume). With
   // auto, an incomplete or corrupt checkpoint is skipped with a warning
-  // for the next older one. A failing rank's error (ConfigError for a bad
+  // for the next older one; one that a rank cannot read at all (not on a
+  // file system every rank sees?) is an IoError. A failing rank's error (ConfigError for a bad
   // checkpoint, IoError for one it cannot read) is rethrown as it is on
   // that rank, and as the same kind on the others.
   TrainPosition resume();
