@@ -146,8 +146,10 @@ struct DataParallelOptions {
 };
 
 // A run of one parameter's elements that lies in a range of a slab:
-// elements [offset, offset + numel) of parameters()[param] (flattened, row
-// major) sit at `position` from the range's start.
+// elements [offset, offset + numel) of parameters()[param], counted in its
+// memory order (row-major, or channels-last for such a weight: the slab
+// holds the parameter as it lies in memory), sit at `position` from the
+// range's start.
 struct ParameterRun {
   int param = 0;
   int64_t offset = 0;

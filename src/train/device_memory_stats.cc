@@ -1,5 +1,7 @@
 #include "train/device_memory_stats.h"
 
+#include "train/train_settings.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -51,6 +53,11 @@ void resetPeakAllocated(const torch::Device& device) {
 }
 
 int64_t deviceFreeBytes(const torch::Device& device) { return memoryInfo(device).first; }
+
+int64_t plannedDeviceBytes(const torch::Device& device) {
+  const int64_t setting = deviceMemorySetting();
+  return setting > 0 ? setting : deviceFreeBytes(device);
+}
 int64_t deviceTotalBytes(const torch::Device& device) { return memoryInfo(device).second; }
 
 double maxOverRanks(Context& ctx, double value) {

@@ -18,6 +18,9 @@ void resetPeakAllocated(const torch::Device& device);
 // Free and total bytes of the device (cudaMemGetInfo), 0 on the CPU.
 int64_t deviceFreeBytes(const torch::Device& device);
 int64_t deviceTotalBytes(const torch::Device& device);
+// What a job may plan to use on the device: DTRAIN_DEVICE_MEMORY_BYTES when
+// set, else the GPU's free bytes (0 on the CPU: not checked).
+int64_t plannedDeviceBytes(const torch::Device& device);
 // The largest of one value per rank (a collective: every rank calls it).
 double maxOverRanks(Context& ctx, double value);
 

@@ -206,7 +206,7 @@ void JobCheckpoint::writeMetadata(const std::string& path, const TrainPosition& 
   ShardedMetadata md;
   md.meta = meta(position);
   md.world_size = ctx.size();
-  md.stage = layout().stage();
+  md.stage = identity_.shard.empty() ? layout().stage() : identity_.shard;
   md.tensors = layout().logicalTensors();
   md.aliases = layout().aliases();
   for (int r = 0; r < ctx.size(); ++r) {

@@ -53,6 +53,7 @@ struct CheckpointIdentity {
   uint64_t seed = 0;
   std::map<std::string, std::string> model_config;  // language models
   std::string tokenizer, tokenizer_path;            // language models on the embedded corpus
+  std::string shard;  // --shard (empty: as the layout shows it)
 };
 
 class JobCheckpoint {

@@ -142,7 +142,7 @@ std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& e) {
 
 void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& device_name) {
   const auto needs = [device_bytes](const MemoryInputs& m) {
-    return estimateMemory(m).total() + kGiB + device_bytes / 20;
+    return estimateMemory(m).total() + (m.gpu ? kGiB + device_bytes / 20 : 0);
   };
   if (device_bytes <= 0 || needs(in) <= device_bytes) return;
   const MemoryEstimate e = estimateMemory(in);

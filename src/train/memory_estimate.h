@@ -57,6 +57,7 @@ struct MemoryInputs {
   int64_t tokens = 0;           // per micro-batch per rank
   bool activation_checkpointing = false;
   bool fused_head = true;       // the fused classifier + cross-entropy (CUDA)
+  bool gpu = true;              // a GPU: checkFits leaves room for its context and workspaces
 };
 
 struct MemoryEstimate {
@@ -79,8 +80,8 @@ std::string gibText(int64_t bytes);
 // formula beside it.
 std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& estimate);
 
-// ConfigError when the estimate plus a margin (1 GiB and 5% of the device
-// for the CUDA context, cuBLAS/cuDNN workspaces and fragmentation) exceeds
+// ConfigError when the estimate plus a margin (on a GPU 1 GiB and 5% of the
+// device for the CUDA context, cuBLAS/cuDNN workspaces and fragmentation) exceeds
 // `device_bytes`: the message gives the estimate by kind, the device's
 // size, and the first of these that fits: --shard gradients, --shard full,
 // --activation-checkpointing, both, a smaller --batch-size.

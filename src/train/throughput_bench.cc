@@ -288,9 +288,11 @@ int runThroughputBench(const BenchTrainOptions& o) {
                                                                   : models::LanguageModelConfig{};
   JobParts parts{o.parallel, o.execution, optimizer, o.model.channels_last, /*seed=*/1234, {}};
   parts.preflight = [&](Context& ctx, const std::string& device_name) {
-    if (!ctx.device().is_cuda()) return;
+    const int64_t limit = plannedDeviceBytes(ctx.device());
+    if (limit <= 0) return;
     if (auto in = benchMemoryInputs(o, lm, optimizer, ctx.size())) {
-      checkFits(*in, deviceFreeBytes(ctx.device()), device_name);
+      in->fused_head = in->gpu = ctx.device().is_cuda();
+      checkFits(*in, limit, device_name);
     }
   };
   TrainingJob job(parts, benchModel(o));

@@ -169,20 +169,25 @@ void declareSchedule(OptionSet& set, ScheduleOptions& o) {
 }
 
 void declareCheckpoint(OptionSet& set, CheckpointOptions& o) {
-  set.path("--checkpoint-dir", o.dir, "Where rank 0 writes checkpoints (none if empty)");
+  set.path("--checkpoint-dir", o.dir,
+           "Where checkpoints go (none if empty): every rank writes its shard of each one there, so jobs of "
+           "several nodes need a file system they all see");
   set.integer("--checkpoint-every", o.every, "Checkpoint every N steps (0: at the end of each epoch)")
       .range(0, kMaxSteps);
   set.integer("--keep", o.keep, "Checkpoints kept (the newest)").range(1, 1'000'000);
   set.text("--resume", o.resume,
-           "auto (newest valid checkpoint in --checkpoint-dir, if any) | a checkpoint file | none")
+           "auto (newest complete checkpoint in --checkpoint-dir, if any) | a sharded checkpoint's directory "
+           "(ckpt-<step>) or its metadata.dtck | a checkpoint file | none")
       .check(
           [](const std::string& text) -> std::string {
             if (text.empty() || text == "auto" || text == "none") return "";
             struct stat st {};
             if (::stat(text.c_str(), &st) != 0) return "no such file";
-            return S_ISDIR(st.st_mode) ? "a directory" : "";
+            if (!S_ISDIR(st.st_mode)) return "";
+            const std::string metadata = text + "/metadata.dtck";
+            return ::stat(metadata.c_str(), &st) == 0 ? "" : "a directory without metadata.dtck";
           },
-          "auto, none or an existing checkpoint file");
+          "auto, none, an existing checkpoint file or a sharded checkpoint's directory");
 }
 
 void declareObservability(OptionSet& set, ObservabilityOptions& o) {

@@ -21,8 +21,17 @@ DTRAIN_SETTING(std::string, kFaultKillInCheckpoint, "fault-kill-in-checkpoint", 
                "Testing aid for checkpoint drills: RANK:STEP makes that rank of `dtrain train` SIGKILL itself halfway "
                "through writing its shard of the checkpoint of step STEP, in the first attempt only.");
 
+std::string checkNonNegative(const int64_t& bytes) { return bytes >= 0 ? "" : "a number of bytes >= 0"; }
+
+DTRAIN_SETTING_CHECKED(int64_t, kDeviceMemory, "device-memory", "DTRAIN_DEVICE_MEMORY_BYTES", 0,
+                       "Bytes of memory a training job may plan to use per device before it starts (0: the GPU's "
+                       "free memory; the CPU is not checked): leaves room for other processes, and lets the "
+                       "refusal of a job that cannot fit be tried anywhere.",
+                       checkNonNegative);
+
 }  // namespace
 
+int64_t deviceMemorySetting() { return kDeviceMemory.get(); }
 std::string backendSetting() { return kBackend.get(); }
 std::string faultKillAtSetting() { return kFaultKillAt.get(); }
 std::string faultKillInCheckpointSetting() { return kFaultKillInCheckpoint.get(); }

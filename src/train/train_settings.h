@@ -2,9 +2,14 @@
 // library so that `dtrain settings` lists them without loading libtorch.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace dtrain {
+
+// DTRAIN_DEVICE_MEMORY_BYTES: the bytes per device a job may plan for (0:
+// the GPU's free memory).
+int64_t deviceMemorySetting();
 
 // DTRAIN_BACKEND: auto | nccl | gloo.
 std::string backendSetting();

@@ -82,7 +82,7 @@ std::unique_ptr<Task> makeTask(const TrainOptions& o) {
 }
 
 CheckpointIdentity identityOf(const TrainOptions& o, const Task& task) {
-  CheckpointIdentity id{o.model.name, o.data.dataset, o.data.batch_size, o.seed, {}, {}, {}};
+  CheckpointIdentity id{o.model.name, o.data.dataset, o.data.batch_size, o.seed, {}, {}, {}, o.parallel.shard};
   if (const auto* lm = dynamic_cast<const LanguageModelTask*>(&task)) {
     id.model_config = models::languageModelMetadata(lm->config());
     id.tokenizer = lm->tokenizer();
@@ -124,6 +124,7 @@ std::optional<MemoryInputs> memoryInputs(const TrainOptions& o, const Task& task
   in.tokens = o.data.batch_size * lm->config().seq_len;
   in.activation_checkpointing = o.model.lm.activation_checkpointing;
   in.fused_head = cuda;
+  in.gpu = cuda;
   return in;
 }
 
@@ -176,8 +177,9 @@ int runTraining(const TrainOptions& o) {
   Task& task = *made;
   JobParts parts{o.parallel, o.execution, o.optimizer, o.model.channels_last, o.seed, {}};
   parts.preflight = [&o, &task](Context& ctx, const std::string& device_name) {
-    if (!ctx.device().is_cuda()) return;
-    if (auto in = memoryInputs(o, task, ctx.size(), true)) checkFits(*in, deviceFreeBytes(ctx.device()), device_name);
+    const int64_t limit = plannedDeviceBytes(ctx.device());
+    if (limit <= 0) return;
+    if (auto in = memoryInputs(o, task, ctx.size(), ctx.device().is_cuda())) checkFits(*in, limit, device_name);
   };
   TrainingJob job(parts, [&task] { return task.makeModel(); });
   Context& ctx = job.context();

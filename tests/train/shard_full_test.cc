@@ -128,6 +128,13 @@ TEST(ShardFullTest, BadCombinationsExitTwoNamingTheFlags) {
   EXPECT_TRUE(testing::exitsTwoSaying(cnn, "sharding units")) << cnn.output;
   auto reduce = runCommand(solo + "--model cnn --dataset synthetic --reduce-dtype bf16 --max-steps 1", 60);
   EXPECT_TRUE(testing::exitsTwoSaying(reduce, "--reduce-dtype bf16 with --shard none")) << reduce.output;
+  // A job that cannot fit the memory it may plan for stops before training,
+  // with the estimate (DTRAIN_DEVICE_MEMORY_BYTES stands in for a small GPU).
+  auto small = runCommand("DTRAIN_DEVICE_MEMORY_BYTES=200000 " + solo + kTinyGpt + "--cache-dir " + corpusCache() +
+                              " --max-steps 1",
+                          60);
+  EXPECT_TRUE(testing::exitsTwoSaying(small, "does not fit on cpu (0.19 MiB): memory per rank (estimate)"))
+      << small.output;
   auto dtype = runCommand(solo + kTinyGpt + "--cache-dir " + corpusCache() + " --shard full --reduce-dtype fp16", 60);
   EXPECT_TRUE(testing::exitsTwoSaying(dtype, "--reduce-dtype 'fp16': unknown; expected one of fp32 or bf16"))
       << dtype.output;
