@@ -36,6 +36,7 @@
 #include "tests/support/ports.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
+#include "tests/train/train_runs.h"
 
 namespace dtrain {
 namespace {
@@ -45,28 +46,15 @@ using testing::dtrainBin;
 using testing::freePort;
 using testing::runCommand;
 using testing::TempDir;
+using testing::checkpointOf;
 
-const std::string kTinyGpt = "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 "
-                             "--dataset text --tokenizer byte --batch-size 4 --seed 5 --progress none ";
+const std::string& kTinyGpt = testing::kTinyGptRun;
 const std::string kAdamW = "--optimizer adamw --lr 3e-3 --beta2 0.95 --weight-decay 0.1 --warmup-steps 2 "
                            "--schedule constant --clip-grad-norm 0.5 ";
 
-const std::string& corpusCache() {
-  static const std::string dir = testing::makeTempDir("dtrain-reshard-corpus");
-  return dir;
-}
-
 std::string launch(int ranks, const std::string& args, const std::string& launcher_args = "",
                    const std::string& model = kTinyGpt) {
-  return dtrainBin() + " launch --nproc-per-node " + std::to_string(ranks) + " --master-port " +
-         std::to_string(freePort()) + " --monitor-interval 0.1 " + launcher_args + " " + dtrainBin() +
-         " train --cache-dir " + corpusCache() + " " + model + kAdamW + args + " 2>&1";
-}
-
-std::string checkpointOf(const TempDir& dir, int step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "ckpt-%09d", step);
-  return dir / name;
+  return testing::launchTrain(ranks, model + kAdamW + args, launcher_args);
 }
 
 // Every tensor of the two checkpoints (any layout), bit for bit.
@@ -324,7 +312,9 @@ TEST(LegacyCheckpointTest, SlabLayoutFileOfOlderDtrainsResumesWithItsState) {
     std::sort(runs.begin(), runs.end());
     torch::Tensor rest = old.tensors.at(slab_key).clone();
     for (size_t i = 0; i < runs.size(); ++i) {
-      if (i > 0) EXPECT_LE(runs[i - 1].second, runs[i].first) << slab_key << ": two parameters at one place";
+      if (i > 0) {
+        EXPECT_LE(runs[i - 1].second, runs[i].first) << slab_key << ": two parameters at one place";
+      }
       rest.narrow(0, runs[i].first, runs[i].second - runs[i].first).zero_();
     }
     EXPECT_EQ(rest.abs().max().item<double>(), 0.0) << slab_key << " holds state no parameter took";

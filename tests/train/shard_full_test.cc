@@ -17,6 +17,7 @@
 #include "tests/support/ports.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
+#include "tests/train/train_runs.h"
 
 namespace dtrain {
 namespace {
@@ -26,50 +27,17 @@ using testing::dtrainBin;
 using testing::freePort;
 using testing::runCommand;
 using testing::TempDir;
+using testing::bytesPerRank;
+using testing::checkpointOf;
+using testing::expectSameState;
 
 const std::string kTinyGpt = "--model gpt2 --layers 3 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 "
                              "--dataset text --tokenizer byte --batch-size 4 --seed 5 --progress none ";
 const std::string kAdamW = "--optimizer adamw --lr 3e-3 --beta2 0.95 --weight-decay 0.1 --warmup-steps 2 "
                            "--schedule constant ";
 
-const std::string& corpusCache() {
-  static const std::string dir = testing::makeTempDir("dtrain-zero3-corpus");
-  return dir;
-}
-
 std::string launch(int ranks, const std::string& args, const std::string& launcher_flags = "") {
-  return dtrainBin() + " launch --nproc-per-node " + std::to_string(ranks) + " --master-port " +
-         std::to_string(freePort()) + " --monitor-interval 0.1 " + launcher_flags + " " + dtrainBin() +
-         " train --cache-dir " + corpusCache() + " " + kTinyGpt + args + " 2>&1";
-}
-
-std::string checkpointOf(const TempDir& dir, int step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "ckpt-%09d", step);
-  return dir / name;
-}
-
-// Every model and optimizer tensor of the two checkpoints, bit for bit.
-void expectSameState(const std::string& a_path, const std::string& b_path) {
-  const CheckpointState a = loadCheckpoint(a_path), b = loadCheckpoint(b_path);
-  int compared = 0;
-  for (const auto& [key, tensor] : a.tensors) {
-    if (key.rfind("model.", 0) != 0 && key.rfind("optimizer.", 0) != 0) continue;
-    ASSERT_TRUE(b.tensors.count(key)) << key << " is missing from " << b_path;
-    EXPECT_TRUE(tensor.sizes() == b.tensors.at(key).sizes() && torch::equal(tensor, b.tensors.at(key)))
-        << key << " differs";
-    ++compared;
-  }
-  EXPECT_GT(compared, 10);
-}
-
-// The "<what> N bytes per rank" of the start line.
-int64_t bytesPerRank(const std::string& output, const std::string& what) {
-  const size_t begin = output.find(" " + what + " ");
-  if (begin == std::string::npos) return -1;
-  const size_t from = begin + what.size() + 2;
-  const size_t end = output.find(" bytes per rank", from);
-  return end == std::string::npos ? -1 : std::stoll(output.substr(from, end - from));
+  return testing::launchTrain(ranks, kTinyGpt + args, launcher_flags);
 }
 
 // Replicated and ZeRO-3 on 2 ranks, then the ZeRO-3 checkpoint resumed
@@ -130,12 +98,12 @@ TEST(ShardFullTest, BadCombinationsExitTwoNamingTheFlags) {
   EXPECT_TRUE(testing::exitsTwoSaying(reduce, "--reduce-dtype bf16 with --shard none")) << reduce.output;
   // A job that cannot fit the memory it may plan for stops before training,
   // with the estimate (DTRAIN_DEVICE_MEMORY_BYTES stands in for a small GPU).
-  auto small = runCommand("DTRAIN_DEVICE_MEMORY_BYTES=200000 " + solo + kTinyGpt + "--cache-dir " + corpusCache() +
+  auto small = runCommand("DTRAIN_DEVICE_MEMORY_BYTES=200000 " + solo + kTinyGpt + "--cache-dir " + testing::corpusCacheDir() +
                               " --max-steps 1",
                           60);
   EXPECT_TRUE(testing::exitsTwoSaying(small, "does not fit on cpu (0.19 MiB): memory per rank (estimate)"))
       << small.output;
-  auto dtype = runCommand(solo + kTinyGpt + "--cache-dir " + corpusCache() + " --shard full --reduce-dtype fp16", 60);
+  auto dtype = runCommand(solo + kTinyGpt + "--cache-dir " + testing::corpusCacheDir() + " --shard full --reduce-dtype fp16", 60);
   EXPECT_TRUE(testing::exitsTwoSaying(dtype, "--reduce-dtype 'fp16': unknown; expected one of fp32 or bf16"))
       << dtype.output;
 }

@@ -19,6 +19,7 @@
 #include "tests/support/ports.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
+#include "tests/train/train_runs.h"
 
 namespace dtrain {
 namespace {
@@ -27,9 +28,11 @@ using testing::dtrainBin;
 using testing::freePort;
 using testing::runCommand;
 using testing::TempDir;
+using testing::bytesPerRank;
+using testing::checkpointOf;
+using testing::expectSameState;
 
-const std::string kTinyGpt = "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 "
-                             "--dataset text --tokenizer byte --batch-size 4 --seed 5 --progress none ";
+const std::string& kTinyGpt = testing::kTinyGptRun;
 const std::string kAdamW = "--optimizer adamw --lr 3e-3 --beta2 0.95 --weight-decay 0.1 --warmup-steps 2 "
                            "--schedule cosine --clip-grad-norm 0.5 ";
 // The same without clipping, and with a schedule that does not depend on
@@ -41,35 +44,8 @@ const std::string kAdamWNoClip = "--optimizer adamw --lr 3e-3 --beta2 0.95 --wei
 const std::string kAdamWConstant = "--optimizer adamw --lr 3e-3 --beta2 0.95 --weight-decay 0.1 --warmup-steps 2 "
                                    "--schedule constant --clip-grad-norm 0.5 ";
 
-const std::string& corpusCache() {
-  static const std::string dir = testing::makeTempDir("dtrain-shard-corpus");
-  return dir;
-}
-
 std::string launch(int ranks, const std::string& args, const std::string& model = kTinyGpt) {
-  return dtrainBin() + " launch --nproc-per-node " + std::to_string(ranks) + " --master-port " +
-         std::to_string(freePort()) + " --monitor-interval 0.1 " + dtrainBin() + " train --cache-dir " +
-         corpusCache() + " " + model + args + " 2>&1";
-}
-
-// Every model and optimizer tensor of the two checkpoints, bit for bit.
-void expectSameState(const std::string& a_path, const std::string& b_path) {
-  const CheckpointState a = loadCheckpoint(a_path), b = loadCheckpoint(b_path);
-  int compared = 0;
-  for (const auto& [key, tensor] : a.tensors) {
-    if (key.rfind("model.", 0) != 0 && key.rfind("optimizer.", 0) != 0) continue;
-    ASSERT_TRUE(b.tensors.count(key)) << key << " is missing from " << b_path;
-    EXPECT_EQ(tensor.sizes(), b.tensors.at(key).sizes()) << key;
-    EXPECT_TRUE(tensor.sizes() == b.tensors.at(key).sizes() && torch::equal(tensor, b.tensors.at(key)))
-        << key << " differs";
-    ++compared;
-  }
-  EXPECT_GT(compared, 10);
-  for (const auto& [key, tensor] : b.tensors) {
-    if (key.rfind("optimizer.", 0) == 0) {
-      EXPECT_TRUE(a.tensors.count(key)) << key << " only in " << b_path;
-    }
-  }
+  return testing::launchTrain(ranks, model + args);
 }
 
 // Every model and optimizer tensor of the two checkpoints, within float32
@@ -97,24 +73,8 @@ void expectCloseState(const std::string& a_path, const std::string& b_path, doub
   std::printf("%d of %d tensors differ; largest difference / magnitude %.3g\n", differing, compared, worst);
 }
 
-// The "<what> N bytes per rank" of the start line, for what = "state" or
-// "gradients".
-int64_t bytesPerRank(const std::string& output, const std::string& what) {
-  const size_t begin = output.find(" " + what + " ");
-  if (begin == std::string::npos) return -1;
-  const size_t from = begin + what.size() + 2;
-  const size_t end = output.find(" bytes per rank", from);
-  return end == std::string::npos ? -1 : std::stoll(output.substr(from, end - from));
-}
-
 // The "adamw state N bytes per rank" of the start line.
 int64_t stateBytes(const std::string& output) { return bytesPerRank(output, "state"); }
-
-std::string checkpointOf(const TempDir& dir, int step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "ckpt-%09d", step);
-  return dir / name;
-}
 
 // The same run replicated (into `replicated`) and with `--shard shard`
 // (into `sharded`); both must exit 0. Call with ASSERT_NO_FATAL_FAILURE.

@@ -203,6 +203,19 @@ void expectBitwise(const std::vector<torch::Tensor>& a, const std::vector<torch:
   }
 }
 
+// The run of `spec` replicated, then with ZeRO-3.
+struct RunPair {
+  std::vector<RankResult> replicated, sharded;
+};
+RunPair replicatedAndSharded(RunSpec spec) {
+  RunPair pair;
+  spec.zero3 = false;
+  pair.replicated = train(spec);
+  spec.zero3 = true;
+  pair.sharded = train(spec);
+  return pair;
+}
+
 // Two ranks sum two numbers, the same in either order, and AdamW is
 // elementwise: ZeRO-3 ends with replicated training's bits, on every rank.
 TEST(Zero3Test, TwoRanksEqualReplicatedBitwiseGpt2AndLlama) {
@@ -210,10 +223,7 @@ TEST(Zero3Test, TwoRanksEqualReplicatedBitwiseGpt2AndLlama) {
     SCOPED_TRACE(family);
     RunSpec spec;
     spec.family = family;
-    spec.zero3 = false;
-    const auto replicated = train(spec);
-    spec.zero3 = true;
-    const auto sharded = train(spec);
+    const auto [replicated, sharded] = replicatedAndSharded(spec);
     ASSERT_EQ(sharded.size(), 2u);
     expectBitwise(sharded[0].params, replicated[0].params);
     expectBitwise(sharded[1].params, replicated[0].params);
@@ -230,10 +240,7 @@ TEST(Zero3Test, ThreeRanksWithClippingMatchReplicatedWithinRounding) {
   RunSpec spec;
   spec.world = 3;
   spec.clip = 0.5;
-  spec.zero3 = false;
-  const auto replicated = train(spec);
-  spec.zero3 = true;
-  const auto sharded = train(spec);
+  const auto [replicated, sharded] = replicatedAndSharded(spec);
   const double worst = worstRelative(sharded[2].params, replicated[0].params);
   EXPECT_LT(worst, 1e-3) << "AdamW turns last-bit gradient noise into lr-sized steps (see shard_test.cc)";
   expectBitwise(sharded[0].params, sharded[2].params);
@@ -252,9 +259,7 @@ TEST(Zero3Test, ActivationCheckpointingChangesNoBit) {
     spec.zero3 = false;
     const auto plain = train(spec);
     spec.checkpointing = true;
-    const auto replicated = train(spec);
-    spec.zero3 = true;
-    const auto sharded = train(spec);
+    const auto [replicated, sharded] = replicatedAndSharded(spec);
     expectBitwise(replicated[0].params, plain[0].params);
     expectBitwise(sharded[1].params, plain[0].params);
   }
@@ -294,10 +299,7 @@ TEST(Zero3Test, SgdWithGradientAccumulationMatchesReplicated) {
   RunSpec spec;
   spec.sgd = true;
   spec.micro_batches = 2;
-  spec.zero3 = false;
-  const auto replicated = train(spec);
-  spec.zero3 = true;
-  const auto sharded = train(spec);
+  const auto [replicated, sharded] = replicatedAndSharded(spec);
   const double apart = relativeToTravel(sharded[0].params, replicated[0].params, replicated[0].initial);
   EXPECT_LT(apart, 1e-5);
   std::printf("ZeRO-3 SGD with accumulation vs replicated: %.3g of the travel apart\n", apart);
