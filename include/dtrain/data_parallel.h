@@ -222,8 +222,8 @@ class DataParallel {
   // Sets every parameter (values in parameters() order, each of its
   // parameter's shape); ZeRO-3 keeps this rank's slices in its master shard.
   void loadFullParameters(const std::vector<torch::Tensor>& values);
-  // Bytes of parameters this rank holds: the slabs; ZeRO-3 its master and
-  // compute shards and the gather slots.
+  // Bytes of parameters this rank holds: the slabs; ZeRO-3 its master
+  // shards and the gather slots.
   int64_t parameterBytes() const;
   // The parameters' elements in elements [begin, begin + numel) of slab
   // `slab` (the layout the optimizers see: slabs() and, sharded, the
@@ -311,10 +311,9 @@ class DataParallel {
   std::vector<int64_t> shard_position_;  // each piece's offset in its slab's shard
   int64_t staging_bytes_ = 0;  // of the largest bucket
   torch::ScalarType staging_dtype_ = torch::kFloat;
-  // ZeRO-3: per slab the float32 master shard and the same in param_dtype
-  // (the same tensor for float32); the gather slots.
+  // ZeRO-3: per slab the float32 master shard (cast into the gather slots
+  // as each unit is gathered); the gather slots.
   std::vector<torch::Tensor> param_shards_;
-  std::vector<torch::Tensor> compute_shards_;
   std::vector<torch::Tensor> slots_;
   std::vector<int> unit_of_param_;
   int unit_count_ = 0;

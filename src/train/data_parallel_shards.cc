@@ -254,9 +254,6 @@ void DataParallel::buildUnits(const SlabPlan& plan, torch::Device device) {
   }
   if (options_.broadcast_at_start && comm_->size() > 1) broadcastTensors(full);
   buildShards(full);
-  for (const torch::Tensor& shard : param_shards_) {
-    compute_shards_.push_back(options_.param_dtype == shard.scalar_type() ? shard : shard.to(options_.param_dtype));
-  }
   full.clear();
 
   // Slot 0: the root's buckets; slots 1 and 2: the blocks', alternating.
@@ -292,8 +289,8 @@ void DataParallel::buildUnits(const SlabPlan& plan, torch::Device device) {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
     UnitGather::Unit& unit = units[static_cast<size_t>(unit_of_bucket[b])];
-    const torch::Tensor& compute = compute_shards_[static_cast<size_t>(bucket.slab)];
-    unit.parts.push_back({compute.narrow(0, shard_position_[b], bucket.numel / world),
+    const torch::Tensor& master = param_shards_[static_cast<size_t>(bucket.slab)];
+    unit.parts.push_back({master.narrow(0, shard_position_[b], bucket.numel / world),
                           slots_[static_cast<size_t>(unit.slot)].narrow(0, place[b], bucket.numel)});
   }
   std::weak_ptr<Impl> weak = impl_;
@@ -305,15 +302,9 @@ void DataParallel::buildUnits(const SlabPlan& plan, torch::Device device) {
   if (auto* model = dynamic_cast<models::Model*>(module_.get())) model->setUnitHooks(impl_->gather.get());
 }
 
-// ZeRO-3, after each optimizer step: the compute copies of the master
-// shards (the gathers' input) follow; the slots refill at the next forward.
-void DataParallel::publishShards() {
-  torch::NoGradGuard no_grad;
-  for (size_t s = 0; s < param_shards_.size(); ++s) {
-    if (!compute_shards_[s].is_same(param_shards_[s])) compute_shards_[s].copy_(param_shards_[s]);
-  }
-  impl_->gather->invalidate();
-}
+// ZeRO-3, after each optimizer step (or a load): the slots refill from the
+// master shards at the next forward.
+void DataParallel::publishShards() { impl_->gather->invalidate(); }
 
 // The loss's gradient arrived (unit 0's hook), in the outer
 // backward's graph task: the backward's bookkeeping starts here rather than
@@ -415,10 +406,7 @@ int64_t DataParallel::parameterBytes() const {
   for (const FlatSlab& slab : slabs_) {
     if (slab.param.defined()) total += bytes(slab.param);
   }
-  for (size_t s = 0; s < param_shards_.size(); ++s) {
-    total += bytes(param_shards_[s]);
-    if (!compute_shards_[s].is_same(param_shards_[s])) total += bytes(compute_shards_[s]);
-  }
+  for (const torch::Tensor& shard : param_shards_) total += bytes(shard);
   for (const torch::Tensor& slot : slots_) total += bytes(slot);
   return total;
 }

@@ -9,6 +9,7 @@
 #include "train/tensor_buffer.h"
 
 #if DTRAIN_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
@@ -154,11 +155,12 @@ UnitGather::UnitGather(std::vector<Unit> units, std::shared_ptr<Communicator> co
     }
     if (unit.parts.empty()) throw ConfigError("UnitGather: unit " + std::to_string(u) + " has no parameters");
     for (const Part& part : unit.parts) {
-      if (part.whole.numel() != part.shard.numel() * comm_->size() || part.whole.dtype() != part.shard.dtype()) {
+      if (part.whole.numel() != part.source.numel() * comm_->size() || part.whole.dim() != 1 ||
+          !part.source.is_floating_point() || !part.whole.is_floating_point()) {
         throw ConfigError("UnitGather: unit " + std::to_string(u) + " gathers " +
-                          std::to_string(part.shard.numel()) + " elements per rank into " +
-                          std::to_string(part.whole.numel()) + "; expected " + std::to_string(comm_->size()) +
-                          " times as many of the same dtype");
+                          std::to_string(part.source.numel()) + " elements per rank into " +
+                          std::to_string(part.whole.numel()) + "; expected a flat slot slice " +
+                          std::to_string(comm_->size()) + " times as large, both floating point");
       }
     }
     slots = std::max(slots, unit.slot + 1);
@@ -257,8 +259,19 @@ void UnitGather::issue(int unit) {
   }
 #endif
   std::vector<std::shared_ptr<Work>> works;
+  torch::NoGradGuard no_grad;
   for (const Part& part : u.parts) {
-    works.push_back(comm_->allgather(bufferOf(part.shard, stream), bufferOf(part.whole, stream), options));
+    const int64_t n = part.source.numel();
+    const torch::Tensor own = part.whole.narrow(0, comm_->rank() * n, n);
+    {
+#if DTRAIN_TORCH_CUDA
+      // The cast runs on the gather stream, ordered after the slot's release.
+      std::optional<c10::cuda::CUDAStreamGuard> guard;
+      if (s.cuda) guard.emplace(*s.gather);
+#endif
+      own.copy_(part.source);
+    }
+    works.push_back(comm_->allgather(bufferOf(own, stream), bufferOf(part.whole, stream), options));
   }
 #if DTRAIN_TORCH_CUDA
   if (s.cuda) DTRAIN_CUDA_CHECK(cudaEventRecord(s.gathered[static_cast<size_t>(unit)], s.gather->stream()));

@@ -86,10 +86,13 @@ class BackwardStart : public models::UnitHooks, public BackwardListener {
 
 class UnitGather : public models::UnitHooks, public BackwardListener {
  public:
-  // One all-gather: this rank's slice `shard` (compute dtype) into
-  // `whole`, the world-size times larger view of the unit's slot.
+  // One all-gather, in place: `source` (this rank's master slice, of any
+  // floating dtype) is cast into this rank's slice of `whole`, the
+  // world-size times larger view of the unit's slot, and every rank's
+  // slice is gathered around it. No compute-dtype copy of the shards is
+  // kept between gathers.
   struct Part {
-    torch::Tensor shard;
+    torch::Tensor source;
     torch::Tensor whole;
   };
   struct Unit {
@@ -98,7 +101,7 @@ class UnitGather : public models::UnitHooks, public BackwardListener {
   };
 
   // ConfigError unless units[0] uses slot 0, the others slots 1.., and
-  // every part's whole is world-size times its shard.
+  // every part's whole is world-size times its source.
   static std::shared_ptr<UnitGather> create(std::vector<Unit> units, std::shared_ptr<Communicator> comm,
                                             std::chrono::milliseconds timeout,
                                             std::function<void()> on_backward_start);
