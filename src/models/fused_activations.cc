@@ -1,5 +1,6 @@
-// Bias + GELU, SwiGLU and rotary embeddings as autograd functions over the
-// fused kernels (activation.h, rope.h).
+// Bias + GELU (alone, and with the projection after it), SwiGLU and rotary
+// embeddings as autograd functions over the fused kernels (activation.h,
+// rope.h).
 #include "models/fused_ops_cuda.h"
 #include "models/fused_ops_support.h"
 
@@ -45,6 +46,54 @@ class FusedGeluFunction : public torch::autograd::Function<FusedGeluFunction> {
                                              has_bias ? bias.data_ptr() : nullptr, rows, cols, kernelType(h), param,
                                              streamOf(h)));
     return {dh, dbias};
+  }
+};
+
+// out = gelu(h + fc_bias) Wᵀ + bias over h [rows, ffn] (the fc product
+// without its bias), W [dim, ffn] and bias [dim] (empty: none), all of the
+// activations' dtype except fc_bias: GPT-2's MLP after its first matmul. The
+// GELU's output, the largest activation of the block, is not kept: the
+// backward writes it again beside dh, in the same pass over h.
+class FusedGeluLinearFunction : public torch::autograd::Function<FusedGeluLinearFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& h, const torch::Tensor& fc_bias,
+                               const torch::Tensor& weight, const torch::Tensor& bias) {
+    KernelScope scope(h);
+    torch::Tensor a = at::empty(h.sizes(), h.options());
+    const bool has_fc_bias = fc_bias.numel() > 0;
+    DTRAIN_CUDA_CHECK(kernels::gelu_forward(a.data_ptr(), h.data_ptr(), has_fc_bias ? fc_bias.data_ptr() : nullptr,
+                                            h.size(0), static_cast<int>(h.size(1)), kernelType(h),
+                                            has_fc_bias ? kernelType(fc_bias) : kernelType(h), streamOf(h)));
+    const torch::Tensor out = bias.numel() > 0 ? torch::addmm(bias, a, weight.t()) : torch::mm(a, weight.t());
+    ctx->save_for_backward({h, fc_bias, weight});
+    ctx->saved_data["has_bias"] = bias.numel() > 0;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &h = saved[0], &fc_bias = saved[1], &weight = saved[2];
+    KernelScope scope(h);
+    const torch::Tensor dout = aligned(grads[0].to(h.scalar_type()));
+    const torch::Tensor da = aligned(torch::mm(dout, weight));
+    const bool has_fc_bias = fc_bias.numel() > 0;
+    const torch::Tensor dh = at::empty(h.sizes(), h.options());
+    const torch::Tensor a = at::empty(h.sizes(), h.options());
+    const torch::Tensor dfc_bias = has_fc_bias ? at::empty(fc_bias.sizes(), fc_bias.options()) : torch::Tensor();
+    const int64_t rows = h.size(0);
+    const int cols = static_cast<int>(h.size(1));
+    const size_t ws_bytes = has_fc_bias ? kernels::gelu_backward_workspace_size(rows, cols) : 0;
+    const torch::Tensor ws = workspace(ws_bytes, h);
+    DTRAIN_CUDA_CHECK(kernels::gelu_backward(dh.data_ptr(), mutablePtr(dfc_bias), /*accumulate=*/false,
+                                             ws.data_ptr(), ws_bytes, da.data_ptr(), h.data_ptr(),
+                                             has_fc_bias ? fc_bias.data_ptr() : nullptr, rows, cols, kernelType(h),
+                                             has_fc_bias ? kernelType(fc_bias) : kernelType(h), streamOf(h),
+                                             a.data_ptr()));
+    const torch::Tensor dweight = torch::mm(dout.t(), a);
+    const torch::Tensor dbias =
+        ctx->saved_data["has_bias"].toBool() ? dout.sum(0, /*keepdim=*/false, torch::kFloat).to(h.scalar_type())
+                                             : torch::Tensor();
+    return {dh, dfc_bias, dweight, dbias};
   }
 };
 
@@ -134,6 +183,32 @@ std::optional<torch::Tensor> linearGelu(const torch::Tensor& x, const torch::Ten
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = weight.size(0);
   return FusedGeluFunction::apply(aligned(h), b).view(shape);
+}
+
+std::optional<torch::Tensor> geluMlp(const torch::Tensor& x, const torch::Tensor& fc_weight,
+                                     const torch::Tensor& fc_bias, const torch::Tensor& proj_weight,
+                                     const torch::Tensor& proj_bias) {
+  if (!activeFor(x) || x.dim() == 0 || x.numel() == 0 || fc_weight.dim() != 2 || fc_weight.size(1) != x.size(-1) ||
+      proj_weight.dim() != 2 || proj_weight.size(1) != fc_weight.size(0)) {
+    return std::nullopt;
+  }
+  const std::optional<torch::ScalarType> autocast = autocastType();
+  const torch::ScalarType act = autocast ? *autocast : x.scalar_type();
+  if (act != torch::kBFloat16 && (autocast || act != torch::kFloat)) return std::nullopt;
+  if (!autocast && (fc_weight.scalar_type() != act || proj_weight.scalar_type() != act)) return std::nullopt;
+  if (fc_bias.defined() && (!isKernelType(fc_bias.scalar_type()) || fc_bias.numel() != fc_weight.size(0))) {
+    return std::nullopt;
+  }
+  if (proj_bias.defined() && proj_bias.numel() != proj_weight.size(0)) return std::nullopt;
+  const torch::Tensor h = torch::mm(x.reshape({-1, x.size(-1)}).to(act), fc_weight.to(act).t());
+  const torch::Tensor b = fc_bias.defined() ? aligned(act == torch::kFloat ? fc_bias.to(torch::kFloat) : fc_bias)
+                                            : at::empty({0}, h.options());
+  // The projection and its bias in the activations' dtype, as autocast's
+  // addmm would take them.
+  const torch::Tensor pb = proj_bias.defined() ? proj_bias.to(act) : at::empty({0}, h.options());
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = proj_weight.size(0);
+  return FusedGeluLinearFunction::apply(aligned(h), b, proj_weight.to(act), pb).view(shape);
 }
 
 std::optional<torch::Tensor> swiglu(const torch::Tensor& gate, const torch::Tensor& up) {

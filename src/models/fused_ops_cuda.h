@@ -53,6 +53,12 @@ std::optional<ops::ResidualAndNormed> addRmsNorm(const torch::Tensor& residual, 
 
 // x Wᵀ by torch::mm (cuBLAS), then bias + GELU (tanh) in one kernel.
 std::optional<torch::Tensor> linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+// GPT-2's MLP: gelu(x W1ᵀ + b1) W2ᵀ + b2; the GELU's output is written
+// again in the backward (by the GELU gradient's kernel) instead of being
+// kept from the forward, as torch.compile's partitioner does.
+std::optional<torch::Tensor> geluMlp(const torch::Tensor& x, const torch::Tensor& fc_weight,
+                                     const torch::Tensor& fc_bias, const torch::Tensor& proj_weight,
+                                     const torch::Tensor& proj_bias);
 std::optional<torch::Tensor> swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 // Needs the table's inv_freq (ops::rotaryTable fills it).
 std::optional<torch::Tensor> applyRotary(const torch::Tensor& x, const ops::RotaryTable& table);

@@ -28,6 +28,11 @@ std::optional<torch::Tensor> linearGelu(const torch::Tensor&, const torch::Tenso
   return std::nullopt;
 }
 
+std::optional<torch::Tensor> geluMlp(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                     const torch::Tensor&, const torch::Tensor&) {
+  return std::nullopt;
+}
+
 std::optional<torch::Tensor> swiglu(const torch::Tensor&, const torch::Tensor&) { return std::nullopt; }
 
 std::optional<torch::Tensor> applyRotary(const torch::Tensor&, const ops::RotaryTable&) { return std::nullopt; }

@@ -65,7 +65,7 @@ class Gpt2Mlp : public nn::Module {
         c_proj(register_module("c_proj", nn::Linear(c.ffn_dim, c.dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    return ops::linear(ops::linearGelu(x, c_fc->weight, c_fc->bias), c_proj->weight, c_proj->bias);
+    return ops::geluMlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
   }
 
   nn::Linear c_fc;

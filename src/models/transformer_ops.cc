@@ -115,6 +115,15 @@ torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, co
   return torch::gelu(linear(x, weight, bias), "tanh");
 }
 
+torch::Tensor geluMlp(const torch::Tensor& x, const torch::Tensor& fc_weight, const torch::Tensor& fc_bias,
+                      const torch::Tensor& proj_weight, const torch::Tensor& proj_bias) {
+  {
+    Observed observed(OpKind::kMlpActivation, x);
+    if (auto result = fused::geluMlp(x, fc_weight, fc_bias, proj_weight, proj_bias)) return *result;
+  }
+  return linear(linearGelu(x, fc_weight, fc_bias), proj_weight, proj_bias);
+}
+
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
   Observed observed(OpKind::kMlpActivation, gate);
   if (auto result = fused::swiglu(gate, up)) return *result;

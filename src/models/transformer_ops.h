@@ -48,6 +48,12 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 // GELU (tanh approximation, as GPT-2) of x Wᵀ + b: the MLP's first layer.
 torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
+// GPT-2's MLP: linear(linearGelu(x, fc_weight, fc_bias), proj_weight,
+// proj_bias). The fused path keeps only the first product for the backward
+// (not the GELU's output: 4 x dim values per token and block less).
+torch::Tensor geluMlp(const torch::Tensor& x, const torch::Tensor& fc_weight, const torch::Tensor& fc_bias,
+                      const torch::Tensor& proj_weight, const torch::Tensor& proj_bias);
+
 // SwiGLU's gate: silu(gate) * up, gate = x W1ᵀ and up = x W3ᵀ.
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
@@ -93,7 +99,8 @@ torch::Tensor classifierCrossEntropy(const torch::Tensor& hidden, const torch::T
 // bench train --breakdown): while an observer is set, each function above
 // reports its start and end (an operation running inside another, like
 // addLayerNorm's fallback calling layerNorm, is not reported again). The
-// kinds: the four norms; linearGelu (with gpt2's fc matmul) and swiglu;
+// kinds: the four norms; linearGelu (with gpt2's fc matmul; geluMlp with
+// both of its matmuls) and swiglu;
 // applyRotary; causalAttention; classifier and classifierCrossEntropy (the
 // head's matmuls, and with the fused kernel the head's gradients too).
 enum class OpKind { kNorm, kMlpActivation, kRotary, kAttention, kHeadAndLoss };

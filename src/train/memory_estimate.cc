@@ -33,8 +33,9 @@ BlockActivations blockActivations(const MemoryInputs& in) {
   const double d = static_cast<double>(c.dim), f = static_cast<double>(c.ffn_dim);
   const double k = static_cast<double>(c.kvDim());
   const double narrow = static_cast<double>(computeBytes(in.precision)) / 2;  // fp32 runs keep fp32 copies
-  b.full = 2 * b.stream * d +
-           narrow * (c.family == models::LmFamily::kGpt2 ? 12 * d + 4 * f : 8 * d + 4 * k + 6 * f);
+  // gpt2's fused MLP keeps the fc product but not the GELU's output.
+  const double gpt2_mlp = in.fused_head ? 2 * f : 4 * f;
+  b.full = 2 * b.stream * d + narrow * (c.family == models::LmFamily::kGpt2 ? 12 * d + gpt2_mlp : 8 * d + 4 * k + 6 * f);
   return b;
 }
 
@@ -97,8 +98,7 @@ MemoryEstimate estimateMemory(const MemoryInputs& in) {
   const double largest_bucket = static_cast<double>(units.largest_bucket);
   if (in.shard == "full") {
     const double c = static_cast<double>(computeBytes(in.precision));
-    e.parameters = static_cast<int64_t>(p * (4 + (c == 4 ? 0 : c)) / n +
-                                        c * static_cast<double>(units.root + 2 * units.block));
+    e.parameters = static_cast<int64_t>(4 * p / n + c * static_cast<double>(units.root + 2 * units.block));
     e.gradients = static_cast<int64_t>(4 * p / n + 2 * reduce * largest_bucket);
     e.optimizer = static_cast<int64_t>(state * p / n);
   } else {

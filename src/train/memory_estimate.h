@@ -56,7 +56,7 @@ struct MemoryInputs {
   const models::LanguageModelConfig* lm = nullptr;
   int64_t tokens = 0;           // per micro-batch per rank
   bool activation_checkpointing = false;
-  bool fused_head = true;       // the fused classifier + cross-entropy (CUDA)
+  bool fused_head = true;       // the fused kernels (CUDA): classifier + cross-entropy, gpt2's MLP
   bool gpu = true;              // a GPU: checkFits leaves room for its context and workspaces
 };
 

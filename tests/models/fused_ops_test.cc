@@ -109,6 +109,29 @@ TEST_F(FusedOpsTest, LinearGeluUnderAutocast) {
                        kBf16, kBf16, /*autocast=*/true);
 }
 
+// GPT-2's MLP, whose backward writes the GELU's output again instead of
+// keeping it: every gradient (both weights, both biases, x) as libtorch's.
+TEST_F(FusedOpsTest, GeluMlp) {
+  for (torch::ScalarType t : {torch::kFloat, torch::kBFloat16}) {
+    for (int64_t ffn : {256, 1001}) {
+      SCOPED_TRACE(std::string(c10::toString(t)) + " ffn " + std::to_string(ffn));
+      const auto x = cuda({2, 33, 96}, t), fc_w = cuda({ffn, 96}, t, 0.1), fc_b = cuda({ffn}, t, 0.5);
+      const auto proj_w = cuda({96, ffn}, t, 0.05), proj_b = cuda({96}, t, 0.1);
+      expectSameAsLibtorch(
+          [](const auto& in) { return std::vector{ops::geluMlp(in[0], in[1], in[2], in[3], in[4])}; },
+          {x, fc_w, fc_b, proj_w, proj_b}, forwardTolerance(t), backwardTolerance(t));
+    }
+  }
+}
+
+TEST_F(FusedOpsTest, GeluMlpUnderAutocast) {
+  const auto x = cuda({4, 17, 64}, torch::kFloat), fc_w = cuda({256, 64}, torch::kFloat, 0.1);
+  const auto fc_b = cuda({256}, torch::kFloat, 0.5), proj_w = cuda({64, 256}, torch::kFloat, 0.05);
+  const auto proj_b = cuda({64}, torch::kFloat, 0.1);
+  expectSameAsLibtorch([](const auto& in) { return std::vector{ops::geluMlp(in[0], in[1], in[2], in[3], in[4])}; },
+                       {x, fc_w, fc_b, proj_w, proj_b}, kBf16, kBf16, /*autocast=*/true);
+}
+
 TEST_F(FusedOpsTest, Swiglu) {
   for (torch::ScalarType t : {torch::kFloat, torch::kBFloat16}) {
     for (int64_t ffn : {136, 1001}) {

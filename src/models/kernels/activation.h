@@ -38,9 +38,12 @@ cudaError_t gelu_forward(void* y, const void* x, const void* bias, int64_t rows,
                          DType param_dtype, cudaStream_t stream);
 
 // dbias (param dtype, [cols]) may be null; with accumulate, dbias += instead of =.
+// y (act dtype, [rows, cols]) may be null; if given, the forward's output
+// is written there again, the same values gelu_forward writes (for a
+// backward that recomputes it rather than keeping it from the forward).
 cudaError_t gelu_backward(void* dx, void* dbias, bool accumulate, void* workspace, size_t workspace_bytes,
                           const void* dy, const void* x, const void* bias, int64_t rows, int cols, DType act_dtype,
-                          DType param_dtype, cudaStream_t stream);
+                          DType param_dtype, cudaStream_t stream, void* y = nullptr);
 
 size_t gelu_backward_workspace_size(int64_t rows, int cols);
 

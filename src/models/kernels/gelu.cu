@@ -78,10 +78,13 @@ __global__ void __launch_bounds__(kTileCols* kTileRows)
 }
 
 // With partials, each block also leaves the sum of its dx values per column
-// (its rows, in a fixed order) in partials[blockIdx.y][cols].
+// (its rows, in a fixed order) in partials[blockIdx.y][cols]. With y, it
+// also writes the forward's output again (the same values gelu_forward
+// wrote), for a caller that did not keep it.
 template <typename T, typename W, int VEC>
 __global__ void __launch_bounds__(kTileCols* kTileRows)
-    gelu_backward_kernel(T* dx, const T* dy, const T* x, const W* bias, int64_t rows, int cols, float* partials) {
+    gelu_backward_kernel(T* dx, const T* dy, const T* x, const W* bias, int64_t rows, int cols, float* partials,
+                         T* y) {
   const int c = (blockIdx.x * kTileCols + threadIdx.x) * VEC;
   const bool in = c < cols;
   float b[VEC], acc[VEC];
@@ -100,6 +103,12 @@ __global__ void __launch_bounds__(kTileCols* kTileRows)
         g.v[j] = from_float<T>(d);
       }
       store_pack<T, VEC>(dx + r * cols + c, g);
+      if (y) {
+        Pack<T, VEC> out;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) out.v[j] = from_float<T>(gelu<kFastGelu<T>>(to_float(h.v[j]) + b[j]));
+        store_pack<T, VEC>(y + r * cols + c, out);
+      }
     }
   }
   if (!partials) return;
@@ -157,7 +166,7 @@ cudaError_t gelu_forward(void* y, const void* x, const void* bias, int64_t rows,
 
 cudaError_t gelu_backward(void* dx, void* dbias, bool accumulate, void* workspace, size_t workspace_bytes,
                           const void* dy, const void* x, const void* bias, int64_t rows, int cols, DType act_dtype,
-                          DType param_dtype, cudaStream_t stream) {
+                          DType param_dtype, cudaStream_t stream, void* y) {
   using namespace detail;
   if (!dx || !dy || !x || rows < 0 || cols <= 0 || (dbias && !bias)) return cudaErrorInvalidValue;
   if (dbias && (!workspace || !aligned16(workspace) || workspace_bytes < gelu_backward_workspace_size(rows, cols))) {
@@ -174,13 +183,13 @@ cudaError_t gelu_backward(void* dx, void* dbias, bool accumulate, void* workspac
       const dim3 grid = partials ? tile_grid(rows, cols / kV, kTileReduceBlocks) : tile_grid(rows, cols / kV);
       gelu_backward_kernel<T, W, kV>
           <<<grid, tile_block(), 0, stream>>>(static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x),
-                                              static_cast<const W*>(bias), rows, cols, partials);
+                                              static_cast<const W*>(bias), rows, cols, partials, static_cast<T*>(y));
       cudaError_t rc = launch_status();
       if (rc != cudaSuccess || !partials) return rc;
       return launch_reduce_column_partials<W>(partials, static_cast<int>(grid.y), cols, cols, static_cast<W*>(dbias),
                                               nullptr, accumulate, stream);
     };
-    if (gelu_vec<T>(cols, {dx, dy, x, bias}) > 1) return launch(std::integral_constant<int, kVec16<T>>{});
+    if (gelu_vec<T>(cols, {dx, dy, x, bias, y}) > 1) return launch(std::integral_constant<int, kVec16<T>>{});
     return launch(std::integral_constant<int, 1>{});
   });
 }

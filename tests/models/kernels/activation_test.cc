@@ -59,6 +59,16 @@ TEST_P(GeluTest, ForwardAndBackwardMatchReference) {
     DTRAIN_CUDA_OK(cudaDeviceSynchronize());
     EXPECT_EQ(dbias.bytes(), first);
   }
+  // The backward that also writes the forward's output again: the same
+  // bits as the forward, and the same dx.
+  const auto y_first = y.bytes(), dx_first = dx.bytes();
+  DeviceTensor y_again(n, c.act);
+  y_again.fill_nan();
+  DTRAIN_CUDA_OK(gelu_backward(dx.data(), c.bias ? dbias.data() : nullptr, false, ws.data(), ws_bytes, dy_d.data(),
+                               x_d.data(), bp, c.rows, c.cols, c.act, c.param, nullptr, y_again.data()));
+  DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(y_again.bytes(), y_first) << "y written by the backward";
+  EXPECT_EQ(dx.bytes(), dx_first);
 }
 
 std::vector<GeluCase> gelu_cases() {
