@@ -15,6 +15,13 @@
 
 namespace dtrain {
 
+// The exit status of a `dtrain train` that stopped on a signal after writing
+// a checkpoint (EX_TEMPFAIL: run it again and it goes on). The launcher
+// does not count it as a failure, and deploy/slurm/dtrain.sbatch requeues
+// the job on it.
+inline constexpr int kExitStoppedAfterCheckpoint = 75;
+
+
 struct SpawnedProcess {
   pid_t pid = -1;
   // Read ends of the child's stdout and stderr pipes: non-blocking,

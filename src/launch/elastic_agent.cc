@@ -122,14 +122,16 @@ ElasticAgent::Outcome ElasticAgent::monitor(WorkerGroup& group, const Rendezvous
   while (true) {
     sleepFor(kLocalPoll, stop_signal_);
     if (int sig = stop_signal_.load()) {
-      DTRAIN_LOG_WARN("received " << signalName(sig) << "; forwarding it to the workers and stopping them");
-      group.forward(sig);
-      group.stop();
+      DTRAIN_LOG_WARN("received " << signalName(sig) << "; forwarding it to the workers, which have "
+                      << config_.shutdown_timeout.count() / 1000.0 << " s (--shutdown-timeout) to exit"
+                      << (sig == SIGTERM ? "" : " before SIGTERM"));
+      group.stop(sig);
       return Outcome::kStopped;
     }
     switch (group.poll()) {
       case GroupState::kFailed: return Outcome::kFailedHere;
       case GroupState::kSucceeded: return Outcome::kSucceeded;
+      case GroupState::kStopped: return Outcome::kStoppedByWorkers;
       case GroupState::kRunning: break;
     }
     if (std::chrono::steady_clock::now() < next_store_check) continue;
@@ -184,6 +186,15 @@ int ElasticAgent::run() {
       ~ClearWorkers() { flag.store(false); }
     } clear_workers{has_workers_};
     if (outcome == Outcome::kStopped) return 128 + stop_signal_.load();
+    if (outcome == Outcome::kStoppedByWorkers) {
+      // A signal reached the workers without this agent (Slurm signals
+      // every process of a step): they saved their work; run again, not
+      // restarted here.
+      DTRAIN_LOG_WARN("the workers stopped after writing a checkpoint (exit " << kExitStoppedAfterCheckpoint
+                      << "); not restarting them");
+      rendezvous_->shutdown();
+      return kExitStoppedAfterCheckpoint;
+    }
     if (outcome == Outcome::kSucceeded) {
       // Every node's group must be done before anyone tears the store down.
       const std::string count_key = "agent/exit_barrier/count";

@@ -10,8 +10,12 @@
 //   return its exit code;
 // - another node is waiting to join (MIN < nodes < MAX): stop and
 //   re-rendezvous without consuming a restart;
-// - a handled signal arrived: forward it to the workers, stop them (SIGTERM,
-//   SIGKILL after shutdown_timeout) and return 128 + signal.
+// - every worker exited 0 or kExitStoppedAfterCheckpoint (75), some 75: a
+//   signal reached them directly and they saved their work; return 75
+//   without restarting them;
+// - a handled signal arrived: forward it to the workers and give them
+//   shutdown_timeout to exit (time to finish a step and checkpoint), then
+//   SIGTERM (when the signal was another) and SIGKILL; return 128 + signal.
 // No torch, no CUDA.
 #pragma once
 
@@ -42,7 +46,7 @@ class ElasticAgent {
   bool hasWorkers() const { return has_workers_.load(); }
 
  private:
-  enum class Outcome { kSucceeded, kFailedHere, kFailedElsewhere, kMembershipChanged, kStopped };
+  enum class Outcome { kSucceeded, kFailedHere, kFailedElsewhere, kMembershipChanged, kStopped, kStoppedByWorkers };
   Outcome monitor(WorkerGroup& group, const RendezvousResult& round);
   std::vector<std::map<std::string, std::string>> workerEnvironments(const RendezvousResult& round,
                                                                       int restart_count, int attempt,

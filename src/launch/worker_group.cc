@@ -19,6 +19,9 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr milliseconds kStopPollInterval{10};
+// After a forwarded signal's --shutdown-timeout, SIGTERM gets this long
+// (at most) before SIGKILL.
+constexpr milliseconds kTermAfterForwardGrace{5000};
 // failures(): how long to wait for the last stderr lines of dead workers
 // still in their pipes (a grandchild holding a pipe open costs this once).
 constexpr milliseconds kTailDrainTimeout{1000};
@@ -91,7 +94,8 @@ class WorkerGroup::Impl {
     worker.exit_order = next_exit_order++;
     if (WIFEXITED(status)) worker.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) worker.signal = WTERMSIG(status);
-    if (seen_by_poll && (worker.exit_code != 0 || worker.signal != 0)) {
+    const bool stopped = worker.signal == 0 && worker.exit_code == kExitStoppedAfterCheckpoint;
+    if (seen_by_poll && (worker.exit_code != 0 || worker.signal != 0) && !stopped) {
       worker.failed = true;
       // The worker wrote it before it died: it is complete now.
       worker.error_report = readErrorFile(worker.error_file);
@@ -168,28 +172,40 @@ GroupState WorkerGroup::poll() {
   Impl& g = *impl_;
   if (!g.started) return GroupState::kRunning;
   g.reapExited(/*seen_by_poll=*/!g.stopping);
-  bool all_zero = true;
+  bool all_done = true, any_stopped = false;
   for (const auto& worker : g.workers) {
-    if (worker.exited && (worker.exit_code != 0 || worker.signal != 0)) return GroupState::kFailed;
-    if (!worker.exited) all_zero = false;
+    const bool stopped = worker.exited && worker.signal == 0 && worker.exit_code == kExitStoppedAfterCheckpoint;
+    if (worker.exited && (worker.exit_code != 0 || worker.signal != 0) && !stopped) return GroupState::kFailed;
+    if (!worker.exited) all_done = false;
+    any_stopped = any_stopped || stopped;
   }
-  return all_zero ? GroupState::kSucceeded : GroupState::kRunning;
+  if (!all_done) return GroupState::kRunning;
+  return any_stopped ? GroupState::kStopped : GroupState::kSucceeded;
 }
 
-void WorkerGroup::stop() {
+void WorkerGroup::stop(int first_signal) {
   Impl& g = *impl_;
   if (!g.started || g.stopped) return;
   g.stopping = true;
-  // Exited workers' groups too: their children (data loaders, shells' jobs)
-  // may outlive them.
-  for (const auto& worker : g.workers) signalProcessGroup(worker.pid, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + g.spec.shutdown_timeout;
-  while (true) {
-    g.reapExited(/*seen_by_poll=*/false);
-    // Grandchildren are not ours to reap; they count while not zombies.
-    if (!g.anyRunning() && !g.anyGroupAlive()) break;
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(kStopPollInterval);
+  // Sends sig to every group (exited workers' groups too: their children,
+  // data loaders or shells' jobs, may outlive them) and waits up to
+  // `timeout` for all of them to end; false if some are left.
+  const auto signalAndWait = [&g](int sig, milliseconds timeout) {
+    for (const auto& worker : g.workers) signalProcessGroup(worker.pid, sig);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      g.reapExited(/*seen_by_poll=*/false);
+      // Grandchildren are not ours to reap; they count while not zombies.
+      if (!g.anyRunning() && !g.anyGroupAlive()) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(kStopPollInterval);
+    }
+  };
+  bool ended = signalAndWait(first_signal, g.spec.shutdown_timeout);
+  if (!ended && first_signal != SIGTERM) {
+    DTRAIN_LOG_WARN("workers still running " << g.spec.shutdown_timeout.count() << " ms after "
+                    << signalName(first_signal) << "; sending SIGTERM");
+    ended = signalAndWait(SIGTERM, std::min(g.spec.shutdown_timeout, kTermAfterForwardGrace));
   }
   // Unconditionally: a group with a member left ignored SIGTERM.
   for (const auto& worker : g.workers) {

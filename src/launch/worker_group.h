@@ -7,10 +7,16 @@
 //   /dev/null, stdout and stderr through pipes to the LogRouter.
 // - poll() never blocks: it reaps exited workers and returns the group state:
 //   kRunning while any worker runs and none failed; kFailed as soon as one
-//   exits non-zero or by a signal; kSucceeded when all exited 0.
-// - stop() sends SIGTERM to every live worker's process group, SIGKILL after
-//   shutdown_timeout, and returns when all are reaped (no orphans, no
-//   zombies); stopping a stopped group is a no-op.
+//   exits non-zero (but kExitStoppedAfterCheckpoint) or by a signal;
+//   kSucceeded when all exited 0; kStopped when all exited 0 or
+//   kExitStoppedAfterCheckpoint, at least one the latter (they stopped on a
+//   signal and saved their work).
+// - stop(sig) sends sig (SIGTERM by default) to every worker's process
+//   group and gives them shutdown_timeout to exit; a signal other than
+//   SIGTERM (a forwarded SIGINT or SIGUSR1, which a trainer answers by
+//   checkpointing) is followed by SIGTERM and at most 5 s more; then
+//   SIGKILL. It returns when all are reaped (no orphans, no zombies);
+//   stopping a stopped group is a no-op.
 // - forward(sig) sends sig to every live worker's process group.
 // - failures() lists every failed worker, first in time first, with its exit
 //   code or signal, its error file contents (TORCHELASTIC_ERROR_FILE, if the
@@ -25,6 +31,8 @@
 #pragma once
 
 #include <sys/types.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <map>
@@ -63,7 +71,7 @@ struct WorkerFailure {
   std::vector<std::string> stderr_tail;    // last 20 lines
 };
 
-enum class GroupState { kRunning, kSucceeded, kFailed };
+enum class GroupState { kRunning, kSucceeded, kFailed, kStopped };
 
 class WorkerGroup {
  public:
@@ -78,7 +86,7 @@ class WorkerGroup {
   // (not found / not executable), after stopping anything already started.
   void start();
   GroupState poll();
-  void stop();
+  void stop(int first_signal = SIGTERM);
   void forward(int signal);
   std::vector<WorkerFailure> failures() const;
   std::vector<pid_t> livePids() const;
