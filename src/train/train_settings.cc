@@ -21,6 +21,11 @@ DTRAIN_SETTING(std::string, kFaultKillInCheckpoint, "fault-kill-in-checkpoint", 
                "Testing aid for checkpoint drills: RANK:STEP makes that rank of `dtrain train` SIGKILL itself halfway "
                "through writing its shard of the checkpoint of step STEP, in the first attempt only.");
 
+DTRAIN_SETTING(std::string, kFaultSignalAt, "fault-signal-at", "DTRAIN_FAULT_SIGNAL_AT", "",
+               "Testing aid for stop drills: RANK:STEP:SIGNAL[:parent] makes that rank of `dtrain train` send "
+               "SIGNAL (USR1, TERM or INT) to itself, or to its parent (the launcher), after STEP steps, in the "
+               "first attempt only.");
+
 std::string checkNonNegative(const int64_t& bytes) { return bytes >= 0 ? "" : "a number of bytes >= 0"; }
 
 DTRAIN_SETTING_CHECKED(int64_t, kDeviceMemory, "device-memory", "DTRAIN_DEVICE_MEMORY_BYTES", 0,
@@ -35,5 +40,6 @@ int64_t deviceMemorySetting() { return kDeviceMemory.get(); }
 std::string backendSetting() { return kBackend.get(); }
 std::string faultKillAtSetting() { return kFaultKillAt.get(); }
 std::string faultKillInCheckpointSetting() { return kFaultKillInCheckpoint.get(); }
+std::string faultSignalAtSetting() { return kFaultSignalAt.get(); }
 
 }  // namespace dtrain

@@ -15,6 +15,7 @@ int64_t deviceMemorySetting();
 std::string backendSetting();
 // DTRAIN_FAULT_KILL_AT: "" or RANK:STEP (restart drills).
 std::string faultKillAtSetting();
+std::string faultSignalAtSetting();
 // DTRAIN_FAULT_KILL_IN_CHECKPOINT: "" or RANK:STEP (checkpoint-write drills).
 std::string faultKillInCheckpointSetting();
 

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <csignal>
 #include <memory>
 #include <optional>
 
@@ -20,6 +21,7 @@
 #include "train/train_metrics.h"
 #include "train/train_observer.h"
 #include "train/training_job.h"
+#include "train/stop_request.h"
 #include "train/training_loop.h"
 
 namespace dtrain {
@@ -167,11 +169,47 @@ void reportEnd(const TrainOptions& o, TrainingJob& job, Watchers& w) {
   }
 }
 
+std::string stopSignalName(int sig) {
+  switch (sig) {
+    case SIGUSR1: return "SIGUSR1";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    default: return "a signal to another rank";
+  }
+}
+
+// Every rank after the agreed step: the checkpoint of where the run is,
+// then an exit that asks to be run again (or, without --checkpoint-dir,
+// the signal's own exit status: nothing was kept).
+int stopAfterSignal(const TrainOptions& o, TrainingJob& job, TrainingLoop& loop, const StopAgreement& stop,
+                    Watchers& watchers) {
+  const int64_t steps = loop.stopAt();
+  const int sig = stop.signal() != 0 ? stop.signal() : SIGTERM;
+  const std::string by = stopSignalName(stop.signal());
+  if (o.checkpoint.dir.empty()) {
+    watchers.all.message("dtrain train: stopped by " + by + " after step " + std::to_string(steps) + " of " +
+                         std::to_string(loop.totalSteps()) + "; no --checkpoint-dir, so nothing was saved; exit " +
+                         std::to_string(128 + sig));
+    job.dataParallel().setObserver(nullptr);
+    job.context().barrier();
+    return 128 + sig;
+  }
+  watchers.all.message("dtrain train: stopped by " + by + " after step " + std::to_string(steps) + " of " +
+                       std::to_string(loop.totalSteps()) + "; checkpoint of step " + std::to_string(steps) +
+                       " written to " + o.checkpoint.dir + " (--resume auto goes on from it); exit " +
+                       std::to_string(kExitStoppedAfterCheckpoint));
+  job.dataParallel().setObserver(nullptr);
+  job.context().barrier();
+  return kExitStoppedAfterCheckpoint;
+}
+
 }  // namespace
 
 int runTraining(const TrainOptions& o) {
   checkTrainOptions(o);
   const auto wall_start = Clock::now();
+  // From here a stop signal is honoured after the step in flight.
+  StopSignals stop_signals;
   // Data errors name the data set and files before any rank waits on another.
   std::unique_ptr<Task> made = makeTask(o);
   Task& task = *made;
@@ -201,7 +239,11 @@ int runTraining(const TrainOptions& o) {
   const LoopSettings settings = loopSettings(o, job);
   TrainingLoop loop(job, task, *batches, checkpoint, watchers.all, watchers.buckets.get(), settings,
                     scheduleFor(o.schedule, o.optimizer.lr, steps_per_epoch));
+  StopAgreement stop(ctx.rank(), ctx.size(), [&ctx](std::vector<double>& v) { ctx.allreduceSum(v); },
+                     [] { return StopSignals::received(); });
+  loop.setStop(&stop);
   loop.run(start, wall_start);
+  if (loop.stopped()) return stopAfterSignal(o, job, loop, stop, watchers);
   reportEnd(o, job, watchers);
   watchers.all.finished(loop.finish());
   job.dataParallel().setObserver(nullptr);

@@ -55,6 +55,7 @@ void TrainingLoop::run(const TrainPosition& start, Clock::time_point wall_start)
   bool more = step_ < total_steps_;
   for (int64_t epoch = start.epoch; epoch < settings_.epochs && more; ++epoch) {
     more = trainEpoch(epoch, epoch == start.epoch ? start.batch : 0);
+    if (stopped_) return;
     if (more) next_ = TrainPosition{epoch + 1, 0, step_};
     const bool last_epoch = !more || epoch + 1 == settings_.epochs;
     if (more && settings_.checkpoint_every == 0) {
@@ -75,6 +76,10 @@ bool TrainingLoop::trainEpoch(int64_t epoch, int64_t first_batch) {
     if (!batch) return true;
     trainStep(*batch, epoch, wait_begin, Clock::now());
     if (step_ >= total_steps_) return false;
+    if (stop_ != nullptr && stop_->stopAfter(step_)) {
+      stopped_ = true;
+      return false;
+    }
   }
 }
 
@@ -140,6 +145,11 @@ void TrainingLoop::evaluate(int64_t epoch) {
   evaluated_last_ = true;
   observers_.evaluated(EvalReport{epoch, step_, last_eval_});
   interval_start_ += Clock::now() - begin;  // an evaluation is not training time
+}
+
+int64_t TrainingLoop::stopAt() {
+  checkpoint_.save(next_);
+  return step_;
 }
 
 RunSummary TrainingLoop::finish() {

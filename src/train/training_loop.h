@@ -7,7 +7,9 @@
 // - run(start) resumes at `start` (epoch, batch within it, steps done) and
 //   returns when the last epoch is done or max_steps steps are. finish()
 //   then evaluates (unless the last epoch just did), writes the final
-//   checkpoint and returns the summary of the run.
+//   checkpoint and returns the summary of the run. When the stop agreement
+//   (setStop) says so after a step, run() returns at once; stopAt() writes
+//   the checkpoint of that position (the next batch) and nothing else.
 // - The rate of step s is learningRateAt(schedule, s): a resumed job
 //   continues its schedule exactly.
 // - A checkpoint is written after each step that is a multiple of
@@ -21,6 +23,7 @@
 #include "dtrain/lr_schedule.h"
 #include "train/bucket_timer.h"
 #include "train/job_checkpoint.h"
+#include "train/stop_request.h"
 #include "train/task.h"
 #include "train/train_observer.h"
 #include "train/training_job.h"
@@ -52,7 +55,14 @@ class TrainingLoop {
                TrainObserver& observers, const BucketTimer* timer, const LoopSettings& settings,
                const LrScheduleOptions& schedule);
 
+  // Asked after every step whether every rank stops there (nullptr: never).
+  void setStop(StopAgreement* stop) { stop_ = stop; }
   int64_t totalSteps() const { return total_steps_; }
+  // run() returned early because a stop was agreed: stopAt() then writes
+  // the checkpoint of where the run is (instead of finish()) and returns
+  // the steps done.
+  bool stopped() const { return stopped_; }
+  int64_t stopAt();
   int64_t stepsPerEpoch() const { return steps_per_epoch_; }
   // `wall_start`: when the job started, for the summary's wall time.
   void run(const TrainPosition& start, std::chrono::steady_clock::time_point wall_start);
@@ -68,6 +78,8 @@ class TrainingLoop {
   double mfu(double samples_per_s) const;
 
   TrainingJob& job_;
+  StopAgreement* stop_ = nullptr;
+  bool stopped_ = false;
   Task& task_;
   BatchSource& batches_;
   JobCheckpoint& checkpoint_;
