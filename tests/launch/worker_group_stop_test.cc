@@ -133,6 +133,62 @@ TEST_F(WorkerGroupStopTest, ForwardSendsTheSignalToEveryWorkerGroup) {
   for (int i = 0; i < 2; ++i) EXPECT_EQ(readFile(stdoutLog(i)), "ready\ngot USR1\n");
 }
 
+// A forwarded signal (as a trainer gets SIGUSR1 or SIGINT) leaves the
+// workers shutdown_timeout to save and exit; SIGTERM does not follow it at
+// once (it did: a worker needing 1 s to save was killed after 0.04 s).
+TEST_F(WorkerGroupStopTest, AForwardedSignalGivesTheWorkersTheShutdownTimeoutBeforeSigterm) {
+  auto spec = shellSpec(
+      "trap 'echo saving; sleep 1; echo saved; exit 75' USR1; trap 'echo got TERM; exit 9' TERM; echo ready; "
+      "while :; do sleep 0.05; done");
+  spec.log_dir = dir_;
+  spec.local_ranks_filter = std::set<int>{};
+  spec.shutdown_timeout = 5s;
+  WorkerGroup group(spec, workerEnvs(2));
+  group.start();
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(waitFirstLine(stdoutLog(i), 5s), "ready");
+  const auto begin = std::chrono::steady_clock::now();
+  group.stop(SIGUSR1);
+  const auto took = std::chrono::steady_clock::now() - begin;
+  EXPECT_GE(took, 900ms);
+  EXPECT_LT(took, 4s) << "stop() waited past the workers' exit";
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(readFile(stdoutLog(i)), "ready\nsaving\nsaved\n");
+  EXPECT_TRUE(group.failures().empty());
+}
+
+// A worker that does not exit within shutdown_timeout of the forwarded
+// signal gets SIGTERM, then (ignoring that too) SIGKILL.
+TEST_F(WorkerGroupStopTest, AWorkerThatOutlivesTheForwardedSignalGetsSigtermThenSigkill) {
+  auto spec = shellSpec("trap 'echo got USR1' USR1; trap 'echo got TERM' TERM; echo ready; "
+                        "while :; do sleep 0.05; done");
+  spec.log_dir = dir_;
+  spec.local_ranks_filter = std::set<int>{};
+  spec.shutdown_timeout = 400ms;
+  WorkerGroup group(spec, workerEnvs(1));
+  group.start();
+  ASSERT_EQ(waitFirstLine(stdoutLog(0), 5s), "ready");
+  const auto begin = std::chrono::steady_clock::now();
+  group.stop(SIGUSR1);
+  const auto took = std::chrono::steady_clock::now() - begin;
+  EXPECT_GE(took, 750ms) << "shutdown_timeout after USR1, then as long again after TERM";
+  EXPECT_LT(took, 3s);
+  EXPECT_TRUE(group.livePids().empty());
+  EXPECT_EQ(readFile(stdoutLog(0)), "ready\ngot USR1\ngot TERM\n");
+}
+
+// Exit 75 (stopped after a checkpoint) is no failure: a group whose
+// workers all exit 0 or 75 is stopped, not failed, and nothing is killed
+// while the others are still saving.
+TEST_F(WorkerGroupStopTest, WorkersThatExitWithStoppedAfterCheckpointAreStoppedNotFailed) {
+  auto spec = shellSpec("if [ \"$LOCAL_RANK\" = 0 ]; then exit 75; fi; sleep 0.5; echo saved; exit 75");
+  spec.log_dir = dir_;
+  spec.local_ranks_filter = std::set<int>{};
+  WorkerGroup group(spec, workerEnvs(2));
+  group.start();
+  EXPECT_EQ(pollUntilDone(group, 5s), GroupState::kStopped);
+  EXPECT_EQ(readFile(stdoutLog(1)), "saved\n");
+  EXPECT_TRUE(group.failures().empty());
+}
+
 TEST_F(WorkerGroupStopTest, FailuresAreInTheOrderTheyHappened) {
   auto spec = shellSpec("if [ \"$LOCAL_RANK\" = 0 ]; then sleep 0.4; exit 5; fi; exit 4");
   WorkerGroup group(spec, workerEnvs(2));

@@ -3,7 +3,9 @@
 # cluster on loopback in a temporary directory, its node line written by
 # `dtrain slurm conf`; deploy/slurm/dtrain.sbatch runs a 2-rank dtrain job
 # (COMPLETED, both ranks' lines in the output), a job whose rank 1 exits 1
-# (FAILED), and a job that is requeued after SIGUSR1; deploy/slurm/healthcheck.sh
+# (FAILED), a job that is requeued after SIGUSR1, and a real `dtrain train`
+# that SIGUSR1 stops with a checkpoint and that resumes at that very step
+# once requeued; deploy/slurm/healthcheck.sh
 # drains and resumes the real node. The daemons are stopped by the PIDs of
 # their pid files on every way out.
 #
@@ -253,6 +255,40 @@ fi
 scancel "$job"
 gone() { job_done "$job"; }
 wait_until 60 "job $job cancelled" gone || fail "job $job still active 60 s after scancel"
+
+# --- preemption of a real training run: SIGUSR1 stops every rank after one
+# step with a checkpoint (exit 75); the requeued job resumes from exactly
+# that step and completes.
+job=$(submit preempt WORKER_TRAIN="$T/jobs/preempt-ckpt") || fatal "sbatch failed: $job"
+out=$T/jobs/preempt-$job.out
+training() { grep -q "step [1-9][0-9]*0/600" "$out" 2> /dev/null; }
+if wait_until 120 "job $job training" training; then
+  scancel --signal=USR1 --batch "$job"
+  # Slurm holds a requeued job back (BeginTime) for a while; let it start now.
+  requeued() { [[ $(job_field "$job" Restarts) == 1 ]]; }
+  wait_until 60 "job $job requeued" requeued && scontrol update JobId="$job" StartTime=now
+  wait_until 120 "job $job finished after its requeue" job_done "$job" || fail "job $job not finished 120 s after its requeue"
+  state=$(job_field "$job" JobState)
+  stopped=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\) of 600; checkpoint of step \1 written.*/\1/p' "$out" | head -n 1)
+  if [[ -n $stopped ]]; then
+    pass "job $job stopped after step $stopped with a checkpoint of it"
+  else
+    fail "job $job: no 'stopped by SIGUSR1 after step N of 600; checkpoint of step N written' line:"$'\n'"$(cat "$out")"
+  fi
+  expect_line "$out" "dtrain.sbatch: requeueing job $job after SIGUSR1" "the batch script requeued the job"
+  if [[ -n $stopped ]]; then
+    expect_line "$out" "resumed at step $stopped" "the requeued job resumed at step $stopped: no step lost"
+  fi
+  expect_line "$out" "600 steps," "the requeued job trained to the end"
+  if [[ $state == COMPLETED && $(job_field "$job" Restarts) == 1 ]]; then
+    pass "job $job COMPLETED after one requeue"
+  else
+    fail "job $job: JobState=$state Restarts=$(job_field "$job" Restarts), expected COMPLETED after 1:"$'\n'"$(cat "$out")"
+  fi
+else
+  fail "job $job did not start training within 120 s:"$'\n'"$(cat "$out" 2> /dev/null)"
+fi
+scancel "$job" 2> /dev/null
 
 # --- the health check drains and resumes the real node
 healthcheck() {  # healthcheck MODE: runs healthcheck.sh with the fake doctor
