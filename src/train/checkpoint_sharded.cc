@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "dtrain/checkpoint.h"
 #include "common/log.h"
 #include "train/checkpoint_file.h"
 
@@ -302,21 +303,54 @@ std::vector<std::string> listCheckpointPaths(const std::string& dir, const std::
   return paths;
 }
 
-void pruneCheckpoints(const std::string& dir, const std::string& prefix, int keep, const std::string& written) {
+namespace {
+
+// Whether the checkpoint's headers (a file's, or a sharded one's metadata
+// and every shard's size) read as a checkpoint: truncated or overwritten
+// files are caught, not flipped bits (the CRCs are checked on resume).
+bool readsAsACheckpoint(const std::string& path) {
+  try {
+    if (isDirectory(path) && !missingCheckpointParts(path).empty()) return false;
+    CheckpointReader reader(path);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void pruneCheckpoints(const std::string& dir, const std::string& prefix, int keep, const std::string& written,
+                      const std::set<std::string>& known_invalid) {
   const int64_t written_step = checkpointStepOf(written.substr(written.rfind('/') + 1), prefix);
-  int complete = 0;
-  for (const std::string& path : listCheckpointPaths(dir, prefix)) {
-    if (path == written) {
-      ++complete;
-      continue;
-    }
-    const bool sharded = isDirectory(path);
-    const bool whole = !sharded || missingCheckpointParts(path).empty();
+  struct Found {
+    std::string path;
+    int64_t step;
+    bool complete, good;
+  };
+  std::vector<Found> found;
+  int64_t oldest_kept = written_step;
+  int valid = 0;
+  for (const std::string& path : listCheckpointPaths(dir, prefix)) {  // newest first
     const int64_t step = checkpointStepOf(path.substr(path.rfind('/') + 1), prefix);
-    const bool remove = whole ? ++complete > keep : step < written_step;
+    const bool complete = !isDirectory(path) || missingCheckpointParts(path).empty();
+    const bool good = path == written || (complete && known_invalid.count(path) == 0 && readsAsACheckpoint(path));
+    // Only valid checkpoints take one of the `keep` places (`written` always
+    // stays, even when older than `keep` others).
+    if (good && (++valid <= keep || path == written)) oldest_kept = std::min(oldest_kept, step);
+    found.push_back({path, step, complete, good});
+  }
+  valid = 0;
+  for (const Found& f : found) {
+    if (f.good) ++valid;
+    if (f.path == written) continue;
+    // Valid: beyond the newest `keep`. Incomplete (a write that died, only
+    // one job writes a directory): older than the one just written. Corrupt:
+    // older than every valid one kept, so never the one to resume from.
+    const bool remove = f.good ? valid > keep : !f.complete ? f.step < written_step : f.step < oldest_kept;
     if (!remove) continue;
-    const int err = sharded ? removeTree(path) : (::unlink(path.c_str()) == 0 ? 0 : errno);
-    if (err != 0 && err != ENOENT) DTRAIN_LOG_WARN("cannot remove old checkpoint " << path << ": " << errnoString(err));
+    const int err = isDirectory(f.path) ? removeTree(f.path) : (::unlink(f.path.c_str()) == 0 ? 0 : errno);
+    if (err != 0 && err != ENOENT) DTRAIN_LOG_WARN("cannot remove old checkpoint " << f.path << ": " << errnoString(err));
   }
   removeDeadCheckpointTemporaries(dir, prefix + "-");
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,11 +92,16 @@ int64_t checkpointStepOf(const std::string& name, const std::string& prefix);
 // Empty when dir is missing; IoError when it cannot be read.
 std::vector<std::string> listCheckpointPaths(const std::string& dir, const std::string& prefix);
 
-// After `written` was saved: removes the complete checkpoints beyond the
-// newest `keep` (never `written`) and the incomplete ones older than
-// `written` (writes that died: only one job writes a directory), and
-// temporaries dead processes of this host left. Failures are warnings.
-void pruneCheckpoints(const std::string& dir, const std::string& prefix, int keep, const std::string& written);
+// After `written` was saved: keeps the newest `keep` valid checkpoints
+// and `written` (even when older), and removes the other valid ones, the incomplete ones
+// older than `written` (writes that died: only one job writes a
+// directory), and the corrupt ones (headers that do not read as a
+// checkpoint, or in `known_invalid`: failed their CRCs on resume) older
+// than every valid one kept; also temporaries dead processes of this host
+// left. Invalid checkpoints never take one of the `keep` places. Failures
+// are warnings.
+void pruneCheckpoints(const std::string& dir, const std::string& prefix, int keep, const std::string& written,
+                      const std::set<std::string>& known_invalid = {});
 
 // In a sharded checkpoint's directory about to be rewritten by
 // `world_size` ranks: removes the shards of other world sizes and the

@@ -214,7 +214,8 @@ void JobCheckpoint::writeMetadata(const std::string& path, const TrainPosition& 
                          static_cast<uint32_t>(asInt(written[r][2])), layout().rangesOf(r)});
   }
   writeShardedMetadata(path, md);
-  pruneCheckpoints(options_.dir, kPrefix, options_.keep, path);
+  invalid_paths_.erase(path);  // written again: valid now
+  pruneCheckpoints(options_.dir, kPrefix, options_.keep, path, invalid_paths_);
 }
 
 void JobCheckpoint::save(const TrainPosition& position) {
@@ -262,7 +263,7 @@ std::string messageOf(const std::exception_ptr& error) {
 // does not load is skipped with a warning; otherwise its error is kept.
 JobCheckpoint::Candidate JobCheckpoint::pick(const std::vector<int64_t>& rejected,
                                              std::optional<CheckpointState>& slab_state) const {
-  const bool automatic = options_.resume == "auto";
+  const bool automatic = options_.resume == "auto" || options_.resume == "auto-or-fresh";
   std::vector<int64_t> skip = rejected;
   for (;;) {
     Candidate c;
@@ -270,7 +271,25 @@ JobCheckpoint::Candidate JobCheckpoint::pick(const std::vector<int64_t>& rejecte
       std::string path = checkpointLocation(options_.resume);
       if (automatic) {
         const std::optional<std::string> found = newestCompleteCheckpoint(options_.dir, kPrefix, skip);
-        if (!found) return c;
+        if (!found) {
+          // Complete checkpoints there, none valid (corrupt, not merely a
+          // write that died): starting over would train on top of them as
+          // if resumed; only auto-or-fresh does.
+          std::vector<std::string> there;
+          for (const std::string& p : listCheckpointPaths(options_.dir, kPrefix)) {
+            if (missingCheckpointParts(p).empty()) there.push_back(p);
+          }
+          if (options_.resume == "auto" && !there.empty()) {
+            c.kind = Candidate::kError;
+            c.thrown = std::make_exception_ptr(ConfigError(
+                "--resume auto: none of the " + std::to_string(there.size()) + " complete checkpoint(s) in '" +
+                options_.dir + "' is valid (newest: " + there.front() + "; each was skipped with a warning saying "
+                "why); refusing to start from step 0 over them: remove them, or pass --resume auto-or-fresh to "
+                "start afresh"));
+            c.error = kConfigError;
+          }
+          return c;
+        }
         path = *found;
         c.step = checkpointStepOf(path.substr(path.rfind('/') + 1), kPrefix);
       }
@@ -349,7 +368,7 @@ bool JobCheckpoint::loadVerified(const std::string& path, bool may_skip) {
   int failed = -1;
   bool unreadable = false;
   for (size_t r = 0; r < outcomes.size(); ++r) {
-    if (failed < 0 && outcomes[r][0] != kOk) failed = static_cast<int>(r);
+    if (failed < 0 && asInt(outcomes[r][0]) != kOk) failed = static_cast<int>(r);
     unreadable = unreadable || asInt(outcomes[r][0]) == kIoError;
   }
   // A corrupt checkpoint is passed over for an older one; one that a rank
@@ -383,8 +402,8 @@ TrainPosition JobCheckpoint::resume() {
   Context& ctx = job_.context();
   const std::string& resume = options_.resume;
   if (resume.empty() || resume == "none") return {};
-  const bool automatic = resume == "auto";
-  if (automatic && options_.dir.empty()) throw ConfigError("--resume auto needs --checkpoint-dir");
+  const bool automatic = resume == "auto" || resume == "auto-or-fresh";
+  if (automatic && options_.dir.empty()) throw ConfigError("--resume " + resume + " needs --checkpoint-dir");
   std::vector<int64_t> rejected;
   for (;;) {
     std::optional<CheckpointState> slab_state;
@@ -397,7 +416,12 @@ TrainPosition JobCheckpoint::resume() {
     }
     if (c.kind == Candidate::kNothing) {
       if (ctx.isMain()) {
-        DTRAIN_LOG_INFO("--resume " << resume << ": no valid checkpoint in '" << options_.dir << "', starting from step 0");
+        if (listCheckpointPaths(options_.dir, kPrefix).empty()) {
+          DTRAIN_LOG_INFO("--resume " << resume << ": no checkpoint in '" << options_.dir << "', starting from step 0");
+        } else {
+          DTRAIN_LOG_WARN("--resume " << resume << ": no checkpoint in '" << options_.dir
+                                      << "' is valid; starting from step 0");
+        }
       }
       return {};
     }
@@ -408,6 +432,7 @@ TrainPosition JobCheckpoint::resume() {
       restoreSlabLayoutCheckpoint(job_, path, slab_state ? &*slab_state : nullptr);
     } else if (!loadVerified(path, automatic)) {
       rejected.push_back(c.step);
+      invalid_paths_.insert(path);  // never one of the --keep checkpoints
       continue;
     }
     resumed_path_ = path;

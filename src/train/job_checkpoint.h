@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,7 @@ class JobCheckpoint {
   std::unique_ptr<CheckpointLayout> layout_;
   int64_t saved_step_ = -1;    // the step this job saved last, while it has not stepped since
   std::string resumed_path_;   // the checkpoint it resumed from
+  std::set<std::string> invalid_paths_;  // checkpoints resume() found corrupt
   int64_t resumed_step_ = -1;
 };
 

@@ -176,18 +176,19 @@ void declareCheckpoint(OptionSet& set, CheckpointOptions& o) {
       .range(0, kMaxSteps);
   set.integer("--keep", o.keep, "Checkpoints kept (the newest)").range(1, 1'000'000);
   set.text("--resume", o.resume,
-           "auto (newest complete checkpoint in --checkpoint-dir, if any) | a sharded checkpoint's directory "
+           "auto (the newest valid checkpoint in --checkpoint-dir; none there: step 0; only invalid ones: an "
+           "error) | auto-or-fresh (as auto, but only invalid ones: step 0) | a sharded checkpoint's directory "
            "(ckpt-<step>) or its metadata.dtck | a checkpoint file | none")
       .check(
           [](const std::string& text) -> std::string {
-            if (text.empty() || text == "auto" || text == "none") return "";
+            if (text.empty() || text == "auto" || text == "auto-or-fresh" || text == "none") return "";
             struct stat st {};
             if (::stat(text.c_str(), &st) != 0) return "no such file";
             if (!S_ISDIR(st.st_mode)) return "";
             const std::string metadata = text + "/metadata.dtck";
             return ::stat(metadata.c_str(), &st) == 0 ? "" : "a directory without metadata.dtck";
           },
-          "auto, none, an existing checkpoint file or a sharded checkpoint's directory");
+          "auto, auto-or-fresh, none, an existing checkpoint file or a sharded checkpoint's directory");
 }
 
 void declareObservability(OptionSet& set, ObservabilityOptions& o) {
@@ -317,8 +318,8 @@ void checkTrainOptions(const TrainOptions& options) {
   declareTrainOptions(set, copy);
   set.checkAll();
   const std::string& resume = options.checkpoint.resume;
-  if (resume == "auto" && options.checkpoint.dir.empty()) {
-    throw ConfigError("--resume auto needs --checkpoint-dir (where to look for checkpoints)");
+  if ((resume == "auto" || resume == "auto-or-fresh") && options.checkpoint.dir.empty()) {
+    throw ConfigError("--resume " + resume + " needs --checkpoint-dir (where to look for checkpoints)");
   }
   checkModelAndData(options.model, options.data.dataset);
   if (!isLanguageModel(options.model) && options.data.tokens_per_step > 0) {

@@ -120,6 +120,63 @@ TEST(TrainCliTest, ResumeAutoSkipsACorruptNewestCheckpoint) {
   EXPECT_NE(explicit_bad.output.find(shard), std::string::npos) << explicit_bad.output;
 }
 
+// Corrupt checkpoints take none of the --keep places: with the two newest
+// corrupt, the run resumes from the oldest, and writing the next one keeps
+// that good one (counting the corrupt ones, rotation deleted it). When
+// every checkpoint is invalid, --resume auto refuses to start over them
+// (exit 2) and --resume auto-or-fresh starts from step 0.
+TEST(TrainCliTest, RotationCountsOnlyValidCheckpointsAndAllInvalidIsAnError) {
+  const std::string dir = freshDir("rotation");
+  const std::string common = dtrainBin() + " train --model mlp --epochs 1 --progress none --checkpoint-every 10 "
+                                           "--keep 2 --checkpoint-dir " + dir;
+  // --keep 3 while writing 10, 20, 30, so that all three are there.
+  auto first = runCommand(common + " --keep 3 --max-steps 30", 300);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto damage = [&dir](int step) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "/ckpt-%09d/rank-00000-of-00001.dtck", step);
+    std::fstream f(dir + name, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2000);
+    f.put('\x5a');
+  };
+  damage(30);
+  damage(20);
+  auto second = runCommand(common + " --max-steps 20 --resume auto", 300);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("resuming from " + dir + "/ckpt-000000010"), std::string::npos) << second.output;
+  // 20 written again (the corrupt one replaced): the two valid ones are 20
+  // and 10, both kept; the corrupt 30 is newer and stays, taking no place.
+  EXPECT_TRUE(fs::exists(dir + "/ckpt-000000010"));
+  EXPECT_TRUE(fs::exists(dir + "/ckpt-000000020"));
+  EXPECT_TRUE(fs::exists(dir + "/ckpt-000000030"));
+  // Going on: 30 written again, then 40; the newest two valid ones stay.
+  auto third = runCommand(common + " --max-steps 40 --resume auto", 300);
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  EXPECT_TRUE(fs::exists(dir + "/ckpt-000000040"));
+  EXPECT_TRUE(fs::exists(dir + "/ckpt-000000030"));
+  EXPECT_FALSE(fs::exists(dir + "/ckpt-000000020"));
+  EXPECT_FALSE(fs::exists(dir + "/ckpt-000000010"));
+
+  const std::string all_bad = freshDir("all-invalid");
+  const std::string bad_common = dtrainBin() + " train --model mlp --epochs 1 --progress none --checkpoint-every 10 "
+                                               "--checkpoint-dir " + all_bad;
+  ASSERT_EQ(runCommand(bad_common + " --max-steps 10", 300).exit_code, 0);
+  {
+    std::fstream f(all_bad + "/ckpt-000000010/rank-00000-of-00001.dtck",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2000);
+    f.put('\x5a');
+  }
+  auto refused = runCommand(bad_common + " --max-steps 20 --resume auto", 300);
+  EXPECT_TRUE(testing::exitsTwoSaying(refused, "--resume auto: none of the 1 complete checkpoint(s) in '" + all_bad +
+                                                   "' is valid"))
+      << refused.output;
+  EXPECT_NE(refused.output.find("--resume auto-or-fresh"), std::string::npos) << refused.output;
+  auto fresh = runCommand(bad_common + " --max-steps 20 --resume auto-or-fresh", 300);
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_NE(fresh.output.find("is valid; starting from step 0"), std::string::npos) << fresh.output;
+}
+
 class TrainBadInputTest : public ::testing::TestWithParam<BadCommandLine> {};
 
 TEST_P(TrainBadInputTest, ExitsTwoWithAClearMessage) {
