@@ -117,10 +117,10 @@ torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, co
 
 torch::Tensor geluMlp(const torch::Tensor& x, const torch::Tensor& fc_weight, const torch::Tensor& fc_bias,
                       const torch::Tensor& proj_weight, const torch::Tensor& proj_bias) {
-  {
-    Observed observed(OpKind::kMlpActivation, x);
-    if (auto result = fused::geluMlp(x, fc_weight, fc_bias, proj_weight, proj_bias)) return *result;
-  }
+  // One report for the whole MLP, fused or not (linearGelu inside is not
+  // reported again).
+  Observed observed(OpKind::kMlpActivation, x);
+  if (auto result = fused::geluMlp(x, fc_weight, fc_bias, proj_weight, proj_bias)) return *result;
   return linear(linearGelu(x, fc_weight, fc_bias), proj_weight, proj_bias);
 }
 

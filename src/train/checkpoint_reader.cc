@@ -82,7 +82,7 @@ void CheckpointReader::Impl::openSharded() {
   world_size = metadata.world_size;
   stage = metadata.stage;
   aliases = metadata.aliases;
-  for (const LogicalTensor& t : metadata.tensors) tensors.push_back({t.name, t.dtype, t.shape, t.storage_order});
+  tensors = metadata.tensors;
   for (size_t s = 0; s < metadata.shards.size(); ++s) {
     for (const ShardRange& r : metadata.shards[s].ranges) runs[r.tensor].push_back({s, r.begin, r.count});
   }

@@ -118,12 +118,6 @@ int removeEntry(const char* path, const struct stat*, int type, struct FTW*) {
 
 }  // namespace
 
-int64_t LogicalTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 std::string shardFileName(int rank, int world_size) {
   char name[64];
   std::snprintf(name, sizeof(name), "rank-%05d-of-%05d.dtck", rank, world_size);

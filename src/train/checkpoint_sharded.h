@@ -28,16 +28,10 @@ inline constexpr const char* kParameterLayout = "parameters";
 std::string shardFileName(int rank, int world_size);
 
 // A logical tensor: a parameter, one parameter's optimizer state, a whole
-// small tensor. `storage_order` (empty: row-major) lists its dimensions
-// outermost first as they lie in the files: a channels-last weight is
-// stored as permute(storage_order), the order of its elements in memory.
-struct LogicalTensor {
-  std::string name;
-  torch::ScalarType dtype = torch::kFloat;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> storage_order;
-  int64_t numel() const;
-};
+// small tensor; CheckpointTensorInfo (dtrain/checkpoint.h), whose
+// `storage_order` lists its dimensions outermost first as they lie in the
+// files: a channels-last weight is stored as permute(storage_order).
+using LogicalTensor = CheckpointTensorInfo;
 
 // Elements [begin, begin + count) of a logical tensor (in its storage order),
 // held by one shard file as a 1-D tensor of that name.

@@ -73,7 +73,9 @@ bool StopAgreement::stopAfter(int64_t steps) {
   if (steps_seen_ == 1) first_step_ = Clock::now();
   const bool calibrate = steps_seen_ == kCalibrationSteps;
   if (steps_seen_ > kCalibrationSteps && steps_seen_ % interval_ != 0) return false;
+  // Per stop signal, how many ranks got it (the first entry: any).
   std::vector<double> values{mine != 0 ? 1.0 : 0.0};
+  for (int sig : kStopSignals) values.push_back(mine == sig ? 1.0 : 0.0);
   if (calibrate) {
     // Rank 0's choice of interval: its steps since the first one took this
     // long each, and a check every kCheckPeriod of them.
@@ -87,9 +89,18 @@ bool StopAgreement::stopAfter(int64_t steps) {
     values.push_back(proposal);
   }
   sum_(values);
-  if (calibrate) interval_ = std::max<int64_t>(1, static_cast<int64_t>(values[1]));
+  const size_t kinds = std::size(kStopSignals);
+  if (calibrate) interval_ = std::max<int64_t>(1, static_cast<int64_t>(values[1 + kinds]));
   if (values[0] <= 0) return false;
-  signal_ = mine;
+  // The signal most ranks got (the same on every rank).
+  signal_ = 0;
+  double most = 0;
+  for (size_t i = 0; i < kinds; ++i) {
+    if (values[1 + i] > most) {
+      most = values[1 + i];
+      signal_ = kStopSignals[i];
+    }
+  }
   return true;
 }
 

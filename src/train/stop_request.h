@@ -23,8 +23,8 @@
 //   step kCalibrationSteps (and shared by that sum) so that a check comes
 //   about every kCheckPeriod of training: a host synchronisation a second,
 //   not a step. A single-rank job checks its own flag after every step.
-// - Every rank returns true after the same step; signal() then says which
-//   signal this rank received (0: another rank's).
+// - Every rank returns true after the same step; signal() then names the
+//   signal most ranks had received by then (the same on every rank).
 #pragma once
 
 #include <chrono>

@@ -174,7 +174,7 @@ std::string stopSignalName(int sig) {
     case SIGUSR1: return "SIGUSR1";
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
-    default: return "a signal to another rank";
+    default: return "signal " + std::to_string(sig);
   }
 }
 
@@ -184,7 +184,7 @@ std::string stopSignalName(int sig) {
 int stopAfterSignal(const TrainOptions& o, TrainingJob& job, TrainingLoop& loop, const StopAgreement& stop,
                     Watchers& watchers) {
   const int64_t steps = loop.stopAt();
-  const int sig = stop.signal() != 0 ? stop.signal() : SIGTERM;
+  const int sig = stop.signal();
   const std::string by = stopSignalName(stop.signal());
   if (o.checkpoint.dir.empty()) {
     watchers.all.message("dtrain train: stopped by " + by + " after step " + std::to_string(steps) + " of " +

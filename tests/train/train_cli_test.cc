@@ -238,8 +238,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCommandLine{"truncated_data_file", "--data-dir " + truncatedFashionDir(), "t10k-images-idx3-ubyte"},
         BadCommandLine{"corrupt_checkpoint", "--resume /etc/hostname", "/etc/hostname"},
         BadCommandLine{"missing_checkpoint", "--resume /nonexistent/ckpt.dtck",
-                 "--resume '/nonexistent/ckpt.dtck': no such file; expected auto, none, an existing checkpoint "
-                 "file or a sharded checkpoint's directory"},
+                 "--resume '/nonexistent/ckpt.dtck': no such file; expected auto, auto-or-fresh, none, an existing "
+                 "checkpoint file or a sharded checkpoint's directory"},
         BadCommandLine{"directory_that_is_no_checkpoint", "--resume /tmp",
                        "--resume '/tmp': a directory without metadata.dtck"}),
     testing::badCommandLineName);
