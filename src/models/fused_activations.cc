@@ -11,6 +11,27 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using namespace detail;
 
+// dh (and dbias, when bias is not empty) of y = gelu(h + bias) for dy; with
+// y defined, the kernel also writes gelu(h + bias) into it again.
+struct GeluGrads {
+  torch::Tensor dh, dbias;
+};
+GeluGrads geluBackward(const torch::Tensor& h, const torch::Tensor& bias, const torch::Tensor& dy,
+                       const torch::Tensor& y) {
+  const bool has_bias = bias.numel() > 0;
+  GeluGrads g{at::empty(h.sizes(), h.options()),
+              has_bias ? at::empty(bias.sizes(), bias.options()) : torch::Tensor()};
+  const int64_t rows = h.size(0);
+  const int cols = static_cast<int>(h.size(1));
+  const size_t ws_bytes = has_bias ? kernels::gelu_backward_workspace_size(rows, cols) : 0;
+  const torch::Tensor ws = workspace(ws_bytes, h);
+  DTRAIN_CUDA_CHECK(kernels::gelu_backward(g.dh.data_ptr(), mutablePtr(g.dbias), /*accumulate=*/false, ws.data_ptr(),
+                                           ws_bytes, dy.data_ptr(), h.data_ptr(), has_bias ? bias.data_ptr() : nullptr,
+                                           rows, cols, kernelType(h), has_bias ? kernelType(bias) : kernelType(h),
+                                           streamOf(h), mutablePtr(y)));
+  return g;
+}
+
 // y = gelu(h + bias) over h [rows, cols] (the fc product without its bias)
 // and bias [cols] (empty: none; libtorch 2.x refuses undefined inputs to a
 // custom function). Saves h and bias; backward recomputes.
@@ -32,20 +53,8 @@ class FusedGeluFunction : public torch::autograd::Function<FusedGeluFunction> {
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &h = saved[0], &bias = saved[1];
     KernelScope scope(h);
-    const bool has_bias = bias.numel() > 0;
-    const torch::Tensor dy = aligned(grads[0].to(h.scalar_type()));
-    const torch::Tensor dh = at::empty(h.sizes(), h.options());
-    const torch::Tensor dbias = has_bias ? at::empty(bias.sizes(), bias.options()) : torch::Tensor();
-    const int64_t rows = h.size(0);
-    const int cols = static_cast<int>(h.size(1));
-    const size_t ws_bytes = has_bias ? kernels::gelu_backward_workspace_size(rows, cols) : 0;
-    const torch::Tensor ws = workspace(ws_bytes, h);
-    const kernels::DType param = has_bias ? kernelType(bias) : kernelType(h);
-    DTRAIN_CUDA_CHECK(kernels::gelu_backward(dh.data_ptr(), mutablePtr(dbias), /*accumulate=*/false, ws.data_ptr(),
-                                             ws_bytes, dy.data_ptr(), h.data_ptr(),
-                                             has_bias ? bias.data_ptr() : nullptr, rows, cols, kernelType(h), param,
-                                             streamOf(h)));
-    return {dh, dbias};
+    const GeluGrads g = geluBackward(h, bias, aligned(grads[0].to(h.scalar_type())), /*y=*/torch::Tensor());
+    return {g.dh, g.dbias};
   }
 };
 
@@ -76,24 +85,13 @@ class FusedGeluLinearFunction : public torch::autograd::Function<FusedGeluLinear
     KernelScope scope(h);
     const torch::Tensor dout = aligned(grads[0].to(h.scalar_type()));
     const torch::Tensor da = aligned(torch::mm(dout, weight));
-    const bool has_fc_bias = fc_bias.numel() > 0;
-    const torch::Tensor dh = at::empty(h.sizes(), h.options());
     const torch::Tensor a = at::empty(h.sizes(), h.options());
-    const torch::Tensor dfc_bias = has_fc_bias ? at::empty(fc_bias.sizes(), fc_bias.options()) : torch::Tensor();
-    const int64_t rows = h.size(0);
-    const int cols = static_cast<int>(h.size(1));
-    const size_t ws_bytes = has_fc_bias ? kernels::gelu_backward_workspace_size(rows, cols) : 0;
-    const torch::Tensor ws = workspace(ws_bytes, h);
-    DTRAIN_CUDA_CHECK(kernels::gelu_backward(dh.data_ptr(), mutablePtr(dfc_bias), /*accumulate=*/false,
-                                             ws.data_ptr(), ws_bytes, da.data_ptr(), h.data_ptr(),
-                                             has_fc_bias ? fc_bias.data_ptr() : nullptr, rows, cols, kernelType(h),
-                                             has_fc_bias ? kernelType(fc_bias) : kernelType(h), streamOf(h),
-                                             a.data_ptr()));
+    const GeluGrads g = geluBackward(h, fc_bias, da, a);
     const torch::Tensor dweight = torch::mm(dout.t(), a);
     const torch::Tensor dbias =
         ctx->saved_data["has_bias"].toBool() ? dout.sum(0, /*keepdim=*/false, torch::kFloat).to(h.scalar_type())
                                              : torch::Tensor();
-    return {dh, dfc_bias, dweight, dbias};
+    return {g.dh, g.dbias, dweight, dbias};
   }
 };
 

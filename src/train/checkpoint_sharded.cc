@@ -299,12 +299,11 @@ std::vector<std::string> listCheckpointPaths(const std::string& dir, const std::
 
 namespace {
 
-// Whether the checkpoint's headers (a file's, or a sharded one's metadata
-// and every shard's size) read as a checkpoint: truncated or overwritten
-// files are caught, not flipped bits (the CRCs are checked on resume).
+// Whether a complete checkpoint's headers (a file's, or a sharded one's
+// metadata) read as a checkpoint: truncated or overwritten files are
+// caught, not flipped bits (the CRCs are checked on resume).
 bool readsAsACheckpoint(const std::string& path) {
   try {
-    if (isDirectory(path) && !missingCheckpointParts(path).empty()) return false;
     CheckpointReader reader(path);
     return true;
   } catch (const std::exception&) {

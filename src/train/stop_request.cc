@@ -62,8 +62,7 @@ StopAgreement::StopAgreement(int rank, int size, std::function<void(std::vector<
                              std::function<int()> local)
     : rank_(rank), size_(size), sum_(std::move(sum)), local_(std::move(local)) {}
 
-bool StopAgreement::stopAfter(int64_t steps) {
-  (void)steps;
+bool StopAgreement::stopAfter() {
   const int mine = local_ ? local_() : 0;
   ++steps_seen_;
   if (size_ <= 1 || !sum_) {

@@ -15,8 +15,7 @@
 //   it; a launcher's deadline has passed). Repeats within 2 s are the same
 //   event delivered twice (Slurm signals every process of a step and the
 //   launcher forwards it too) and are ignored, as are repeated SIGUSR1s.
-// - StopAgreement::stopAfter(steps) is called by every rank after each
-//   step. Ranks may see a signal at different steps; they agree through a
+// - StopAgreement::stopAfter() is called by every rank after each step. Ranks may see a signal at different steps; they agree through a
 //   sum of their flags over all ranks (Context::allreduceSum), taken at the
 //   same steps on every rank: after each of the first kCalibrationSteps
 //   steps, then every `interval()` steps, the interval chosen by rank 0 at
@@ -59,8 +58,8 @@ class StopAgreement {
   // once (a collective); `local`: this rank's received signal (0: none).
   StopAgreement(int rank, int size, std::function<void(std::vector<double>&)> sum, std::function<int()> local);
 
-  // After each step, with `steps` steps done in this run so far.
-  bool stopAfter(int64_t steps);
+  // After each step of this run.
+  bool stopAfter();
   int signal() const { return signal_; }
   int64_t interval() const { return interval_; }
 
