@@ -92,6 +92,20 @@ void setNoDelay(int fd) {
   DTRAIN_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)));
 }
 
+void setPeerSilenceLimit(int fd, std::chrono::milliseconds silence) {
+  const int seconds = static_cast<int>(std::max<int64_t>(silence.count() / 1000, 3));
+  const int idle = std::max(1, seconds / 3);
+  const int interval = std::max(1, (seconds - idle) / 3);
+  const int probes = 3;
+  const unsigned int user_timeout_ms = static_cast<unsigned int>(std::max<int64_t>(silence.count(), 1000));
+  int one = 1;
+  DTRAIN_CHECK_ERRNO(setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)));
+  DTRAIN_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)));
+  DTRAIN_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval)));
+  DTRAIN_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes)));
+  DTRAIN_CHECK_ERRNO(setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms)));
+}
+
 FileDescriptor listenTcp(const std::string& bind_address, uint16_t port, int backlog) {
   const std::string where = hostPortText(bind_address, port);
   std::string error;

@@ -31,6 +31,13 @@ uint64_t raiseOpenFileLimit();
 
 void setNonBlocking(int fd);
 void setNoDelay(int fd);
+// A connection whose peer stops answering fails within about `silence` on its
+// own, even while nothing is being sent (a silent network partition, a peer
+// machine that lost power): TCP keep-alive probes start after silence / 3 and
+// give up after three unanswered ones, and unacknowledged data gives up after
+// `silence` (TCP_USER_TIMEOUT). Blocked reads and writes then fail with
+// ETIMEDOUT instead of waiting for the kernel's ~15-minute retransmission limit.
+void setPeerSilenceLimit(int fd, std::chrono::milliseconds silence);
 
 // A non-blocking, SO_REUSEADDR socket listening on bind_address:port
 // (IPv4/IPv6 literal or host name; port 0 picks a free port). IoError naming

@@ -1,6 +1,19 @@
 #include "store/store.h"
 
+#include <algorithm>
+
 namespace dtrain {
+namespace {
+thread_local std::chrono::steady_clock::time_point scope_deadline = std::chrono::steady_clock::time_point::max();
+}  // namespace
+
+StoreDeadlineScope::StoreDeadlineScope(std::chrono::milliseconds budget) : previous_(scope_deadline) {
+  scope_deadline = std::min(scope_deadline, Clock::now() + budget);
+}
+
+StoreDeadlineScope::~StoreDeadlineScope() { scope_deadline = previous_; }
+
+std::chrono::steady_clock::time_point storeDeadline() { return scope_deadline; }
 
 void storeBarrier(Store& store, const std::string& name, int world_size,
                   std::chrono::milliseconds timeout) {

@@ -15,6 +15,11 @@
 // - All methods are safe to call from several threads.
 // - Failures: TimeoutError (deadline), IoError (connection lost), ConfigError
 //   (refused: bad token, protocol version).
+// - No call blocks without a deadline: a request that does not wait for keys
+//   is bounded by the implementation's request timeout, get()/wait() by
+//   their timeout, and a StoreDeadlineScope bounds every call its thread
+//   makes (waiting for another thread's request on a shared connection
+//   included) by an earlier deadline.
 #pragma once
 
 #include <chrono>
@@ -50,6 +55,27 @@ class Store {
  protected:
   std::chrono::milliseconds timeout_ = kDefaultTimeout;
 };
+
+// Bounds every store request the constructing thread makes while the scope
+// lives, whatever the store's own timeouts: a thread that must report
+// promptly (a failure diagnosis, a heartbeat) cannot be held by an
+// unreachable store or by another thread's request. Nested scopes keep the
+// earliest deadline. Implementations read it with storeDeadline().
+class StoreDeadlineScope {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit StoreDeadlineScope(std::chrono::milliseconds budget);
+  ~StoreDeadlineScope();
+  StoreDeadlineScope(const StoreDeadlineScope&) = delete;
+  StoreDeadlineScope& operator=(const StoreDeadlineScope&) = delete;
+
+ private:
+  Clock::time_point previous_;
+};
+
+// The earliest deadline of this thread's StoreDeadlineScopes, or
+// time_point::max() outside any.
+std::chrono::steady_clock::time_point storeDeadline();
 
 // A counting barrier over a store: every one of `world_size` callers adds 1 to
 // `<name>/count` and waits for `<name>/done`, set by the last to arrive.

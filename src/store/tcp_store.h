@@ -71,8 +71,20 @@ struct TcpStoreClientOptions {
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
   // Default timeout of get()/wait().
   std::chrono::milliseconds timeout = Store::kDefaultTimeout;
+  // Bound on a request that does not wait for keys (set, add, check, ...):
+  // the server answers those at once, so no reply by then means the store
+  // or the way to it is gone (TimeoutError naming host:port).
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
+  // A connection whose server stops answering (a silent partition, a dead
+  // machine) fails within about this long even inside a long get()/wait()
+  // (TCP keep-alive and TCP_USER_TIMEOUT; see setPeerSilenceLimit()).
+  std::chrono::milliseconds liveness_timeout{std::chrono::seconds(10)};
 };
 
+// A request that fails (no reply in time, connection lost) leaves the
+// connection unusable, since a late reply would be read as the answer to the
+// next request; the next request connects again (within its own deadline),
+// so a store that was briefly unreachable serves this client again.
 class TcpStore : public Store {
  public:
   explicit TcpStore(const TcpStoreClientOptions& options);
@@ -94,8 +106,19 @@ class TcpStore : public Store {
 
  private:
   class Connection;
+  using Clock = std::chrono::steady_clock;
+  struct WaitBudget {
+    std::chrono::milliseconds server_wait{0};  // what the server is asked to wait
+    Clock::time_point reply_deadline;          // when the client gives up on the reply
+  };
+  Clock::time_point requestDeadline() const;
+  WaitBudget waitBudget(std::chrono::milliseconds timeout) const;
+  std::unique_lock<std::timed_mutex> lockBy(Clock::time_point deadline);
+
   TcpStoreClientOptions options_;
-  std::mutex mutex_;
+  // One request at a time on the connection; a caller waits for it no
+  // longer than its own deadline (TimeoutError saying so).
+  std::timed_mutex mutex_;
   std::unique_ptr<Connection> connection_;
 };
 
