@@ -100,7 +100,7 @@ TEST(ProgressTrackerTest, NamesRankThatStoppedPublishing) {
   for (auto& t : group) t->started(7);
   store->set("g/progress/2", "7 6 5");  // a process that died: its record never changes again
   const std::string diagnosis = group[0]->diagnose(7, "broadcast");
-  EXPECT_EQ(diagnosis, "rank 2 stopped publishing progress (process dead or hung?)");
+  EXPECT_EQ(diagnosis, "rank 2 stopped publishing progress (process dead or hung, or its host cut off?)");
 }
 
 TEST(ProgressTrackerTest, NamesRankThatClosedItsCommunicator) {
@@ -142,6 +142,35 @@ TEST(ProgressTrackerTest, UnreachableStoreYieldsASentenceNotAnException) {
   EXPECT_NO_THROW(diagnosis = tracker.diagnose(3, "allgather"));
   EXPECT_TRUE(contains(diagnosis, "could not read the ranks' progress from the store")) << diagnosis;
   EXPECT_TRUE(contains(diagnosis, "connection to store lost")) << diagnosis;
+}
+
+TEST(ProgressTrackerTest, NamesTheHostAndAddressOfEachRankItBlames) {
+  auto store = std::make_shared<HashStore>();
+  ProgressTracker r0(store, "g", 0, 4, kInterval, "node0", "10.0.0.1");
+  ProgressTracker r1(store, "g", 1, 4, kInterval, "node1", "10.0.0.2");
+  store->set("g/progress/2", "7 6 5 node1 10.0.0.2");  // dead: never changes again
+  store->set("g/progress/3", "7 6 5 node2 10.0.0.3");
+  r0.started(7);
+  r1.started(7);
+  EXPECT_EQ(r0.diagnose(7, "allreduce"),
+            "rank 2 on node1 (10.0.0.2), rank 3 on node2 (10.0.0.3) stopped publishing progress "
+            "(process dead or hung, or its host cut off?)");
+}
+
+TEST(ProgressTrackerTest, ARankCutOffFromTheStoreNamesThePeersOnOtherHostsFromTheRoster) {
+  auto store = std::make_shared<FailingStore>();
+  ProgressTracker r0(store, "g", 0, 3, kInterval, "node0", "10.0.0.1");
+  ProgressTracker r1(store, "g", 1, 3, kInterval, "node0", "10.0.0.1");
+  ProgressTracker r2(store, "g", 2, 3, kInterval, "node1", "10.0.0.2");
+  // Rank 0 stores the roster once all three have published; the others read it.
+  ASSERT_TRUE(eventually([&] { return store->HashStore::check({"g/progress/roster"}); }));
+  std::this_thread::sleep_for(kInterval * 4);  // every publisher has had a turn to read it
+  store->failing = true;
+  const std::string diagnosis = r2.diagnose(9, "allreduce");
+  EXPECT_TRUE(contains(diagnosis, "could not read the ranks' progress from the store")) << diagnosis;
+  EXPECT_TRUE(contains(diagnosis, "rank 2 on node1 (10.0.0.2) may be cut off from the network: it lost "
+                                  "ranks 0, 1 on node0 (10.0.0.1) on other hosts")) << diagnosis;
+  store->failing = false;
 }
 
 }  // namespace

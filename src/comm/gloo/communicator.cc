@@ -12,6 +12,7 @@
 #include "comm/gloo/store_adapter.h"
 #include "comm/progress_tracker.h"
 #include "common/error.h"
+#include "common/host.h"
 #include "common/log.h"
 #include "store/prefix_store.h"
 
@@ -65,9 +66,11 @@ GlooCommunicator::GlooCommunicator(std::shared_ptr<Store> store, int rank, int s
   ScopedSigpipeBlock sigpipe_block;
   auto group_store = std::make_shared<PrefixStore>(options.store_prefix, std::move(store));
   checkGroupConsistency(*group_store, rank, size, options.init_timeout);
-  progress_ = std::make_unique<ProgressTracker>(group_store, "", rank, size, options.progress_interval);
-
   const GlooDeviceChoice choice = chooseGlooDevice();
+  // Where this rank runs, for peers' diagnoses: the address Gloo listens on.
+  progress_ = std::make_unique<ProgressTracker>(group_store, "", rank, size, options.progress_interval,
+                                                hostName(), choice.hostname.empty() ? choice.iface : choice.hostname);
+
   auto device = createGlooDevice(choice);
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
   context->setTimeout(options.init_timeout);

@@ -15,6 +15,7 @@
 #include "comm/progress_tracker.h"
 #include "gpu/cuda_check.h"
 #include "common/error.h"
+#include "common/host.h"
 #include "common/log.h"
 #include "store/prefix_store.h"
 
@@ -90,7 +91,8 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<Store> store, int rank, int s
   stream_ = std::make_unique<CudaStream>();
   inputs_ready_ = std::make_unique<CudaEvent>();
   barrier_word_ = std::make_unique<DeviceMemory>(sizeof(int32_t));
-  progress_ = std::make_unique<ProgressTracker>(group_store_, "", rank_, size_, options.progress_interval);
+  progress_ = std::make_unique<ProgressTracker>(group_store_, "", rank_, size_, options.progress_interval,
+                                                hostName());
   watchdog_ = std::make_unique<NcclWatchdog>(*comm_, *progress_, device_, where_, kWatchdogPollInterval);
   DTRAIN_LOG_DEBUG("nccl communicator '" << options.store_prefix << "' ready: rank " << rank_ << " of " << size_
                                          << " on " << where_);
