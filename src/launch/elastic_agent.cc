@@ -44,6 +44,17 @@ bool mentionsPortCollision(const WorkerFailure& failure) {
   return false;
 }
 
+// The agent's own store server stopped serving (see monitor()).
+class StoreServerFailed : public IoError {
+ public:
+  using IoError::IoError;
+};
+
+std::string secondsSince(std::chrono::steady_clock::time_point since) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - since);
+  return std::to_string(ms.count() / 1000) + "." + std::to_string(ms.count() % 1000 / 100);
+}
+
 void sleepFor(std::chrono::milliseconds duration, const std::atomic<int>& stop) {
   auto until = std::chrono::steady_clock::now() + duration;
   while (stop.load() == 0 && std::chrono::steady_clock::now() < until) {
@@ -140,11 +151,67 @@ ElasticAgent::Outcome ElasticAgent::monitor(WorkerGroup& group, const Rendezvous
       // The job's store is gone with it: no restart can rendezvous again.
       DTRAIN_LOG_ERROR("the job store this agent hosts failed; stopping the workers: " << why);
       group.stop();
-      throw IoError(why);
+      throw StoreServerFailed(why);
     }
-    if (round.store->check({"agent/failed"})) return Outcome::kFailedElsewhere;
-    if (rendezvous_->numNodesWaiting() > 0) return Outcome::kMembershipChanged;
+    // The workers may well be fine while the store is briefly out of reach
+    // (a partition that heals): they keep running for the keep-alive's
+    // dead-after, after which the other nodes have dropped this one anyway.
+    try {
+      StoreDeadlineScope bounded(std::max<std::chrono::milliseconds>(config_.monitor_interval, std::chrono::seconds(2)));
+      const bool failed_elsewhere = round.store->check({"agent/failed"});
+      const bool someone_waiting = !failed_elsewhere && rendezvous_->numNodesWaiting() > 0;
+      if (store_failing_since) {
+        DTRAIN_LOG_INFO("the job store answers again after "
+                        << secondsSince(*store_failing_since) << " s");
+        store_failing_since.reset();
+      }
+      if (failed_elsewhere) return Outcome::kFailedElsewhere;
+      if (someone_waiting) return Outcome::kMembershipChanged;
+    } catch (const IoError& e) {
+      if (storeUnreachableFor(e.message())) throw;
+    } catch (const TimeoutError& e) {
+      if (storeUnreachableFor(e.message())) throw;
+    }
   }
+}
+
+bool ElasticAgent::storeUnreachableFor(const std::string& error) {
+  const auto grace = config_.rendezvous.keep_alive_interval * config_.rendezvous.keep_alive_max_attempt;
+  const auto now = std::chrono::steady_clock::now();
+  if (!store_failing_since) {
+    store_failing_since = now;
+    DTRAIN_LOG_WARN("cannot reach the job store: " << error << "; the workers keep running, and this agent "
+                    "gives up if the store stays out of reach for " << grace.count() / 1000.0 << " s");
+    return false;
+  }
+  return now - *store_failing_since >= grace;
+}
+
+int ElasticAgent::storeLost(WorkerGroup* group, const std::string& error) {
+  std::vector<WorkerFailure> failures;
+  if (group) {
+    failures = group->failures();
+    group->stop();
+  }
+  if (!failures.empty()) std::fputs(formatFailureSummary(failures, host_, last_attempt_).c_str(), stderr);
+  const RendezvousConfig& rdzv = config_.rendezvous;
+  const std::string endpoint = rdzv.endpoint_host + ":" + std::to_string(rdzv.endpoint_port);
+  std::string summary = "dtrain launch: lost the job store at " + endpoint + ": " + error + "\n";
+  if (rdzv.backend == "etcd") {
+    summary += "  Every member of the etcd cluster (" + endpoint +
+               ") is out of reach from this node: the cluster lost its quorum, or this node is cut off "
+               "from the network.\n";
+  } else {
+    summary += "  With --rdzv-backend " + rdzv.backend + " the job's state lives in the agent on " +
+               rdzv.endpoint_host +
+               " that hosts the store: once that node is gone (or cut off from this one) no restart can "
+               "rendezvous again, whatever restarts are left (--max-restarts " +
+               std::to_string(config_.max_restarts) + ").\n"
+               "  To survive the loss of any one node, that one included, run the job with "
+               "--rdzv-backend etcd --rdzv-endpoint <the members of an etcd cluster>.\n";
+  }
+  std::fputs(summary.c_str(), stderr);
+  return 1;
 }
 
 int ElasticAgent::run() {
@@ -152,8 +219,14 @@ int ElasticAgent::run() {
   const std::string restart_key = "/run/" + config_.rendezvous.run_id + "/restart_count";
   const std::string me = host_ + ":" + std::to_string(::getpid());
   for (int attempt = 0;; ++attempt) {
-    RendezvousResult round = rendezvous_->nextRendezvous();
-    const int restart_count = static_cast<int>(round.root_store->add(restart_key, 0));
+    RendezvousResult round;
+    int restart_count = 0;
+    try {
+      round = rendezvous_->nextRendezvous();
+      restart_count = static_cast<int>(round.root_store->add(restart_key, 0));
+    } catch (const IoError& e) {
+      return storeLost(nullptr, e.message());  // between groups: the store host went away
+    }
     DTRAIN_LOG_INFO(rendezvous_->describe() << ": generation " << round.generation << ", node "
                     << round.group_rank << " of " << round.group_world_size << ", ranks "
                     << round.rank_offset << ".." << round.rank_offset + config_.nproc_per_node - 1
@@ -180,80 +253,89 @@ int ElasticAgent::run() {
       throw;
     }
 
-    Outcome outcome = monitor(group, round);
-    struct ClearWorkers {
-      std::atomic<bool>& flag;
-      ~ClearWorkers() { flag.store(false); }
-    } clear_workers{has_workers_};
-    if (outcome == Outcome::kStopped) return 128 + stop_signal_.load();
-    if (outcome == Outcome::kStoppedByWorkers) {
-      // A signal reached the workers without this agent (Slurm signals
-      // every process of a step): they saved their work; run again, not
-      // restarted here.
-      DTRAIN_LOG_WARN("the workers stopped after writing a checkpoint (exit " << kExitStoppedAfterCheckpoint
-                      << "); not restarting them");
-      rendezvous_->shutdown();
-      return kExitStoppedAfterCheckpoint;
-    }
-    if (outcome == Outcome::kSucceeded) {
-      // Every node's group must be done before anyone tears the store down.
-      const std::string count_key = "agent/exit_barrier/count";
-      const std::string done_key = "agent/exit_barrier/done";
-      if (round.store->add(count_key, 1) == round.group_world_size) round.store->set(done_key, "1");
-      auto deadline = std::chrono::steady_clock::now() + config_.exit_barrier_timeout;
-      while (!round.store->check({done_key}) && !round.store->check({"agent/failed"})) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          DTRAIN_LOG_WARN("exit barrier timed out after " << config_.exit_barrier_timeout.count()
-                          << " ms; leaving anyway");
-          break;
-        }
-        sleepFor(std::chrono::milliseconds(20), stop_signal_);
-      }
-      if (!round.store->check({"agent/failed"})) {
+    try {
+      last_attempt_ = attempt;
+      Outcome outcome = monitor(group, round);
+      struct ClearWorkers {
+        std::atomic<bool>& flag;
+        ~ClearWorkers() { flag.store(false); }
+      } clear_workers{has_workers_};
+      if (outcome == Outcome::kStopped) return 128 + stop_signal_.load();
+      if (outcome == Outcome::kStoppedByWorkers) {
+        // A signal reached the workers without this agent (Slurm signals
+        // every process of a step): they saved their work; run again, not
+        // restarted here.
+        DTRAIN_LOG_WARN("the workers stopped after writing a checkpoint (exit " << kExitStoppedAfterCheckpoint
+                        << "); not restarting them");
         rendezvous_->shutdown();
-        return 0;
+        return kExitStoppedAfterCheckpoint;
       }
-      outcome = Outcome::kFailedElsewhere;
-    }
-    if (outcome == Outcome::kMembershipChanged) {
-      DTRAIN_LOG_INFO("a node is waiting to join; re-rendezvous (no restart consumed)");
-      group.stop();
-      continue;
-    }
+      if (outcome == Outcome::kSucceeded) {
+        // Every node's group must be done before anyone tears the store down.
+        const std::string count_key = "agent/exit_barrier/count";
+        const std::string done_key = "agent/exit_barrier/done";
+        if (round.store->add(count_key, 1) == round.group_world_size) round.store->set(done_key, "1");
+        auto deadline = std::chrono::steady_clock::now() + config_.exit_barrier_timeout;
+        while (!round.store->check({done_key}) && !round.store->check({"agent/failed"})) {
+          if (std::chrono::steady_clock::now() > deadline) {
+            DTRAIN_LOG_WARN("exit barrier timed out after " << config_.exit_barrier_timeout.count()
+                            << " ms; leaving anyway");
+            break;
+          }
+          sleepFor(std::chrono::milliseconds(20), stop_signal_);
+        }
+        if (!round.store->check({"agent/failed"})) {
+          rendezvous_->shutdown();
+          return 0;
+        }
+        outcome = Outcome::kFailedElsewhere;
+      }
+      if (outcome == Outcome::kMembershipChanged) {
+        DTRAIN_LOG_INFO("a node is waiting to join; re-rendezvous (no restart consumed)");
+        group.stop();
+        continue;
+      }
 
-    std::vector<WorkerFailure> failures = group.failures();
-    group.stop();
-    int restarts_after = 0;
-    if (outcome == Outcome::kFailedHere &&
-        round.store->compareSet("agent/failed", "", me) == me) {
-      // First to see this generation fail: count it, once for all nodes.
-      bool port_collision = !failures.empty() && mentionsPortCollision(failures.front()) &&
-                            port_retries_ < kMaxPortRetries;
-      if (port_collision) {
-        ++port_retries_;
-        DTRAIN_LOG_WARN("MASTER_PORT was taken before the workers bound it; retrying with a new port");
-        restarts_after = restart_count;
+      std::vector<WorkerFailure> failures = group.failures();
+      group.stop();
+      int restarts_after = 0;
+      if (outcome == Outcome::kFailedHere &&
+          round.store->compareSet("agent/failed", "", me) == me) {
+        // First to see this generation fail: count it, once for all nodes.
+        bool port_collision = !failures.empty() && mentionsPortCollision(failures.front()) &&
+                              port_retries_ < kMaxPortRetries;
+        if (port_collision) {
+          ++port_retries_;
+          DTRAIN_LOG_WARN("MASTER_PORT was taken before the workers bound it; retrying with a new port");
+          restarts_after = restart_count;
+        } else {
+          restarts_after = static_cast<int>(round.root_store->add(restart_key, 1));
+        }
+        round.store->set("agent/failed_restart_count", std::to_string(restarts_after));
       } else {
-        restarts_after = static_cast<int>(round.root_store->add(restart_key, 1));
+        restarts_after = static_cast<int>(
+            parseInt64(round.store->get("agent/failed_restart_count"), "failed_restart_count"));
       }
-      round.store->set("agent/failed_restart_count", std::to_string(restarts_after));
-    } else {
-      restarts_after = static_cast<int>(
-          parseInt64(round.store->get("agent/failed_restart_count"), "failed_restart_count"));
+      if (!failures.empty()) {
+        std::fputs(formatFailureSummary(failures, host_, attempt).c_str(), stderr);
+        std::ofstream(log_dir_ + "/failure.json") << failureSummaryJson(failures, host_, attempt);
+      }
+      if (restarts_after > config_.max_restarts) {
+        rendezvous_->shutdown();
+        if (!failures.empty()) return launcherExitCode(failures.front());
+        std::fprintf(stderr, "dtrain launch: the worker group failed on another node (%s) and no restarts "
+                             "are left (--max-restarts %d)\n",
+                     round.store->get("agent/failed").c_str(), config_.max_restarts);
+        return 1;
+      }
+      DTRAIN_LOG_WARN("worker group failed; restarting (" << restarts_after << "/" << config_.max_restarts << ")");
+    } catch (const StoreServerFailed&) {
+      throw;  // this agent's own store server failed: its message says why
+    } catch (const IoError& e) {
+      return storeLost(&group, e.message());
+    } catch (const TimeoutError& e) {
+      return storeLost(&group, e.message());
     }
-    if (!failures.empty()) {
-      std::fputs(formatFailureSummary(failures, host_, attempt).c_str(), stderr);
-      std::ofstream(log_dir_ + "/failure.json") << failureSummaryJson(failures, host_, attempt);
-    }
-    if (restarts_after > config_.max_restarts) {
-      rendezvous_->shutdown();
-      if (!failures.empty()) return launcherExitCode(failures.front());
-      std::fprintf(stderr, "dtrain launch: the worker group failed on another node (%s) and no restarts "
-                           "are left (--max-restarts %d)\n",
-                   round.store->get("agent/failed").c_str(), config_.max_restarts);
-      return 1;
-    }
-    DTRAIN_LOG_WARN("worker group failed; restarting (" << restarts_after << "/" << config_.max_restarts << ")");
   }
 }
 

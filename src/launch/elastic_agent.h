@@ -13,6 +13,12 @@
 // - every worker exited 0 or kExitStoppedAfterCheckpoint (75), some 75: a
 //   signal reached them directly and they saved their work; return 75
 //   without restarting them;
+// - the job store is out of reach: the workers keep running while it comes
+//   back within the keep-alive's dead-after (interval * max attempts, 15 s
+//   by default: by then the other nodes have dropped this one); after that,
+//   or when a request that cannot wait fails, the agent stops its workers
+//   and returns 1 with a summary that names the store, says what its loss
+//   means for the backend in use and which flag avoids it;
 // - a handled signal arrived: forward it to the workers and give them
 //   shutdown_timeout to exit (time to finish a step and checkpoint), then
 //   SIGTERM (when the signal was another) and SIGKILL; return 128 + signal.
@@ -21,7 +27,9 @@
 
 #include <atomic>
 #include <map>
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "launch/launch_config.h"
@@ -52,6 +60,12 @@ class ElasticAgent {
                                                                       int restart_count, int attempt,
                                                                       const std::string& master_port);
   std::string masterPort(const RendezvousResult& round);
+  // monitor(): true once the store has been out of reach for longer than
+  // the keep-alive's dead-after (the first failure starts the clock).
+  bool storeUnreachableFor(const std::string& error);
+  // Stops the workers (if any), prints their failures and the store-loss
+  // summary; returns the exit code.
+  int storeLost(WorkerGroup* group, const std::string& error);
 
   LaunchConfig config_;
   std::string host_;
@@ -60,6 +74,8 @@ class ElasticAgent {
   std::atomic<int> stop_signal_{0};
   std::atomic<bool> has_workers_{false};
   int port_retries_ = 0;
+  int last_attempt_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> store_failing_since;
 };
 
 }  // namespace dtrain

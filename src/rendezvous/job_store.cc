@@ -44,7 +44,8 @@ JobStoreEndpoint::JobStoreEndpoint(const RendezvousConfig& config, StoreRole rol
     : host_(config.endpoint_host),
       port_(config.endpoint_port),
       token_(config.token),
-      label_(std::move(label)) {
+      label_(std::move(label)),
+      request_timeout_(config.keep_alive_interval * config.keep_alive_max_attempt) {
   const auto deadline = Clock::now() + config.join_timeout;
   std::string why;
   if (role == StoreRole::kHost && !tryToHost(&why)) {
@@ -116,6 +117,10 @@ std::shared_ptr<TcpStore> JobStoreEndpoint::connect(std::chrono::milliseconds co
   options.port = port_;
   options.token = token_;
   options.connect_timeout = connect_timeout;
+  // An agent out of touch with the store for longer is dead to its peers
+  // anyway (they drop it after the same time without a heartbeat).
+  options.request_timeout = request_timeout_;
+  options.liveness_timeout = std::min(request_timeout_, options.liveness_timeout);
   // Bounds the greeting too: a program on the port that is not a store must
   // not hold it for the store's long default timeout.
   options.timeout = connect_timeout;

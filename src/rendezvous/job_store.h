@@ -81,6 +81,7 @@ class JobStoreEndpoint {
   std::string token_;
   std::string label_;
   std::string local_address_;
+  std::chrono::milliseconds request_timeout_;  // of every connection: the keep-alive's dead-after
   std::unique_ptr<TcpStoreServer> server_;
   std::shared_ptr<TcpStore> client_;
 };

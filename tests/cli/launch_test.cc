@@ -91,6 +91,33 @@ TEST(LaunchTest, ThirdNodeJoiningTriggersReRendezvousToSix) {
   }
 }
 
+TEST(LaunchTest, LosingTheNodeThatHostsTheC10dStoreEndsTheJobWithASummaryNamingItAndTheFlag) {
+  const int port = freePort();
+  const std::string dir = makeTempDir("dtrain-launch-test");
+  const std::string agent = launch() + " --nnodes 2 --nproc-per-node 1 --max-restarts 3 --monitor-interval 0.1 "
+                            "--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+                            " --rdzv-id hostloss --rdzv-conf keep_alive_interval=1,keep_alive_max_attempt=2,is_host=";
+  const std::string worker = " --no-python sh -c \"echo \\$\\$ > " + dir + "/worker.\\$RANK; sleep 60\"";
+  // The host's agent and worker share one session: killing it is losing the node.
+  auto r = runCommand("setsid " + agent + "1" + worker + " > " + dir + "/host.log 2>&1 & host=$!; " +
+                      agent + "0" + worker + " > " + dir + "/other.log 2>&1 & other=$!; "
+                      "for i in $(seq 300); do [ -f " + dir + "/worker.0 ] && [ -f " + dir + "/worker.1 ] && break; sleep 0.1; done; "
+                      "start=$(date +%s%N); pkill -KILL -s $host; wait $other; echo other-exit=$?; "
+                      "echo elapsed-ms=$(( ($(date +%s%N) - start) / 1000000 )); sleep 0.5; "
+                      "for f in " + dir + "/worker.*; do p=$(cat $f); "
+                      "if [ -e /proc/$p ] && ! grep -q \") Z\" /proc/$p/stat; then echo LEFT-BEHIND $p; fi; done; "
+                      "cat " + dir + "/other.log", 120);
+  EXPECT_NE(r.output.find("other-exit=1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lost the job store at 127.0.0.1:" + std::to_string(port)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the agent on 127.0.0.1 that hosts the store"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--rdzv-backend etcd"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("LEFT-BEHIND"), std::string::npos) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("elapsed-ms=(\\d+)"))) << r.output;
+  // Grace of 2 s (keep-alive 1 s x 2) plus one bounded store request.
+  EXPECT_LT(std::stoi(m[1]), 10000) << r.output;
+}
+
 TEST(LaunchTest, KilledWorkerRestartsTheGroupUntilRestartsRunOut) {
   auto r = runCommand(launch() + " --nproc-per-node 2 --max-restarts 2 --monitor-interval 0.05 --master-port " +
                       std::to_string(freePort()) + " --no-python sh -c \"echo RESTART \\$RANK "
