@@ -118,8 +118,10 @@ class NetnsBed {
   // machine.
   void kill(int node);
   // The machine is gone: partition(node), then kill(node). Peers hear
-  // nothing at all; heal() brings it back "rebooted" (no processes, so old
-  // connections are reset once their retransmissions arrive).
+  // nothing at all (no FIN, no RST). heal() brings it back "rebooted", with
+  // no processes; unlike a real reboot its kernel still holds the killed
+  // processes' closing connections, so a peer then sees its old connection
+  // closed or reset.
   void powerOff(int node);
   // The pids of the live processes in the node.
   std::vector<pid_t> processesIn(int node) const;
