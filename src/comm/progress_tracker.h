@@ -56,7 +56,7 @@ class ProgressTracker {
  public:
   static constexpr int kHeartbeatIntervals = 3;
   // Bound on the store requests of one diagnosis, and of one publication.
-  static constexpr Milliseconds kDiagnosisBudget{3000};
+  static constexpr Milliseconds kDiagnosisBudget{2000};
   static constexpr Milliseconds kPublishBudget{2000};
 
   // `host` and `address` (no spaces; "" when unknown) say where this rank runs.

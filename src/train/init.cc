@@ -1,6 +1,8 @@
 #include "dtrain/init.h"
 
 #include <cstdlib>
+#include <exception>
+#include <optional>
 
 #include "comm/communicator.h"
 #include "comm/world.h"
@@ -8,6 +10,7 @@
 #include "common/log.h"
 #include "train/train_settings.h"
 #include "store/hash_store.h"
+#include "store/store.h"
 
 #if DTRAIN_TORCH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -53,8 +56,13 @@ Context::Context(std::unique_ptr<World> world, std::shared_ptr<Communicator> com
       collective_timeout_(collective_timeout) {}
 
 Context::~Context() {
+  // Unwinding from an error: the peers may be gone or out of reach, so the
+  // exit barrier gets a short bound rather than the collective timeout.
+  const bool failing = std::uncaught_exceptions() > 0;
   communicator_.reset();
   try {
+    std::optional<StoreDeadlineScope> bounded;
+    if (failing) bounded.emplace(std::chrono::seconds(2));
     leaveWorld(*world_, collective_timeout_);
   } catch (const std::exception& e) {
     DTRAIN_LOG_WARN("leaving the job's store failed: " << e.what());

@@ -50,6 +50,15 @@ bool BackgroundProcess::running() {
   return true;
 }
 
+int BackgroundProcess::waitForExit(std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (running()) {
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return exit_code_;
+}
+
 int BackgroundProcess::stop(std::chrono::milliseconds grace) {
   if (pid_ <= 0 || !running()) return exit_code_;
   signalProcessGroup(pid_, SIGTERM);

@@ -25,6 +25,9 @@ class BackgroundProcess {
 
   pid_t pid() const { return pid_; }
   bool running();
+  // Waits up to `limit` for it to exit by itself: its exit code (128 +
+  // signal), or -1 when it still runs (it is left running).
+  int waitForExit(std::chrono::milliseconds limit);
   // The exit code, or 128 + signal; -1 if it had to be killed after `grace`.
   int stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
   std::string log() const;
