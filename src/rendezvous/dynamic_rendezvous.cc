@@ -45,6 +45,7 @@ DynamicRendezvousHandler::DynamicRendezvousHandler(const RendezvousConfig& confi
   };
   KeepAlive::Options options;
   options.key_prefix = prefix_ + "/heartbeat";
+  options.presence_prefix = prefix_ + "/present";
   options.node_id = node_id_;
   options.interval = config_.keep_alive_interval;
   options.max_attempt = config_.keep_alive_max_attempt;
@@ -117,11 +118,17 @@ bool DynamicRendezvousHandler::dropDeadNodes(RendezvousState& state,
   }
   if (state.complete) {
     // The roster of a complete round is frozen: the dead leave it like
-    // anyone else, and the next round opens once all have left.
+    // anyone else, and the next round opens once all have left (without
+    // expecting them back).
     state.departed.insert(state.departed.end(), dropped.begin(), dropped.end());
+    state.lost.insert(state.lost.end(), dropped.begin(), dropped.end());
   } else {
     std::erase_if(state.participants, dead);
   }
+  for (const auto& id : state.expected) {
+    if (dead(id) && std::find(dropped.begin(), dropped.end(), id) == dropped.end()) dropped.push_back(id);
+  }
+  std::erase_if(state.expected, dead);
   for (const auto& id : state.waiting) {
     if (dead(id)) dropped.push_back(id);
   }
@@ -160,12 +167,17 @@ bool DynamicRendezvousHandler::join(RendezvousState& state) {
     window_round_ = -1;  // a node was dropped: the window starts again at min
     return false;
   }
+  // Everyone the last round had, less the dead, is back: nobody else is
+  // known to be coming, so the last call would only delay the restart.
+  const bool all_expected_back =
+      !state.expected.empty() && std::all_of(state.expected.begin(), state.expected.end(),
+                                             [&](const std::string& id) { return state.isParticipant(id); });
   const auto now = Clock::now();
   if (window_round_ != state.round) {
     window_round_ = state.round;
     window_start_ = now;
   }
-  if (now - window_start_ < config_.last_call_timeout) return false;
+  if (!all_expected_back && now - window_start_ < config_.last_call_timeout) return false;
   state.complete = true;
   return true;
 }

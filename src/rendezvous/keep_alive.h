@@ -15,6 +15,19 @@
 // lately"). The cost: a peer first seen now is alive for at least the
 // threshold. Sampling runs all the time, workers running or not, so a
 // verdict is usually ready when a round needs it.
+//
+// Presence (faster, for agents that die on a live machine): with a
+// presence_prefix, each agent also keeps <presence_prefix>/<node id> set
+// with Store::setEphemeral(), which the store deletes when the agent's
+// connection closes (its process exited or was killed). Peers check the
+// presence keys every presence_interval (one CHECK of all of them while
+// all are there): a peer seen present and then absent in two samples in a
+// row is dead at once, without waiting out the counter's threshold. A
+// machine that vanishes silently (power, partition) keeps its connection
+// open on the server for a while, so the counters still decide then. An
+// agent re-sets its key after every reconnect and every beat; a live
+// agent's key is only absent after its connection failed, i.e. after it
+// was out of touch for about its store's liveness timeout (10 s) anyway.
 #pragma once
 
 #include <chrono>
@@ -38,6 +51,8 @@ class KeepAlive {
     std::string node_id;     // this agent
     std::chrono::milliseconds interval{std::chrono::seconds(5)};
     int max_attempt = 3;
+    std::string presence_prefix;  // "" = counters only
+    std::chrono::milliseconds presence_interval{500};
   };
   // The peers to watch now (e.g. read from the rendezvous state); called
   // on the keep-alive thread before each sample, with its connection.
@@ -58,6 +73,7 @@ class KeepAlive {
   bool isDead(const std::string& node_id) const;
   std::chrono::milliseconds deadAfter() const { return options_.interval * options_.max_attempt; }
   std::string counterKey(const std::string& node_id) const { return options_.key_prefix + "/" + node_id; }
+  std::string presenceKey(const std::string& node_id) const { return options_.presence_prefix + "/" + node_id; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -66,9 +82,15 @@ class KeepAlive {
     Clock::time_point changed;    // first sample that showed `count`
     Clock::time_point last_seen;  // latest sample that included this peer
   };
+  struct Presence {
+    bool seen = false;      // its presence key existed in some sample
+    int absent_samples = 0;  // consecutive samples without it since
+  };
 
   void run();
   void sample(Store& store);
+  void samplePresence(Store& store, const std::vector<std::string>& peers);
+  void announce(Store& store);
 
   const Options options_;
   const Reconnect reconnect_;
@@ -79,6 +101,7 @@ class KeepAlive {
   std::condition_variable wake_;
   bool stopping_ = false;                   // guarded by mutex_
   std::map<std::string, Sighting> seen_;    // guarded by mutex_
+  std::map<std::string, Presence> presence_;  // guarded by mutex_
   std::thread thread_;  // last: starts once everything above exists
 };
 

@@ -37,7 +37,8 @@ std::vector<std::string> split(const std::string& text, char separator) {
 std::string RendezvousState::encode() const {
   return "round=" + std::to_string(round) + ";complete=" + (complete ? "1" : "0") +
          ";closed=" + (closed ? "1" : "0") + ";participants=" + joinList(participants) +
-         ";departed=" + joinList(departed) + ";waiting=" + joinList(waiting);
+         ";departed=" + joinList(departed) + ";waiting=" + joinList(waiting) + ";lost=" + joinList(lost) +
+         ";expected=" + joinList(expected);
 }
 
 RendezvousState RendezvousState::decode(const std::string& text, const std::string& key) {
@@ -53,7 +54,7 @@ RendezvousState RendezvousState::decode(const std::string& text, const std::stri
     if (eq == std::string::npos) throw malformed("field '" + field + "' has no '='");
     fields[field.substr(0, eq)] = field.substr(eq + 1);
   }
-  for (const char* name : {"round", "complete", "closed", "participants", "departed", "waiting"}) {
+  for (const char* name : {"round", "complete", "closed", "participants", "departed", "waiting", "lost", "expected"}) {
     if (!fields.count(name)) throw malformed(std::string("no '") + name + "' field");
   }
   const std::string& round = fields["round"];
@@ -66,6 +67,8 @@ RendezvousState RendezvousState::decode(const std::string& text, const std::stri
   state.participants = split(fields["participants"], ',');
   state.departed = split(fields["departed"], ',');
   state.waiting = split(fields["waiting"], ',');
+  state.lost = split(fields["lost"], ',');
+  state.expected = split(fields["expected"], ',');
   return state;
 }
 
@@ -82,8 +85,13 @@ bool RendezvousState::advanceIfAllDeparted() {
   }
   ++round;
   complete = false;
+  expected.clear();
+  for (const auto& node : participants) {
+    if (!contains(lost, node)) expected.push_back(node);
+  }
   participants.clear();
   departed.clear();
+  lost.clear();
   return true;
 }
 

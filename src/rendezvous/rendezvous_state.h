@@ -12,7 +12,13 @@
 //             A participant calling nextRendezvous() again moves to
 //             `departed`; a participant found dead is moved there by anyone.
 //   next      once every participant has departed, `round` goes up and the
-//             new round opens empty; waiting nodes join it.
+//             new round opens empty; waiting nodes join it. The last
+//             round's roster less the nodes found dead in it (`lost`)
+//             becomes `expected`: once every expected node still alive
+//             has joined (and min_nodes have), nobody else is known to be
+//             coming, and the round completes without waiting out the
+//             last call. A round with nobody expected (the first) waits
+//             the last call as torch's does.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +34,10 @@ struct RendezvousState {
   std::vector<std::string> participants;  // node ids, join order
   std::vector<std::string> departed;      // participants that left the complete round
   std::vector<std::string> waiting;       // nodes that want into the next round
+  std::vector<std::string> lost;          // participants found dead (also in departed)
+  std::vector<std::string> expected;      // open round: the last roster less `lost`
 
-  // "round=3;complete=1;closed=0;participants=4,7;departed=7;waiting=9".
+  // "round=3;complete=1;closed=0;participants=4,7;departed=7;waiting=9;lost=;expected=".
   std::string encode() const;
   // "" (the key's initial value) is the initial state; ConfigError naming
   // `key` for text that encode() did not write.

@@ -15,6 +15,9 @@ std::vector<std::string> PrefixStore::join(const std::vector<std::string>& keys)
 }
 
 void PrefixStore::set(const std::string& key, const std::string& value) { store_->set(join(key), value); }
+void PrefixStore::setEphemeral(const std::string& key, const std::string& value) {
+  store_->setEphemeral(join(key), value);
+}
 std::string PrefixStore::get(const std::string& key) {
   const std::string full_key = join(key);
   // get() blocks for the underlying store's timeout; when this view was given

@@ -24,6 +24,7 @@ class PrefixStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   bool deleteKey(const std::string& key) override;
   int64_t numKeys() override;
+  void setEphemeral(const std::string& key, const std::string& value) override;
 
   const std::string& prefix() const { return prefix_; }
   std::shared_ptr<Store> underlying() const { return store_; }

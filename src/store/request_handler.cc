@@ -33,6 +33,18 @@ std::optional<std::string> StoreRequestHandler::handle(ClientId client, std::str
       std::string key = in.bytes("key");
       std::string value = in.bytes("value");
       in.expectEnd("SET");
+      disown(key);
+      data_[key] = std::move(value);
+      keyWritten(key);
+      return okReply();
+    }
+    case StoreOp::kSetEphemeral: {
+      std::string key = in.bytes("key");
+      std::string value = in.bytes("value");
+      in.expectEnd("SET_EPHEMERAL");
+      disown(key);
+      owned_keys_[client].insert(key);
+      owner_of_[key] = client;
       data_[key] = std::move(value);
       keyWritten(key);
       return okReply();
@@ -70,6 +82,7 @@ std::optional<std::string> StoreRequestHandler::handle(ClientId client, std::str
     case StoreOp::kDeleteKey: {
       std::string key = in.bytes("key");
       in.expectEnd("DELETE_KEY");
+      disown(key);
       bool existed = data_.erase(key) > 0;
       return FrameWriter(ReplyStatus::kOk).u8(existed ? 1 : 0).finish();
     }
@@ -197,6 +210,24 @@ std::optional<StoreRequestHandler::Clock::time_point> StoreRequestHandler::nextD
 
 void StoreRequestHandler::forget(ClientId client) {
   if (isDeferred(client)) release(client);
+  auto owned = owned_keys_.find(client);
+  if (owned == owned_keys_.end()) return;
+  for (const auto& key : owned->second) {
+    data_.erase(key);
+    owner_of_.erase(key);
+  }
+  owned_keys_.erase(owned);
+}
+
+void StoreRequestHandler::disown(const std::string& key) {
+  auto owner = owner_of_.find(key);
+  if (owner == owner_of_.end()) return;
+  auto owned = owned_keys_.find(owner->second);
+  if (owned != owned_keys_.end()) {
+    owned->second.erase(key);
+    if (owned->second.empty()) owned_keys_.erase(owned);
+  }
+  owner_of_.erase(owner);
 }
 
 }  // namespace dtrain

@@ -49,7 +49,9 @@ class StoreRequestHandler {
   // The earliest deadline of a deferred request, if any.
   std::optional<Clock::time_point> nextDeadline() const;
   bool isDeferred(ClientId client) const { return deferred_.count(client) != 0; }
-  // Drops the client's deferred request (its connection closed).
+  // The client's connection closed: drops its deferred request and deletes
+  // the keys it set with SET_EPHEMERAL (and still owns: a later SET or
+  // SET_EPHEMERAL of the key by anyone, or its deletion, ends that).
   void forget(ClientId client);
 
   size_t numKeys() const { return data_.size(); }
@@ -74,12 +76,16 @@ class StoreRequestHandler {
   void keyWritten(const std::string& key);
   // Removes the deferred request from every index; returns it.
   Deferred release(ClientId client);
+  // The key is no longer deleted with its owner's connection.
+  void disown(const std::string& key);
 
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<ClientId, Deferred> deferred_;
   std::unordered_map<std::string, std::unordered_set<ClientId>> waiters_by_key_;
   std::multimap<Clock::time_point, ClientId> deadlines_;
   std::vector<StoreReply> completed_;
+  std::unordered_map<ClientId, std::unordered_set<std::string>> owned_keys_;  // SET_EPHEMERAL keys
+  std::unordered_map<std::string, ClientId> owner_of_;
 };
 
 }  // namespace dtrain

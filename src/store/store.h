@@ -48,6 +48,11 @@ class Store {
   // True when the key existed.
   virtual bool deleteKey(const std::string& key) = 0;
   virtual int64_t numKeys() = 0;
+  // set(), and the key is deleted when this client goes away: for a
+  // TcpStore, when its connection to the server closes (the process
+  // exited or died, or the connection failed). A presence flag peers can
+  // watch (see KeepAlive). The default (stores with no connection) is set().
+  virtual void setEphemeral(const std::string& key, const std::string& value) { set(key, value); }
 
   std::chrono::milliseconds timeout() const { return timeout_; }
   void setTimeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }

@@ -100,6 +100,9 @@ class TcpStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   bool deleteKey(const std::string& key) override;
   int64_t numKeys() override;
+  // Deleted by the server when this client's connection closes; after a
+  // reconnect the key is gone until set again.
+  void setEphemeral(const std::string& key, const std::string& value) override;
 
   const std::string& host() const { return options_.host; }
   uint16_t port() const { return options_.port; }

@@ -57,7 +57,8 @@ class TcpStore::Connection {
       return TimeoutError("could not connect to the store at " + where_ + " within " +
                           secondsText(options_.connect_timeout) + " s: " + error);
     });
-    greet(std::min(Clock::now() + withSafetyMargin(clampTimeout(options.request_timeout)), storeDeadline()));
+    const auto greeting = std::min(clampTimeout(options.timeout), clampTimeout(options.request_timeout));
+    greet(std::min(Clock::now() + withSafetyMargin(greeting), storeDeadline()));
   }
 
   const std::string& where() const { return where_; }
@@ -317,6 +318,14 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   auto lock = lockBy(deadline);
   return connection_->call(frame, deadline, [](PayloadReader& r) { return r.u8("present") != 0; },
                            NoTimeoutExpected{connection_->where()});
+}
+
+void TcpStore::setEphemeral(const std::string& key, const std::string& value) {
+  std::string frame = FrameWriter(StoreOp::kSetEphemeral).bytes(key).bytes(value).finish();
+  const auto deadline = requestDeadline();
+  auto lock = lockBy(deadline);
+  connection_->call(frame, deadline, [](PayloadReader& r) { r.expectEnd("SET_EPHEMERAL reply"); },
+                    NoTimeoutExpected{connection_->where()});
 }
 
 bool TcpStore::deleteKey(const std::string& key) {

@@ -33,6 +33,7 @@ std::string storeOpName(uint8_t op) {
     case StoreOp::kCheck: return "CHECK";
     case StoreOp::kDeleteKey: return "DELETE_KEY";
     case StoreOp::kNumKeys: return "NUM_KEYS";
+    case StoreOp::kSetEphemeral: return "SET_EPHEMERAL";
   }
   return "op " + std::to_string(op);
 }

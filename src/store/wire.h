@@ -42,6 +42,7 @@ enum class StoreOp : uint8_t {
   kCheck = 7,
   kDeleteKey = 8,
   kNumKeys = 9,
+  kSetEphemeral = 10,  // a SET whose key the server deletes when this connection closes
 };
 
 enum class ReplyStatus : uint8_t { kOk = 0, kTimeout = 1, kError = 2, kRefused = 3 };

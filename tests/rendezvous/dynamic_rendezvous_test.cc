@@ -117,6 +117,48 @@ TEST(DynamicRendezvousTest, AKilledAgentProcessIsDroppedFromTheNextRound) {
   EXPECT_EQ(second[0].generation, first[0].generation + 1);
 }
 
+// The re-formation after a node's agent dies: its store connection closes,
+// its presence key goes with it, and the survivors' round completes as soon
+// as every node of the last round still alive is back: neither the
+// heartbeat threshold (15 s here) nor the last call (10 s) is waited out.
+TEST(DynamicRendezvousTest, AKilledAgentIsDroppedAtOnceAndTheSurvivorsDoNotWaitTheLastCall) {
+  const uint16_t port = freePort();
+  RendezvousConfig config = dynamicConfig(port, 2, 3);
+  config.keep_alive_interval = seconds(1);
+  config.keep_alive_max_attempt = 15;
+  config.last_call_timeout = seconds(10);
+  RendezvousConfig victim_config = config;
+  victim_config.is_host = 0;
+  ForkedChild victim([&](const ChildSide&) { return joinOneRoundAndIdle(victim_config); });
+
+  auto handlers = createAll({config, config});
+  std::vector<RendezvousResult> first = rendezvousAll(pointers(handlers));
+  ASSERT_EQ(first[0].group_world_size, 3);
+  std::this_thread::sleep_for(milliseconds(1500));  // every keep-alive has seen every presence key
+  victim.kill(SIGKILL);
+  victim.reap();
+  const auto start = SteadyClock::now();
+  std::vector<RendezvousResult> second = rendezvousAll(pointers(handlers));
+  const double elapsed = secondsSince(start);
+  expectConsistentRound(second, {1, 1});
+  EXPECT_EQ(second[0].generation, first[0].generation + 1);
+  EXPECT_LT(elapsed, 4.0) << "waited for the heartbeat threshold or the last call";
+}
+
+// A restart with every node alive: all of the last round are back, so the
+// round does not wait out the last call either.
+TEST(DynamicRendezvousTest, ARestartWithEveryNodeBackDoesNotWaitTheLastCall) {
+  const uint16_t port = freePort();
+  std::vector<RendezvousConfig> configs(2, dynamicConfig(port, 2, 3));
+  for (auto& config : configs) config.last_call_timeout = seconds(3);
+  auto handlers = createAll(configs);
+  std::vector<RendezvousResult> first = rendezvousAll(pointers(handlers));  // waits the last call once
+  const auto start = SteadyClock::now();
+  std::vector<RendezvousResult> second = rendezvousAll(pointers(handlers));
+  expectConsistentRound(second, {1, 1});
+  EXPECT_LT(secondsSince(start), 2.0);
+}
+
 TEST(DynamicRendezvousTest, BelowMaxTheRoundClosesWhenTheLastCallEnds) {
   const uint16_t port = freePort();
   std::vector<RendezvousConfig> configs(2, dynamicConfig(port, 2, 3));

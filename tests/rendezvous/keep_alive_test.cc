@@ -61,5 +61,27 @@ TEST(KeepAliveTest, AFreshObserverDoesNotCallAPeerDeadBeforeWatchingItLongEnough
   EXPECT_GE(secondsSince(start), 0.2 - 0.05);
 }
 
+TEST(KeepAliveTest, APeerWhosePresenceKeyVanishesIsDeadWithoutWaitingForTheCounters) {
+  auto store = std::make_shared<HashStore>();
+  auto options = [](const std::string& node) {
+    KeepAlive::Options o = optionsFor(node, milliseconds(200), 50);  // counters: dead after 10 s
+    o.presence_prefix = "/run/r/rdzv/present";
+    o.presence_interval = milliseconds(50);
+    return o;
+  };
+  auto peers = [](Store&) { return std::vector<std::string>{"a", "b"}; };
+  KeepAlive a(options("a"), store, [store] { return store; }, peers);
+  auto b = std::make_unique<KeepAlive>(options("b"), store, [store] { return store; }, peers);
+  EXPECT_TRUE(store->check({"/run/r/rdzv/present/b"}));
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_FALSE(a.isDead("b"));
+  // What the server does when b's connection closes (HashStore has none).
+  b->stop();
+  store->deleteKey("/run/r/rdzv/present/b");
+  const auto gone = SteadyClock::now();
+  EXPECT_TRUE(eventually([&] { return a.isDead("b"); }, seconds(5)));
+  EXPECT_LT(secondsSince(gone), 2.0);
+}
+
 }  // namespace
 }  // namespace dtrain::testing

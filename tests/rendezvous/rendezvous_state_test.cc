@@ -22,7 +22,7 @@ TEST(RendezvousStateTest, EncodeDecodeRoundTrips) {
   state.participants = {"4", "2", "9"};
   state.departed = {"2"};
   state.waiting = {"11"};
-  EXPECT_EQ(state.encode(), "round=7;complete=1;closed=0;participants=4,2,9;departed=2;waiting=11");
+  EXPECT_EQ(state.encode(), "round=7;complete=1;closed=0;participants=4,2,9;departed=2;waiting=11;lost=;expected=");
   EXPECT_EQ(RendezvousState::decode(state.encode(), "k"), state);
   state.closed = true;
   state.departed.clear();
@@ -30,7 +30,7 @@ TEST(RendezvousStateTest, EncodeDecodeRoundTrips) {
 }
 
 TEST(RendezvousStateTest, MalformedTextIsAConfigErrorNamingTheKey) {
-  for (const std::string text : {"garbage", "round=x;complete=0;closed=0;participants=;departed=;waiting=",
+  for (const std::string text : {"garbage", "round=x;complete=0;closed=0;participants=;departed=;waiting=;lost=;expected=",
                                  "round=1;complete=0"}) {
     try {
       RendezvousState::decode(text, "/run/r/rdzv/state");

@@ -116,5 +116,24 @@ TEST_F(RequestHandlerTest, MalformedRequestsThrowAndLeaveTheTableUnchanged) {
   EXPECT_THROW(handler_.handle(1, "", now_), WireError);
 }
 
+TEST_F(RequestHandlerTest, AnEphemeralKeyGoesWithItsOwnersConnectionUnlessSetAgainPlainly) {
+  ASSERT_TRUE(handle(1, FrameWriter(StoreOp::kSetEphemeral).bytes("present/1").bytes("1")));
+  ASSERT_TRUE(handle(1, FrameWriter(StoreOp::kSetEphemeral).bytes("present/x").bytes("1")));
+  ASSERT_TRUE(handle(2, FrameWriter(StoreOp::kSet).bytes("present/x").bytes("2")));  // now a plain key
+  ASSERT_TRUE(handle(2, FrameWriter(StoreOp::kSet).bytes("other").bytes("v")));
+  EXPECT_EQ(handler_.numKeys(), 3u);
+  handler_.forget(2);  // another client's connection closing changes nothing
+  EXPECT_EQ(handler_.numKeys(), 3u);
+  handler_.forget(1);
+  EXPECT_EQ(handler_.numKeys(), 2u);
+  auto check = handle(3, FrameWriter(StoreOp::kCheck).strings({"present/1"}));
+  PayloadReader fields("");
+  ASSERT_EQ(statusOf(*check, &fields), kOk);
+  EXPECT_EQ(fields.u8("present"), 0) << "the owner's key outlived its connection";
+  check = handle(3, FrameWriter(StoreOp::kCheck).strings({"present/x", "other"}));
+  ASSERT_EQ(statusOf(*check, &fields), kOk);
+  EXPECT_EQ(fields.u8("present"), 1) << "a key set plainly since went with the old owner";
+}
+
 }  // namespace
 }  // namespace dtrain

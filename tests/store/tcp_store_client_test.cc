@@ -187,6 +187,22 @@ TEST(TcpStoreClientTest, AClientConnectsAgainWhenTheServerComesBack) {
   EXPECT_EQ(store.get("k"), "3");
 }
 
+TEST(TcpStoreClientTest, AnEphemeralKeyIsDeletedWhenItsClientGoesAway) {
+  TcpStoreServer server(loopbackServerOptions());
+  TcpStoreClientOptions options;
+  options.port = server.port();
+  TcpStore watcher(options);
+  auto owner = std::make_unique<TcpStore>(options);
+  owner->setEphemeral("present/7", "1");
+  EXPECT_EQ(watcher.get("present/7"), "1");
+  owner.reset();
+  const auto deadline = std::chrono::steady_clock::now() + seconds(5);
+  while (watcher.check({"present/7"}) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_FALSE(watcher.check({"present/7"}));
+}
+
 TEST(TcpStoreClientTest, ADeadlineScopeBoundsARequestQueuedBehindABlockedOne) {
   TcpStoreServer server(loopbackServerOptions());
   TcpStoreClientOptions options;
