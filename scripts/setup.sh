@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config python3
           libgloo-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           slurm-client slurmctld slurmd munge libtorch-dev zlib1g-dev dataset-fashion-mnist
-          libcpp-httplib-dev prometheus chromium python3-yaml
+          libcpp-httplib-dev prometheus chromium python3-yaml etcd-server etcd-client
           libsentencepiece-dev fortunes libopenblas0-openmp)
 # libtorch's matmuls on the CPU go through libblas.so.3: Debian's default is
 # the reference BLAS; OpenBLAS (the OpenMP build, which shares libtorch's
