@@ -35,7 +35,7 @@ void KeepAlive::stop() {
 
 bool KeepAlive::isDead(const std::string& node_id) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (auto p = presence_.find(node_id); p != presence_.end() && p->second.seen && p->second.absent_samples >= 2) {
+  if (auto p = presence_.find(node_id); p != presence_.end() && p->second.absent_samples >= 2) {
     return true;
   }
   auto it = seen_.find(node_id);
@@ -102,9 +102,8 @@ void KeepAlive::samplePresence(Store& store, const std::vector<std::string>& pee
   for (const auto& [peer, here] : present) {
     Presence p = presence_.count(peer) ? presence_[peer] : Presence{};
     if (here) {
-      p.seen = true;
       p.absent_samples = 0;
-    } else if (p.seen) {
+    } else {
       ++p.absent_samples;
     }
     updated[peer] = p;

@@ -21,8 +21,10 @@
 // with Store::setEphemeral(), which the store deletes when the agent's
 // connection closes (its process exited or was killed). Peers check the
 // presence keys every presence_interval (one CHECK of all of them while
-// all are there): a peer seen present and then absent in two samples in a
-// row is dead at once, without waiting out the counter's threshold. A
+// all are there): a listed peer whose key is absent in two samples in a row
+// is dead at once, without waiting out the counter's threshold. (An agent
+// sets its key before it joins any round, so a listed peer without one is
+// gone, even if this agent never saw the key.) A
 // machine that vanishes silently (power, partition) keeps its connection
 // open on the server for a while, so the counters still decide then. An
 // agent re-sets its key after every reconnect and every beat; a live
@@ -83,8 +85,7 @@ class KeepAlive {
     Clock::time_point last_seen;  // latest sample that included this peer
   };
   struct Presence {
-    bool seen = false;      // its presence key existed in some sample
-    int absent_samples = 0;  // consecutive samples without it since
+    int absent_samples = 0;  // consecutive samples without its presence key
   };
 
   void run();

@@ -89,6 +89,10 @@ bool RendezvousState::advanceIfAllDeparted() {
   for (const auto& node : participants) {
     if (!contains(lost, node)) expected.push_back(node);
   }
+  // Nodes waiting to get in are coming too.
+  for (const auto& node : waiting) {
+    if (!contains(expected, node)) expected.push_back(node);
+  }
   participants.clear();
   departed.clear();
   lost.clear();

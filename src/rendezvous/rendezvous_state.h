@@ -13,8 +13,8 @@
 //             `departed`; a participant found dead is moved there by anyone.
 //   next      once every participant has departed, `round` goes up and the
 //             new round opens empty; waiting nodes join it. The last
-//             round's roster less the nodes found dead in it (`lost`)
-//             becomes `expected`: once every expected node still alive
+//             round's roster less the nodes found dead in it (`lost`),
+//             and the waiting nodes, become `expected`: once every expected node still alive
 //             has joined (and min_nodes have), nobody else is known to be
 //             coming, and the round completes without waiting out the
 //             last call. A round with nobody expected (the first) waits
@@ -35,7 +35,7 @@ struct RendezvousState {
   std::vector<std::string> departed;      // participants that left the complete round
   std::vector<std::string> waiting;       // nodes that want into the next round
   std::vector<std::string> lost;          // participants found dead (also in departed)
-  std::vector<std::string> expected;      // open round: the last roster less `lost`
+  std::vector<std::string> expected;      // open round: the last roster less `lost`, and the waiting
 
   // "round=3;complete=1;closed=0;participants=4,7;departed=7;waiting=9;lost=;expected=".
   std::string encode() const;

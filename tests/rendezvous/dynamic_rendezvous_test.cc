@@ -63,7 +63,11 @@ TEST(DynamicRendezvousTest, ALateJoinerWaitsIsCountedAndGetsInTheNextRound) {
   EXPECT_EQ(handlers[2]->numNodesWaiting(), 0);
 }
 
-TEST(DynamicRendezvousTest, ANodeThatStopsHeartbeatingIsDroppedFromTheNextRound) {
+// A node whose agent goes away (here: its handler is destroyed, closing its
+// connections) is dropped from the next round as soon as its presence key
+// is gone; silence alone (a machine that vanished) is the counters' job,
+// tested in keep_alive_test.cc.
+TEST(DynamicRendezvousTest, ANodeThatGoesAwayIsDroppedFromTheNextRound) {
   const uint16_t port = freePort();
   std::vector<RendezvousConfig> configs(3, dynamicConfig(port, 2, 3));
   for (auto& config : configs) {
@@ -84,7 +88,6 @@ TEST(DynamicRendezvousTest, ANodeThatStopsHeartbeatingIsDroppedFromTheNextRound)
   expectConsistentRound(second, {1, 1});
   EXPECT_EQ(second[0].generation, first[0].generation + 1);
   EXPECT_EQ(second[0].group_world_size, 2);
-  EXPECT_GE(secondsSince(start), 0.6 - 0.15) << "dropped before its silence was long enough";
   EXPECT_LT(secondsSince(start), 10.0);
 }
 

@@ -59,6 +59,19 @@ TEST(RendezvousStateTest, NextRoundOpensOnlyWhenEveryParticipantDeparted) {
   EXPECT_TRUE(state.participants.empty());
   EXPECT_TRUE(state.departed.empty());
   EXPECT_EQ(state.waiting, std::vector<std::string>{"5"}) << "waiting nodes join the new round";
+  EXPECT_EQ(state.expected, (std::vector<std::string>{"1", "2", "5"}));
+}
+
+TEST(RendezvousStateTest, TheNextRoundExpectsTheLastRosterLessTheLostAndTheWaiting) {
+  RendezvousState state;
+  state.complete = true;
+  state.participants = {"1", "2", "3"};
+  state.departed = {"1", "3", "2"};
+  state.lost = {"3"};
+  state.waiting = {"4"};
+  ASSERT_TRUE(state.advanceIfAllDeparted());
+  EXPECT_EQ(state.expected, (std::vector<std::string>{"1", "2", "4"}));
+  EXPECT_TRUE(state.lost.empty());
 }
 
 }  // namespace
