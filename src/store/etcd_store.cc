@@ -35,7 +35,10 @@ constexpr int kGrpcUnauthenticated = 16;
 
 milliseconds clampTimeout(milliseconds timeout) { return std::clamp(timeout, milliseconds(0), kMaxTimeout); }
 
-Clock::time_point deadlineAfter(milliseconds timeout) { return Clock::now() + clampTimeout(timeout); }
+// Bounded by the caller's StoreDeadlineScope too.
+Clock::time_point deadlineAfter(milliseconds timeout) {
+  return std::min(Clock::now() + clampTimeout(timeout), storeDeadline());
+}
 
 void pause(milliseconds& poll, Clock::time_point deadline) {
   std::this_thread::sleep_for(std::min<Clock::duration>(poll, deadline - Clock::now()));
@@ -157,7 +160,8 @@ std::vector<std::string> parseEtcdEndpoints(const std::string& text) {
   }
 }
 
-EtcdStore::EtcdStore(const EtcdStoreOptions& options) : key_prefix_(options.key_prefix) {
+EtcdStore::EtcdStore(const EtcdStoreOptions& options)
+    : key_prefix_(options.key_prefix), call_timeout_(options.call_timeout), session_ttl_(options.session_ttl) {
   if (options.endpoints.empty()) {
     throw ConfigError("the etcd store has no endpoints; expected host:port entries, e.g. 10.0.0.1:2379");
   }
@@ -176,7 +180,31 @@ EtcdStore::EtcdStore(const EtcdStoreOptions& options) : key_prefix_(options.key_
             describe(), "a first read");
 }
 
-EtcdStore::~EtcdStore() = default;
+EtcdStore::~EtcdStore() {
+  std::lock_guard<std::mutex> lock(session_mutex_);
+  if (session_lease_ == 0) return;
+  // A clean exit takes this client's ephemeral keys with it at once (a
+  // killed process's go when the lease runs out).
+  try {
+    StoreDeadlineScope bounded(std::chrono::seconds(2));
+    revokeLease(session_lease_);
+  } catch (const std::exception&) {
+    // etcd out of reach: the lease expires by itself.
+  }
+}
+
+void EtcdStore::setEphemeral(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(session_mutex_);
+  if (session_lease_ != 0) {
+    try {
+      keepAliveLease(session_lease_);
+    } catch (const IoError&) {
+      session_lease_ = 0;  // expired (this client was out of touch): take a new one
+    }
+  }
+  if (session_lease_ == 0) session_lease_ = grantLease(session_ttl_);
+  setWithLease(key, value, session_lease_);
+}
 
 const std::string& EtcdStore::describe() const { return gateway_->describe(); }
 const std::vector<std::string>& EtcdStore::endpoints() const { return gateway_->endpointTexts(); }
@@ -184,7 +212,7 @@ std::string EtcdStore::currentEndpoint() const { return gateway_->currentEndpoin
 
 void EtcdStore::set(const std::string& key, const std::string& value) {
   const std::string what = "setting key '" + etcdKey(key) + "'";
-  requireOk(gateway_->post("/v3/kv/put", putOf(etcdKey(key), value), deadlineAfter(timeout()), what),
+  requireOk(gateway_->post("/v3/kv/put", putOf(etcdKey(key), value), deadlineAfter(call_timeout_), what),
             describe(), what);
 }
 
@@ -210,7 +238,7 @@ std::string EtcdStore::get(const std::string& key) {
 int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   const std::string etcd_key = etcdKey(key);
   const std::string what = "adding to key '" + etcd_key + "'";
-  const auto deadline = deadlineAfter(timeout());
+  const auto deadline = deadlineAfter(call_timeout_);
   etcd::Reply read = gateway_->post("/v3/kv/range", rangeOf(etcd_key), deadline, what);
   requireOk(read, describe(), what);
   KeyValue current = keyValueOf(read.body, etcd_key);
@@ -244,7 +272,7 @@ std::string EtcdStore::compareSet(const std::string& key, const std::string& exp
                                   const std::string& desired) {
   const std::string etcd_key = etcdKey(key);
   const std::string what = "compare-and-set of key '" + etcd_key + "'";
-  const auto deadline = deadlineAfter(timeout());
+  const auto deadline = deadlineAfter(call_timeout_);
   etcd::Reply read = gateway_->post("/v3/kv/range", rangeOf(etcd_key), deadline, what);
   requireOk(read, describe(), what);
   KeyValue current = keyValueOf(read.body, etcd_key);
@@ -314,20 +342,20 @@ bool EtcdStore::check(const std::vector<std::string>& keys) {
   if (keys.empty()) return true;
   std::vector<std::string> etcd_keys;
   for (const auto& key : keys) etcd_keys.push_back(etcdKey(key));
-  return missingKeys(*gateway_, etcd_keys, deadlineAfter(timeout()), "checking keys").empty();
+  return missingKeys(*gateway_, etcd_keys, deadlineAfter(call_timeout_), "checking keys").empty();
 }
 
 bool EtcdStore::deleteKey(const std::string& key) {
   const std::string what = "deleting key '" + etcdKey(key) + "'";
   etcd::Reply reply =
-      gateway_->post("/v3/kv/deleterange", rangeOf(etcdKey(key)), deadlineAfter(timeout()), what);
+      gateway_->post("/v3/kv/deleterange", rangeOf(etcdKey(key)), deadlineAfter(call_timeout_), what);
   requireOk(reply, describe(), what);
   return int64Field(reply.body, "deleted") > 0;
 }
 
 int64_t EtcdStore::numKeys() {
   const std::string what = "counting the keys under '" + key_prefix_ + "'";
-  etcd::Reply reply = gateway_->post("/v3/kv/range", countUnder(key_prefix_), deadlineAfter(timeout()), what);
+  etcd::Reply reply = gateway_->post("/v3/kv/range", countUnder(key_prefix_), deadlineAfter(call_timeout_), what);
   requireOk(reply, describe(), what);
   return int64Field(reply.body, "count");
 }
@@ -336,7 +364,7 @@ int64_t EtcdStore::grantLease(milliseconds ttl) {
   const int64_t seconds = std::max<int64_t>(1, (clampTimeout(ttl).count() + 999) / 1000);
   const std::string what = "granting a lease of " + std::to_string(seconds) + " s";
   etcd::Reply reply =
-      gateway_->post("/v3/lease/grant", {{"TTL", std::to_string(seconds)}}, deadlineAfter(timeout()), what);
+      gateway_->post("/v3/lease/grant", {{"TTL", std::to_string(seconds)}}, deadlineAfter(call_timeout_), what);
   requireOk(reply, describe(), what);
   const int64_t lease = int64Field(reply.body, "ID");
   if (lease == 0) throw IoError(describe() + " granted a lease without an ID: " + reply.body.dump());
@@ -353,7 +381,7 @@ namespace {
 milliseconds EtcdStore::keepAliveLease(int64_t lease) {
   const std::string what = "renewing lease " + std::to_string(lease);
   etcd::Reply reply =
-      gateway_->post("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, deadlineAfter(timeout()), what);
+      gateway_->post("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, deadlineAfter(call_timeout_), what);
   if (reply.code == kGrpcNotFound) leaseExpired(describe(), lease, what);
   requireOk(reply, describe(), what);
   // A streaming call: its one answer comes as {"result": {...}}.
@@ -365,7 +393,7 @@ milliseconds EtcdStore::keepAliveLease(int64_t lease) {
 void EtcdStore::revokeLease(int64_t lease) {
   const std::string what = "revoking lease " + std::to_string(lease);
   etcd::Reply reply =
-      gateway_->post("/v3/lease/revoke", {{"ID", std::to_string(lease)}}, deadlineAfter(timeout()), what);
+      gateway_->post("/v3/lease/revoke", {{"ID", std::to_string(lease)}}, deadlineAfter(call_timeout_), what);
   if (reply.code == kGrpcNotFound) return;  // expired, or revoked by an attempt whose reply was lost
   requireOk(reply, describe(), what);
 }
@@ -373,7 +401,7 @@ void EtcdStore::revokeLease(int64_t lease) {
 void EtcdStore::setWithLease(const std::string& key, const std::string& value, int64_t lease) {
   const std::string what = "setting key '" + etcdKey(key) + "' with lease " + std::to_string(lease);
   etcd::Reply reply =
-      gateway_->post("/v3/kv/put", putOf(etcdKey(key), value, lease), deadlineAfter(timeout()), what);
+      gateway_->post("/v3/kv/put", putOf(etcdKey(key), value, lease), deadlineAfter(call_timeout_), what);
   if (reply.code == kGrpcNotFound) leaseExpired(describe(), lease, what);
   requireOk(reply, describe(), what);
 }

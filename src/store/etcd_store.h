@@ -9,8 +9,8 @@
 // - Failover: a request that fails on one endpoint (no connection, no reply
 //   within request_timeout, HTTP 5xx, etcd "unavailable") is sent to the next
 //   one, round after round with a short backoff, until the call's deadline
-//   (timeout() for calls that do not wait, the wait's own timeout for
-//   get()/wait()); then IoError "lost the connection to etcd (tried A, B, C)
+//   (call_timeout for calls that do not wait, the wait's own timeout for
+//   get()/wait(), either shortened by a StoreDeadlineScope); then IoError "lost the connection to etcd (tried A, B, C)
 //   while <what>: <last error>". Requests go to the endpoint that last
 //   answered; they do not rotate. When the leader dies, a member that has not
 //   noticed yet holds requests for it, so the first request after that waits
@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,8 +62,15 @@ struct EtcdStoreOptions {
   // The constructor retries until some endpoint answers, then TimeoutError
   // naming every endpoint.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
-  // Default timeout of get()/wait(), and the deadline of every other call.
+  // Default timeout of get()/wait().
   std::chrono::milliseconds timeout = Store::kDefaultTimeout;
+  // The deadline of every call that does not wait for keys, failing over
+  // included (a StoreDeadlineScope may shorten it, and get()/wait() too).
+  std::chrono::milliseconds call_timeout{std::chrono::seconds(30)};
+  // setEphemeral(): the TTL of this client's session lease. Each
+  // setEphemeral() renews it; a client that stops calling (killed) loses
+  // its ephemeral keys that long after its last call, a destroyed one at once.
+  std::chrono::milliseconds session_ttl{std::chrono::seconds(15)};
 };
 
 // "10.0.0.1:2379,10.0.0.2:2379" (an "http://" before an entry is allowed,
@@ -88,6 +96,9 @@ class EtcdStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   bool deleteKey(const std::string& key) override;
   int64_t numKeys() override;
+  // set() under this client's session lease (granted on first use, renewed
+  // by every call, revoked by the destructor).
+  void setEphemeral(const std::string& key, const std::string& value) override;
 
   // Leases, for keep-alives: a key set with a lease disappears when the lease
   // is revoked or expires (ttl without a keepAliveLease; etcd rounds ttl up
@@ -112,6 +123,10 @@ class EtcdStore : public Store {
   std::string etcdKey(const std::string& key) const { return key_prefix_ + key; }
 
   std::string key_prefix_;
+  std::chrono::milliseconds call_timeout_;
+  std::chrono::milliseconds session_ttl_;
+  std::mutex session_mutex_;
+  int64_t session_lease_ = 0;  // 0: none yet; guarded by session_mutex_
   std::unique_ptr<etcd::Gateway> gateway_;
 };
 

@@ -125,6 +125,36 @@ TEST(EtcdStoreLeaseTest, AKeySetWithALeaseGoesWhenTheLeaseIsRevoked) {
   EXPECT_FALSE(store.check({"member/b"}));
 }
 
+TEST(EtcdStoreLeaseTest, AnEphemeralKeyGoesWithItsStore) {
+  SKIP_WITHOUT_ETCD();
+  const std::string prefix = freshPrefix("ephemeral");
+  EtcdStore watcher(optionsFor(sharedCluster(), prefix));
+  auto owner = std::make_unique<EtcdStore>(optionsFor(sharedCluster(), prefix));
+  owner->setEphemeral("present/1", "1");
+  owner->setEphemeral("present/1", "1");  // renews the same session lease
+  EXPECT_EQ(watcher.get("present/1"), "1");
+  owner.reset();  // a clean exit revokes the session lease
+  EXPECT_FALSE(watcher.check({"present/1"}));
+}
+
+TEST(EtcdStoreTest, ADeadlineScopeBoundsACallOnAClusterWithoutQuorum) {
+  SKIP_WITHOUT_ETCD();
+  EtcdCluster cluster(3);
+  EtcdStoreOptions options = optionsFor(cluster, freshPrefix("scope"));
+  options.request_timeout = seconds(1);
+  EtcdStore store(options);
+  store.set("k", "v");
+  cluster.kill(0);
+  cluster.kill(1);
+  cluster.kill(2);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    StoreDeadlineScope bounded(milliseconds(1500));
+    EXPECT_THROW(store.set("k", "w"), Error);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(4));
+}
+
 TEST(EtcdStoreLeaseTest, KeepAliveHoldsAKeyThatExpiresWithoutIt) {
   SKIP_WITHOUT_ETCD();
   EtcdStore store(optionsFor(sharedCluster(), freshPrefix("keepalive")));
@@ -188,9 +218,13 @@ TEST(EtcdStoreFailoverTest, LosingTheLeaderInUseIsSurvivedLosingQuorumFailsInTim
   // Each request is bounded; the call fails at its deadline, naming every
   // endpoint.
   cluster.kill(in_use == cluster.endpoint(order[1]) ? order[1] : order[2]);
-  store.setTimeout(seconds(2));
+  store.setTimeout(seconds(2));  // get()'s deadline; set() below gets a scope of 2 s
   const auto lost = Clock::now();
-  const std::string message = errorOf<IoError>([&] { store.set("no-quorum", "x"); });
+  std::string message;
+  {
+    StoreDeadlineScope bounded(seconds(2));
+    message = errorOf<IoError>([&] { store.set("no-quorum", "x"); });
+  }
   const double took = secondsSince(lost);
   EXPECT_TRUE(contains(message, "lost the connection to etcd (tried " + options.endpoints[0] + ", " +
                                     options.endpoints[1] + ", " + options.endpoints[2] + ")"))
