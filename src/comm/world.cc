@@ -5,6 +5,9 @@
 #include "common/settings.h"
 #include "store/prefix_store.h"
 #include "store/tcp_store.h"
+#if DTRAIN_WITH_ETCD_STORE
+#include "store/etcd_store.h"
+#endif
 
 namespace dtrain {
 namespace {
@@ -51,6 +54,23 @@ World worldFromEnvironment() {
   client.connect_timeout = Milliseconds(static_cast<int64_t>(kStoreConnectTimeout.get() * 1000));
   std::string prefix = kStorePrefix.get();
   const std::string launcher_store = kStoreAddr.get();
+  if (launcher_store.rfind("etcd://", 0) == 0) {
+    // The launcher's job store is an etcd cluster (--rdzv-backend etcd).
+#if DTRAIN_WITH_ETCD_STORE
+    EtcdStoreOptions etcd;
+    etcd.endpoints = parseEtcdEndpoints(launcher_store.substr(7));
+    // key_prefix: the default, as the launcher's (etcd_job_store.cc).
+    etcd.connect_timeout = client.connect_timeout;
+    std::shared_ptr<Store> store = std::make_shared<EtcdStore>(etcd);
+    world.store_address = launcher_store;
+    if (!prefix.empty()) store = std::make_shared<PrefixStore>(prefix, store);
+    world.store = std::move(store);
+    return world;
+#else
+    throw ConfigError("DTRAIN_STORE_ADDR='" + launcher_store +
+                      "' names an etcd cluster, but this dtrain was built without the etcd store");
+#endif
+  }
   if (!launcher_store.empty()) {
     auto colon = launcher_store.rfind(':');
     if (colon == std::string::npos || colon == 0) {

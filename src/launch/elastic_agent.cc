@@ -116,7 +116,8 @@ std::vector<std::map<std::string, std::string>> ElasticAgent::workerEnvironments
     std::filesystem::create_directories(rank_dir, ec);
     env["TORCHELASTIC_ERROR_FILE"] = rank_dir + "/error.json";
     if (nproc > 1 && base.find("OMP_NUM_THREADS") == base.end()) env["OMP_NUM_THREADS"] = "1";
-    env["DTRAIN_STORE_ADDR"] = round.store_host + ":" + std::to_string(round.store_port);
+    env["DTRAIN_STORE_ADDR"] =
+        round.store_url.empty() ? round.store_host + ":" + std::to_string(round.store_port) : round.store_url;
     env["DTRAIN_STORE_PREFIX"] = "/run/" + config_.rendezvous.run_id + "/gen/" +
                                  std::to_string(round.generation) + "/workers";
     envs.push_back(std::move(env));
@@ -195,7 +196,11 @@ int ElasticAgent::storeLost(WorkerGroup* group, const std::string& error) {
   }
   if (!failures.empty()) std::fputs(formatFailureSummary(failures, host_, last_attempt_).c_str(), stderr);
   const RendezvousConfig& rdzv = config_.rendezvous;
-  const std::string endpoint = rdzv.endpoint_host + ":" + std::to_string(rdzv.endpoint_port);
+  std::string endpoint = rdzv.endpoint_host + ":" + std::to_string(rdzv.endpoint_port);
+  if (rdzv.backend == "etcd") {
+    endpoint.clear();
+    for (const auto& member : rdzv.etcd_endpoints) endpoint += (endpoint.empty() ? "" : ",") + member;
+  }
   std::string summary = "dtrain launch: lost the job store at " + endpoint + ": " + error + "\n";
   if (rdzv.backend == "etcd") {
     summary += "  Every member of the etcd cluster (" + endpoint +

@@ -25,6 +25,9 @@
 #include "launch/launch_flags.h"
 #include "launch/log_router.h"
 #include "launch/slurm.h"
+#if DTRAIN_WITH_ETCD_STORE
+#include "store/etcd_store.h"
+#endif
 
 
 namespace dtrain {
@@ -268,8 +271,10 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
   if (auto* v = get("master-port")) config.master_port = v->toInt(1, 65535, "expected a port 1-65535");
   if (auto* v = get("local-addr")) rdzv.local_address = v->value;
   if (auto* v = get("rdzv-backend")) {
-    if (v->value != "static" && v->value != "c10d") v->fail("expected static or c10d (etcd and etcd-v2 are not supported)");
-    rdzv.backend = v->value;
+    if (v->value != "static" && v->value != "c10d" && v->value != "etcd" && v->value != "etcd-v3") {
+      v->fail("expected static, c10d or etcd (alias etcd-v3; etcd-v2 is not supported)");
+    }
+    rdzv.backend = v->value == "etcd-v3" ? "etcd" : v->value;
   }
   std::optional<uint16_t> endpoint_port;
   const FlagValue* endpoint = get("rdzv-endpoint");
@@ -277,7 +282,23 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
     parsed.values.erase("rdzv-endpoint");  // torchrun: "" is the default
     endpoint = nullptr;
   }
-  if (endpoint != nullptr) endpoint_port = parseEndpoint(*endpoint, rdzv.endpoint_host);
+  if (endpoint != nullptr && rdzv.backend == "etcd") {
+    // A comma-separated list of the etcd cluster's members.
+#if DTRAIN_WITH_ETCD_STORE
+    try {
+      rdzv.etcd_endpoints = parseEtcdEndpoints(endpoint->value);
+    } catch (const ConfigError& e) {
+      endpoint->fail(e.message());
+    }
+#else
+    endpoint->fail("this dtrain was built without the etcd store (cpp-httplib was not found)");
+#endif
+    FlagValue first = *endpoint;
+    first.value = rdzv.etcd_endpoints.front();
+    endpoint_port = parseEndpoint(first, rdzv.endpoint_host);
+  } else if (endpoint != nullptr) {
+    endpoint_port = parseEndpoint(*endpoint, rdzv.endpoint_host);
+  }
   if (auto* v = get("rdzv-id")) rdzv.run_id = nonEmpty(*v, "expected a run id");
   if (auto* v = get("rdzv-conf")) parseRdzvConf(*v, rdzv);
   if (auto* v = get("standalone")) config.standalone = v->toSwitch();
@@ -332,6 +353,13 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
       if (auto* v = get("node-rank")) v->fail(expected);
       throw ConfigError("node rank " + std::to_string(rdzv.node_rank) + " from SLURM_NODEID: " + expected);
     }
+  } else if (rdzv.backend == "etcd") {
+    if (rdzv.etcd_endpoints.empty()) {
+      throw ConfigError("--rdzv-backend etcd needs --rdzv-endpoint with the etcd cluster's members, e.g. "
+                        "--rdzv-endpoint 10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379");
+    }
+    rdzv.endpoint_port = endpoint_port.value_or(2379);
+    rdzv.node_rank = -1;
   } else {
     rdzv.endpoint_port = endpoint_port.value_or(29400);
     rdzv.node_rank = -1;

@@ -20,8 +20,12 @@ const std::vector<LaunchFlag> kLaunchFlags = {
     {"master-addr", 0, "ADDR", "127.0.0.1", "address of node 0, which hosts the store (static rendezvous)"},
     {"master-port", 0, "PORT", "29500", "port of the store on node 0 (static rendezvous)"},
     {"local-addr", 0, "ADDR", "", "this node's address as the other nodes reach it (default: found)"},
-    {"rdzv-backend", 0, "BACKEND", "static", "rendezvous backend: static or c10d"},
-    {"rdzv-endpoint", 0, "HOST[:PORT]", "", "c10d rendezvous store, [IPv6] in brackets, port 29400 by default"},
+    {"rdzv-backend", 0, "BACKEND", "static",
+     "rendezvous backend: static, c10d (an agent hosts the store), or etcd (alias etcd-v3: the store is an etcd "
+     "cluster, so the job survives losing any one node)"},
+    {"rdzv-endpoint", 0, "HOST[:PORT]", "",
+     "c10d rendezvous store, [IPv6] in brackets, port 29400 by default; etcd: the members, HOST:PORT[,HOST:PORT...], "
+     "port 2379 by default"},
     {"rdzv-id", 0, "ID", "none", "run id shared by every node of the job"},
     {"rdzv-conf", 0, "KEY=VALUE,...", "",
      "join_timeout, last_call_timeout, close_timeout, keep_alive_interval (seconds), "

@@ -20,16 +20,24 @@ bool eraseId(std::vector<std::string>& ids, const std::string& id) {
   return std::erase(ids, id) > 0;
 }
 
+std::string c10dLabel(const RendezvousConfig& config) {
+  return "c10d rendezvous '" + config.run_id + "' at " + endpointText(config.endpoint_host, config.endpoint_port);
+}
+
 }  // namespace
 
 DynamicRendezvousHandler::DynamicRendezvousHandler(const RendezvousConfig& config, StoreRole role)
+    : DynamicRendezvousHandler(config, c10dLabel(config),
+                               std::make_unique<JobStoreEndpoint>(config, role, c10dLabel(config))) {}
+
+DynamicRendezvousHandler::DynamicRendezvousHandler(const RendezvousConfig& config, std::string label,
+                                                   std::unique_ptr<JobStoreLink> link)
     : config_(config),
-      label_("c10d rendezvous '" + config.run_id + "' at " +
-             endpointText(config.endpoint_host, config.endpoint_port)),
+      label_(std::move(label)),
       prefix_("/run/" + config.run_id + "/rdzv"),
       state_key_(prefix_ + "/state"),
-      endpoint_(std::make_unique<JobStoreEndpoint>(config, role, label_)) {
-  Store& store = *endpoint_->client();
+      endpoint_(std::move(link)) {
+  Store& store = *endpoint_->mainStore();
   store.compareSet(state_key_, "", RendezvousState{}.encode());  // the first agent creates it
   node_id_ = std::to_string(store.add(prefix_ + "/next_node_id", 1));
   store.set(prefix_ + "/node/" + node_id_,
@@ -39,7 +47,7 @@ DynamicRendezvousHandler::DynamicRendezvousHandler(const RendezvousConfig& confi
   // agent on the main one must not hold back a heartbeat.
   const auto keep_alive_timeout = config_.keep_alive_interval * config_.keep_alive_max_attempt;
   auto connect = [endpoint = endpoint_.get(), keep_alive_timeout](std::chrono::milliseconds limit) {
-    std::shared_ptr<Store> store = endpoint->connect(limit);
+    std::shared_ptr<Store> store = endpoint->connectAnother(limit);
     store->setTimeout(keep_alive_timeout);
     return store;
   };
@@ -78,7 +86,7 @@ bool DynamicRendezvousHandler::write(Store& store, const Snapshot& seen,
 
 RendezvousResult DynamicRendezvousHandler::nextRendezvous() {
   const auto deadline = Clock::now() + config_.join_timeout;
-  Store& store = *endpoint_->client();
+  Store& store = *endpoint_->mainStore();
   window_round_ = -1;
   bool left = false;  // the round this agent was in, if any, is behind it
   while (true) {
@@ -93,8 +101,9 @@ RendezvousResult DynamicRendezvousHandler::nextRendezvous() {
       if (write(store, seen, desired)) {
         left = true;
         if (!dropped.empty()) {
-          DTRAIN_LOG_WARN(label_ << ": dropped node(s) " << joinIds(dropped) << ": no heartbeat for "
-                          << secondsText(keep_alive_->deadAfter()) << " s");
+          DTRAIN_LOG_WARN(label_ << ": dropped node(s) " << joinIds(dropped)
+                          << ": gone (its agent's connection to the store closed, or no heartbeat for "
+                          << secondsText(keep_alive_->deadAfter()) << " s)");
         }
       }
       continue;  // won or lost the race: look again
@@ -224,7 +233,7 @@ void DynamicRendezvousHandler::timedOut(Store& store, const RendezvousState& sta
 }
 
 int DynamicRendezvousHandler::numNodesWaiting() {
-  const RendezvousState state = read(*endpoint_->client()).state;
+  const RendezvousState state = read(*endpoint_->mainStore()).state;
   if (state.closed || !state.complete ||
       static_cast<int>(state.participants.size()) >= config_.max_nodes) {
     return 0;  // no room: a waiting node would not get in
@@ -236,7 +245,7 @@ int DynamicRendezvousHandler::numNodesWaiting() {
 
 void DynamicRendezvousHandler::shutdown() {
   try {
-    Store& store = *endpoint_->client();
+    Store& store = *endpoint_->mainStore();
     while (true) {
       Snapshot seen = read(store);
       if (seen.state.closed) break;

@@ -38,6 +38,9 @@ class DynamicRendezvousHandler : public RendezvousHandler {
   // Reaches the store (hosting it as `role` says), takes a node id,
   // publishes this node's info and starts the keep-alive.
   DynamicRendezvousHandler(const RendezvousConfig& config, StoreRole role);
+  // The same over a store reached through `link` (etcd), described by `label`.
+  DynamicRendezvousHandler(const RendezvousConfig& config, std::string label,
+                           std::unique_ptr<JobStoreLink> link);
   // Stops the keep-alive without leaving the run: peers find this node dead.
   ~DynamicRendezvousHandler() override;
 
@@ -70,7 +73,7 @@ class DynamicRendezvousHandler : public RendezvousHandler {
   const std::string label_;
   const std::string prefix_;     // "/run/<id>/rdzv"
   const std::string state_key_;  // prefix_ + "/state"
-  std::unique_ptr<JobStoreEndpoint> endpoint_;
+  std::unique_ptr<JobStoreLink> endpoint_;
   std::string node_id_;
   std::unique_ptr<KeepAlive> keep_alive_;  // after endpoint_: stops first
   // The last-call window of the open round, as this agent times it.

@@ -33,7 +33,28 @@ std::string endpointText(const std::string& host, uint16_t port);
 // A duration as seconds for messages: "0.5", "600".
 std::string secondsText(std::chrono::milliseconds duration);
 
-class JobStoreEndpoint {
+// How a rendezvous handler reaches the job store, whatever keeps it: the
+// TCP store one agent hosts (JobStoreEndpoint, below) or an etcd cluster
+// (EtcdJobStore, etcd_job_store.h).
+class JobStoreLink {
+ public:
+  virtual ~JobStoreLink() = default;
+  // The agent's main connection (the result's root_store).
+  virtual std::shared_ptr<Store> mainStore() const = 0;
+  // One more connection, for a thread whose requests must not queue behind
+  // the main one's (keep-alive); its timeout() is the caller's to set.
+  virtual std::shared_ptr<Store> connectAnother(std::chrono::milliseconds connect_timeout) const = 0;
+  // Why the store this agent hosts stopped serving; "" otherwise.
+  virtual std::string serverFailure() const { return ""; }
+  // Host only: keeps serving while peers may still need the store.
+  virtual void waitForPeersToLeave(size_t /*own_connections*/, std::chrono::milliseconds /*limit*/) const {}
+  // A result with the store fields filled for `generation`.
+  virtual RendezvousResult resultFor(const std::string& run_id, int64_t generation) const = 0;
+  // This agent's address as peers see it.
+  virtual const std::string& localAddress() const = 0;
+};
+
+class JobStoreEndpoint : public JobStoreLink {
  public:
   // Listens first when hosting (the server keeps its socket for the
   // endpoint's lifetime), then connects with retries until join_timeout:
@@ -46,6 +67,10 @@ class JobStoreEndpoint {
 
   // The agent's main connection (the result's root_store).
   const std::shared_ptr<TcpStore>& client() const { return client_; }
+  std::shared_ptr<Store> mainStore() const override { return client_; }
+  std::shared_ptr<Store> connectAnother(std::chrono::milliseconds connect_timeout) const override {
+    return connect(connect_timeout);
+  }
   // One more connection, for a thread whose requests must not queue behind
   // a blocking get() on the main one (keep-alive). Its timeout() is
   // connect_timeout until the caller sets another.
@@ -53,21 +78,21 @@ class JobStoreEndpoint {
 
   bool hosting() const { return server_ != nullptr; }
   // The hosted server's failure() ("" when serving or not hosting).
-  std::string serverFailure() const;
+  std::string serverFailure() const override;
   const std::string& host() const { return host_; }
   uint16_t port() const { return port_; }
   // This agent's address as peers see it: config.local_address, else the
   // local address of the route to the endpoint (see localAddressToward()).
-  const std::string& localAddress() const { return local_address_; }
+  const std::string& localAddress() const override { return local_address_; }
 
   // Host only (a no-op elsewhere): keeps serving until at most
   // `own_connections` clients (this agent's) remain or `limit` passes, so
   // that peers finishing the run can still reach the store; otherwise the
   // host, often first out, would cut them off mid-exit-barrier.
-  void waitForPeersToLeave(size_t own_connections, std::chrono::milliseconds limit) const;
+  void waitForPeersToLeave(size_t own_connections, std::chrono::milliseconds limit) const override;
 
   // A result with the store fields filled for `generation`.
-  RendezvousResult resultFor(const std::string& run_id, int64_t generation) const;
+  RendezvousResult resultFor(const std::string& run_id, int64_t generation) const override;
 
  private:
   using Clock = std::chrono::steady_clock;

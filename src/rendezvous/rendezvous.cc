@@ -4,12 +4,13 @@
 
 #include "common/error.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/etcd_job_store.h"
 #include "rendezvous/static_rendezvous.h"
 
 namespace dtrain {
 namespace {
 
-constexpr const char* kSupportedBackends = "static, c10d";
+constexpr const char* kSupportedBackends = "static, c10d, etcd (alias etcd-v3)";
 
 void validateConfig(const RendezvousConfig& config) {
   auto fail = [](const std::string& why) { throw ConfigError("rendezvous config: " + why); };
@@ -59,6 +60,16 @@ StoreRole storeRole(const RendezvousConfig& config) {
 }  // namespace
 
 std::unique_ptr<RendezvousHandler> createRendezvousHandler(const RendezvousConfig& config) {
+  if (config.backend == "etcd" || config.backend == "etcd-v3") {
+    validateConfig(config);
+#if DTRAIN_WITH_ETCD_STORE
+    const std::string label = "etcd rendezvous '" + config.run_id + "' at " + etcdStoreUrl(config.etcd_endpoints);
+    return std::make_unique<DynamicRendezvousHandler>(config, label, std::make_unique<EtcdJobStore>(config, label));
+#else
+    throw ConfigError("this dtrain was built without the etcd store (cpp-httplib was not found); "
+                      "supported backends: static, c10d");
+#endif
+  }
   if (config.backend != "static" && config.backend != "c10d") {
     throw ConfigError("rendezvous backend '" + config.backend +
                       "' is not supported; supported backends: " + kSupportedBackends);

@@ -29,13 +29,16 @@
 //   store, so a node joining later gets the generation of the round it
 //   joins.
 // - Backends: static_rendezvous.h and dynamic_rendezvous.h describe the
-//   rounds and the keys they use under /run/<run_id>/rdzv/.
+//   rounds and the keys they use under /run/<run_id>/rdzv/. etcd runs the
+//   dynamic rounds over an etcd cluster (etcd_job_store.h) instead of a
+//   store one agent hosts.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dtrain {
 
@@ -44,7 +47,10 @@ class TcpStoreServer;
 
 struct RendezvousConfig {
   std::string run_id = "none";
-  std::string backend = "static";  // static | c10d
+  std::string backend = "static";  // static | c10d | etcd
+  // etcd: the cluster's client endpoints ("host:port"); endpoint_host/port
+  // are the first, for messages.
+  std::vector<std::string> etcd_endpoints;
   std::string endpoint_host = "127.0.0.1";
   uint16_t endpoint_port = 29400;
   int min_nodes = 1;
@@ -79,6 +85,7 @@ struct RendezvousResult {
   std::shared_ptr<Store> root_store;  // the whole job store
   std::string store_host;    // host:port of the job store, for workers
   uint16_t store_port = 0;
+  std::string store_url;     // etcd: "etcd://A,B,C" (workers' DTRAIN_STORE_ADDR); "" for TCP
   std::string master_addr;   // group rank 0's address (for PyTorch workers)
 };
 
