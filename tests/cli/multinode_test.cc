@@ -57,9 +57,16 @@ class MultiNodeTest : public ::testing::Test {
   // Waits until the node's log contains `text`; the time it took, or
   // nullopt after `limit`.
   std::optional<Clock::duration> waitFor(int node, const std::string& text, Clock::duration limit) {
+    return waitForAny({node}, text, limit);
+  }
+  // The same, for the first of several nodes' logs to contain it.
+  std::optional<Clock::duration> waitForAny(const std::vector<int>& nodes, const std::string& text,
+                                            Clock::duration limit) {
     const auto start = Clock::now();
     while (Clock::now() - start < limit) {
-      if (contains(readFile(logOf(node)), text)) return Clock::now() - start;
+      for (int node : nodes) {
+        if (contains(readFile(logOf(node)), text)) return Clock::now() - start;
+      }
       std::this_thread::sleep_for(50ms);
     }
     return std::nullopt;
@@ -105,7 +112,7 @@ TEST_F(MultiNodeTest, ASilentPartitionIsReportedByEveryRankWithinTheTimeoutNamin
   for (int node = 0; node < 2; ++node) {
     agents.push_back(startAgent(bed, node,
                                 "--nnodes 2 --nproc-per-node 1 --max-restarts 0 --rdzv-backend c10d "
-                                "--rdzv-endpoint node0:29400 --rdzv-id cut",
+                                "--rdzv-endpoint node0:29400 --rdzv-id cut --rdzv-conf close_timeout=5",
                                 kTinyGpt + "--max-steps 1000000 --timeout " + std::to_string(kTimeout)));
   }
   ASSERT_TRUE(waitFor(0, "step 20", 120s)) << logs(bed);
@@ -150,6 +157,38 @@ TEST_F(MultiNodeTest, APartitionThatHealsWithinTheTimeoutCostsNoRestart) {
   const std::string all = logs(bed);
   EXPECT_TRUE(contains(all, "step 150")) << all;
   EXPECT_FALSE(contains(all, "restarting")) << all;
+}
+
+// A node lost as a machine is (power off: no FIN, no RST, silence), with the
+// default keep-alive: the survivors' collectives time out, their agents
+// drop the silent node once its heartbeat is 15 s old, and the two left
+// resume from the last checkpoint and finish.
+TEST_F(MultiNodeTest, ALostNodeIsDroppedAndTheSurvivorsResumeFromTheLastCheckpoint) {
+  NetnsBed bed(3);
+  const std::string checkpoints = dir_.path() + "/ckpt";
+  std::vector<std::unique_ptr<BackgroundProcess>> agents;
+  for (int node = 0; node < 3; ++node) {
+    agents.push_back(startAgent(bed, node,
+                                "--nnodes 2:3 --nproc-per-node 1 --max-restarts 3 --rdzv-backend c10d "
+                                "--rdzv-endpoint node0:29400 --rdzv-id lost --rdzv-conf last_call_timeout=3,close_timeout=5",
+                                kTinyGpt + "--max-steps 160 --timeout 8 --checkpoint-every 20 --checkpoint-dir " +
+                                    checkpoints + " --resume auto"));
+  }
+  ASSERT_TRUE(waitFor(0, "of 3, ranks", 120s)) << logs(bed);
+  ASSERT_TRUE(waitFor(0, "step 40/", 180s)) << logs(bed);
+  bed.powerOff(2);
+  const auto lost_at = Clock::now();
+  std::optional<Clock::duration> resumed;
+  // Whichever survivor is rank 0 of the new round says so.
+  if (waitForAny({0, 1}, "resuming from " + checkpoints, 120s)) resumed = Clock::now() - lost_at;
+  ASSERT_TRUE(resumed) << logs(bed);
+  for (int node : {0, 1}) EXPECT_EQ(agents[node]->waitForExit(240s), 0) << logs(bed);
+  const std::string survivors = readFile(logOf(0)) + readFile(logOf(1));
+  EXPECT_TRUE(contains(survivors, "of 2, ranks")) << logs(bed);
+  EXPECT_TRUE(contains(survivors, "step 160/160")) << logs(bed);
+  std::printf("node lost; survivors resumed from the last checkpoint after %.1f s (collective timeout 8 s, "
+              "keep-alive 5 s x 3)\n", std::chrono::duration<double>(*resumed).count());
+  if (std::getenv("DTRAIN_TEST_SHOW_LOGS")) std::fputs(logs(bed).c_str(), stdout);
 }
 
 }  // namespace
