@@ -28,6 +28,8 @@ namespace dtrain {
 namespace {
 
 constexpr int kMaxPortRetries = 3;
+// How long workers get between SIGTERM and SIGKILL when a peer node is gone.
+constexpr std::chrono::milliseconds kPeerLostGrace{2000};
 
 // PyTorch's rank 0 binds MASTER_PORT after we let go of it, so another
 // process can take it in between: the agent then retries with a new port.
@@ -161,6 +163,8 @@ ElasticAgent::Outcome ElasticAgent::monitor(WorkerGroup& group, const Rendezvous
       StoreDeadlineScope bounded(std::max<std::chrono::milliseconds>(config_.monitor_interval, std::chrono::seconds(2)));
       const bool failed_elsewhere = round.store->check({"agent/failed"});
       const bool someone_waiting = !failed_elsewhere && rendezvous_->numNodesWaiting() > 0;
+      const std::vector<std::string> lost =
+          failed_elsewhere || someone_waiting ? std::vector<std::string>{} : rendezvous_->lostNodes();
       if (store_failing_since) {
         DTRAIN_LOG_INFO("the job store answers again after "
                         << secondsSince(*store_failing_since) << " s");
@@ -168,6 +172,17 @@ ElasticAgent::Outcome ElasticAgent::monitor(WorkerGroup& group, const Rendezvous
       }
       if (failed_elsewhere) return Outcome::kFailedElsewhere;
       if (someone_waiting) return Outcome::kMembershipChanged;
+      if (!lost.empty()) {
+        // The workers would only find out when a collective times out
+        // (--timeout, 10 minutes by default): restart them now.
+        lost_nodes_.clear();
+        for (const auto& node : lost) lost_nodes_ += (lost_nodes_.empty() ? "" : ", ") + node;
+        DTRAIN_LOG_WARN("lost " << lost_nodes_ << " of this round (its agent's connection to the store closed, "
+                        "or no heartbeat for " << (config_.rendezvous.keep_alive_interval *
+                                                   config_.rendezvous.keep_alive_max_attempt).count() / 1000.0
+                        << " s); stopping the workers and restarting the group");
+        return Outcome::kPeerLost;
+      }
     } catch (const IoError& e) {
       if (storeUnreachableFor(e.message())) throw;
     } catch (const TimeoutError& e) {
@@ -302,9 +317,15 @@ int ElasticAgent::run() {
       }
 
       std::vector<WorkerFailure> failures = group.failures();
-      group.stop();
+      if (outcome == Outcome::kPeerLost) {
+        // Blocked in collectives with a dead peer, they can neither finish a
+        // step nor checkpoint it: no point waiting --shutdown-timeout.
+        group.stop(SIGTERM, kPeerLostGrace);
+      } else {
+        group.stop();
+      }
       int restarts_after = 0;
-      if (outcome == Outcome::kFailedHere &&
+      if ((outcome == Outcome::kFailedHere || outcome == Outcome::kPeerLost) &&
           round.store->compareSet("agent/failed", "", me) == me) {
         // First to see this generation fail: count it, once for all nodes.
         bool port_collision = !failures.empty() && mentionsPortCollision(failures.front()) &&
@@ -328,6 +349,11 @@ int ElasticAgent::run() {
       if (restarts_after > config_.max_restarts) {
         rendezvous_->shutdown();
         if (!failures.empty()) return launcherExitCode(failures.front());
+        if (outcome == Outcome::kPeerLost) {
+          std::fprintf(stderr, "dtrain launch: lost %s and no restarts are left (--max-restarts %d)\n",
+                       lost_nodes_.c_str(), config_.max_restarts);
+          return 1;
+        }
         std::fprintf(stderr, "dtrain launch: the worker group failed on another node (%s) and no restarts "
                              "are left (--max-restarts %d)\n",
                      round.store->get("agent/failed").c_str(), config_.max_restarts);

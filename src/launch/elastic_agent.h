@@ -10,6 +10,9 @@
 //   return its exit code;
 // - another node is waiting to join (MIN < nodes < MAX): stop and
 //   re-rendezvous without consuming a restart;
+// - the keep-alive finds a node of this round gone (c10d, etcd): stop the
+//   workers and restart as for a failure, without waiting for their
+//   collectives to time out;
 // - every worker exited 0 or kExitStoppedAfterCheckpoint (75), some 75: a
 //   signal reached them directly and they saved their work; return 75
 //   without restarting them;
@@ -54,7 +57,15 @@ class ElasticAgent {
   bool hasWorkers() const { return has_workers_.load(); }
 
  private:
-  enum class Outcome { kSucceeded, kFailedHere, kFailedElsewhere, kMembershipChanged, kStopped, kStoppedByWorkers };
+  enum class Outcome {
+    kSucceeded,
+    kFailedHere,
+    kFailedElsewhere,
+    kMembershipChanged,
+    kStopped,
+    kStoppedByWorkers,
+    kPeerLost,  // the keep-alive found a node of this round gone: restart without waiting for a timeout
+  };
   Outcome monitor(WorkerGroup& group, const RendezvousResult& round);
   std::vector<std::map<std::string, std::string>> workerEnvironments(const RendezvousResult& round,
                                                                       int restart_count, int attempt,
@@ -75,6 +86,7 @@ class ElasticAgent {
   std::atomic<bool> has_workers_{false};
   int port_retries_ = 0;
   int last_attempt_ = 0;
+  std::string lost_nodes_;  // kPeerLost: which, for messages
   std::optional<std::chrono::steady_clock::time_point> store_failing_since;
 };
 

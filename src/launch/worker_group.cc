@@ -183,9 +183,12 @@ GroupState WorkerGroup::poll() {
   return any_stopped ? GroupState::kStopped : GroupState::kSucceeded;
 }
 
-void WorkerGroup::stop(int first_signal) {
+void WorkerGroup::stop(int first_signal) { stop(first_signal, impl_->spec.shutdown_timeout); }
+
+void WorkerGroup::stop(int first_signal, milliseconds grace) {
   Impl& g = *impl_;
   if (!g.started || g.stopped) return;
+  grace = std::min(grace, g.spec.shutdown_timeout);
   g.stopping = true;
   // Sends sig to every group (exited workers' groups too: their children,
   // data loaders or shells' jobs, may outlive them) and waits up to
@@ -201,17 +204,17 @@ void WorkerGroup::stop(int first_signal) {
       std::this_thread::sleep_for(kStopPollInterval);
     }
   };
-  bool ended = signalAndWait(first_signal, g.spec.shutdown_timeout);
+  bool ended = signalAndWait(first_signal, grace);
   if (!ended && first_signal != SIGTERM) {
-    DTRAIN_LOG_WARN("workers still running " << g.spec.shutdown_timeout.count() << " ms after "
+    DTRAIN_LOG_WARN("workers still running " << grace.count() << " ms after "
                     << signalName(first_signal) << "; sending SIGTERM");
-    ended = signalAndWait(SIGTERM, std::min(g.spec.shutdown_timeout, kTermAfterForwardGrace));
+    ended = signalAndWait(SIGTERM, std::min(grace, kTermAfterForwardGrace));
   }
   // Unconditionally: a group with a member left ignored SIGTERM.
   for (const auto& worker : g.workers) {
     if (signalProcessGroup(worker.pid, SIGKILL)) {
       DTRAIN_LOG_DEBUG("process group " << worker.pid << " (rank " << worker.global_rank
-                       << ") outlived SIGTERM by " << g.spec.shutdown_timeout.count() << " ms; sent SIGKILL");
+                       << ") outlived SIGTERM by " << grace.count() << " ms; sent SIGKILL");
     }
   }
   for (auto& worker : g.workers) {

@@ -16,7 +16,9 @@
 //   SIGTERM (a forwarded SIGINT or SIGUSR1, which a trainer answers by
 //   checkpointing) is followed by SIGTERM and at most 5 s more; then
 //   SIGKILL. It returns when all are reaped (no orphans, no zombies);
-//   stopping a stopped group is a no-op.
+//   stopping a stopped group is a no-op. A `grace` shorter than
+//   shutdown_timeout replaces it (workers that cannot finish anything
+//   anyway: a peer of theirs is gone).
 // - forward(sig) sends sig to every live worker's process group.
 // - failures() lists every failed worker, first in time first, with its exit
 //   code or signal, its error file contents (TORCHELASTIC_ERROR_FILE, if the
@@ -87,6 +89,7 @@ class WorkerGroup {
   void start();
   GroupState poll();
   void stop(int first_signal = SIGTERM);
+  void stop(int first_signal, std::chrono::milliseconds grace);
   void forward(int signal);
   std::vector<WorkerFailure> failures() const;
   std::vector<pid_t> livePids() const;

@@ -243,6 +243,24 @@ int DynamicRendezvousHandler::numNodesWaiting() {
   }));
 }
 
+std::vector<std::string> DynamicRendezvousHandler::lostNodes() {
+  const RendezvousState state = read(*endpoint_->mainStore()).state;
+  std::vector<std::string> lost;
+  if (!state.complete || !state.isActive(node_id_)) return lost;
+  for (const auto& id : state.participants) {
+    if (id == node_id_ || !keep_alive_->isDead(id)) continue;
+    std::string where = "node " + id;
+    try {
+      const std::string key = prefix_ + "/node/" + id;
+      where += " at " + decodeNodeInfo(endpoint_->mainStore()->get(key), key).address;
+    } catch (const Error&) {
+      // Its address is only for the message.
+    }
+    lost.push_back(where);
+  }
+  return lost;
+}
+
 void DynamicRendezvousHandler::shutdown() {
   try {
     Store& store = *endpoint_->mainStore();

@@ -46,6 +46,7 @@ class DynamicRendezvousHandler : public RendezvousHandler {
 
   RendezvousResult nextRendezvous() override;
   int numNodesWaiting() override;
+  std::vector<std::string> lostNodes() override;
   void shutdown() override;
   std::string describe() const override { return label_; }
   std::string storeServerFailure() const override { return endpoint_ ? endpoint_->serverFailure() : ""; }

@@ -94,6 +94,11 @@ class RendezvousHandler {
   virtual ~RendezvousHandler() = default;
   virtual RendezvousResult nextRendezvous() = 0;
   virtual int numNodesWaiting() = 0;
+  // The nodes of the round this agent runs in that its keep-alive found
+  // gone ("node 3 at 10.0.0.4"), so the agent restarts its group at once
+  // instead of waiting for its workers' collectives to time out. Empty
+  // where the backend has no keep-alive (static).
+  virtual std::vector<std::string> lostNodes() { return {}; }
   virtual void shutdown() = 0;
   virtual std::string describe() const = 0;  // "c10d rendezvous 'job1' at host:port"
   // "" unless this agent hosts the job store and its server stopped

@@ -118,6 +118,34 @@ TEST(LaunchTest, LosingTheNodeThatHostsTheC10dStoreEndsTheJobWithASummaryNamingI
   EXPECT_LT(std::stoi(m[1]), 10000) << r.output;
 }
 
+// A node that falls silent (SIGSTOP: its connections stay open, its
+// heartbeat stops) while its peers' workers would never notice by
+// themselves: the peers' agents find it gone by the keep-alive and restart
+// their group without it, consuming a restart, well before any collective
+// timeout.
+TEST(LaunchTest, ANodeThatFallsSilentIsDroppedAndTheGroupRestartsWithoutIt) {
+  const int port = freePort();
+  const std::string dir = makeTempDir("dtrain-launch-test");
+  const std::string agent = launch() + " --nnodes 2:3 --nproc-per-node 1 --max-restarts 1 --monitor-interval 0.1 "
+                            "--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+                            " --rdzv-id silent --rdzv-conf keep_alive_interval=0.5,keep_alive_max_attempt=4 "
+                            "--no-python sh -c \"echo WORLD ws=\\$WORLD_SIZE restart=\\$TORCHELASTIC_RESTART_COUNT; "
+                            "[ \\$WORLD_SIZE = 2 ] && exit 0; sleep 60\"";
+  auto r = runCommand("(" + agent + " > " + dir + "/a.log 2>&1 &) ; sleep 0.5; (" + agent + " > " + dir +
+                      "/b.log 2>&1 &) ; setsid " + agent + " > " + dir + "/c.log 2>&1 & c=$!; "
+                      "for i in $(seq 300); do [ $(cat " + dir + "/*.log | grep -c ws=3) = 3 ] && break; sleep 0.1; done; "
+                      "start=$(date +%s%N); pkill -STOP -s $c; "
+                      "for i in $(seq 300); do [ $(cat " + dir + "/a.log " + dir + "/b.log | grep -c 'ws=2 restart=1') = 2 ] && break; sleep 0.1; done; "
+                      "echo elapsed-ms=$(( ($(date +%s%N) - start) / 1000000 )); pkill -KILL -s $c; sleep 1; "
+                      "cat " + dir + "/a.log " + dir + "/b.log", 120);
+  EXPECT_EQ(countOf(r.output, "WORLD ws=2 restart=1"), 2) << r.output;
+  EXPECT_NE(r.output.find("of this round (its agent's connection to the store closed, or no heartbeat for 2 s)"),
+            std::string::npos) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("elapsed-ms=(\\d+)"))) << r.output;
+  EXPECT_LT(std::stoi(m[1]), 15000) << r.output;
+}
+
 TEST(LaunchTest, KilledWorkerRestartsTheGroupUntilRestartsRunOut) {
   auto r = runCommand(launch() + " --nproc-per-node 2 --max-restarts 2 --monitor-interval 0.05 --master-port " +
                       std::to_string(freePort()) + " --no-python sh -c \"echo RESTART \\$RANK "

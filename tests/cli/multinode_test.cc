@@ -160,9 +160,10 @@ TEST_F(MultiNodeTest, APartitionThatHealsWithinTheTimeoutCostsNoRestart) {
 }
 
 // A node lost as a machine is (power off: no FIN, no RST, silence), with the
-// default keep-alive: the survivors' collectives time out, their agents
-// drop the silent node once its heartbeat is 15 s old, and the two left
-// resume from the last checkpoint and finish.
+// default keep-alive and a collective timeout far longer: the survivors'
+// agents find the silent node's heartbeat 15 s old, stop their workers
+// (blocked in a collective) without waiting for its timeout, drop the node,
+// and the two left resume from the last checkpoint and finish.
 TEST_F(MultiNodeTest, ALostNodeIsDroppedAndTheSurvivorsResumeFromTheLastCheckpoint) {
   NetnsBed bed(3);
   const std::string checkpoints = dir_.path() + "/ckpt";
@@ -171,7 +172,7 @@ TEST_F(MultiNodeTest, ALostNodeIsDroppedAndTheSurvivorsResumeFromTheLastCheckpoi
     agents.push_back(startAgent(bed, node,
                                 "--nnodes 2:3 --nproc-per-node 1 --max-restarts 3 --rdzv-backend c10d "
                                 "--rdzv-endpoint node0:29400 --rdzv-id lost --rdzv-conf last_call_timeout=3,close_timeout=5",
-                                kTinyGpt + "--max-steps 160 --timeout 8 --checkpoint-every 20 --checkpoint-dir " +
+                                kTinyGpt + "--max-steps 160 --timeout 300 --checkpoint-every 20 --checkpoint-dir " +
                                     checkpoints + " --resume auto"));
   }
   ASSERT_TRUE(waitFor(0, "of 3, ranks", 120s)) << logs(bed);
@@ -182,11 +183,12 @@ TEST_F(MultiNodeTest, ALostNodeIsDroppedAndTheSurvivorsResumeFromTheLastCheckpoi
   // Whichever survivor is rank 0 of the new round says so.
   if (waitForAny({0, 1}, "resuming from " + checkpoints, 120s)) resumed = Clock::now() - lost_at;
   ASSERT_TRUE(resumed) << logs(bed);
+  EXPECT_LT(*resumed, 40s) << "waited for the collective timeout rather than the keep-alive\n" << logs(bed);
   for (int node : {0, 1}) EXPECT_EQ(agents[node]->waitForExit(240s), 0) << logs(bed);
   const std::string survivors = readFile(logOf(0)) + readFile(logOf(1));
   EXPECT_TRUE(contains(survivors, "of 2, ranks")) << logs(bed);
   EXPECT_TRUE(contains(survivors, "step 160/160")) << logs(bed);
-  std::printf("node lost; survivors resumed from the last checkpoint after %.1f s (collective timeout 8 s, "
+  std::printf("node lost; survivors resumed from the last checkpoint after %.1f s (collective timeout 300 s, "
               "keep-alive 5 s x 3)\n", std::chrono::duration<double>(*resumed).count());
   if (std::getenv("DTRAIN_TEST_SHOW_LOGS")) std::fputs(logs(bed).c_str(), stdout);
 }
