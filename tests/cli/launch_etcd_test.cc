@@ -8,14 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "tests/support/background_process.h"
 #include "tests/support/command.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace dtrain::testing {
 namespace {
@@ -26,19 +25,10 @@ const std::string kTinyGpt =
     "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text --tokenizer byte "
     "--batch-size 4 --seed 5 --progress lines --log-every 10 --backend gloo ";
 
-std::string readAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 bool waitFor(const std::string& path, const std::string& text, std::chrono::seconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (contains(readAll(path), text)) return true;
+    if (contains(readFile(path), text)) return true;
     std::this_thread::sleep_for(100ms);
   }
   return false;
@@ -68,7 +58,7 @@ TEST(LaunchEtcdTest, TheJobSurvivesLosingAnEtcdMemberAndThenTheFirstNode) {
   }
   auto all = [&] {
     std::string text;
-    for (size_t i = 0; i < logs.size(); ++i) text += "---- node" + std::to_string(i) + "\n" + readAll(logs[i]);
+    for (size_t i = 0; i < logs.size(); ++i) text += "---- node" + std::to_string(i) + "\n" + readFile(logs[i]);
     return text;
   };
   ASSERT_TRUE(waitFor(logs[0], "node 0 of 3", 120s)) << all();
@@ -83,7 +73,7 @@ TEST(LaunchEtcdTest, TheJobSurvivesLosingAnEtcdMemberAndThenTheFirstNode) {
   for (int node : {1, 2}) {
     EXPECT_EQ(nodes[node]->waitForExit(300s), 0) << all();
   }
-  const std::string survivors = readAll(logs[1]) + readAll(logs[2]);
+  const std::string survivors = readFile(logs[1]) + readFile(logs[2]);
   EXPECT_TRUE(contains(survivors, "of 2, ranks")) << "the survivors formed a world of 2\n" << all();
   EXPECT_TRUE(contains(survivors, "resuming from " + checkpoints)) << all();
   EXPECT_TRUE(contains(survivors, "step 240/240")) << all();

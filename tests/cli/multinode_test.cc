@@ -8,14 +8,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <thread>
 
 #include "tests/support/command.h"
 #include "tests/support/netns_bed.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace dtrain::testing {
 namespace {
@@ -27,15 +26,6 @@ using namespace std::chrono_literals;
 const std::string kTinyGpt =
     "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text --tokenizer byte "
     "--batch-size 4 --seed 5 --progress lines --log-every 10 --backend gloo ";
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 class MultiNodeTest : public ::testing::Test {
  protected:
