@@ -28,8 +28,8 @@ namespace dtrain {
 namespace {
 
 constexpr int kMaxPortRetries = 3;
-// How long workers get between SIGTERM and SIGKILL when a peer node is gone.
-constexpr std::chrono::milliseconds kPeerLostGrace{2000};
+// How long the workers of a failed group get between SIGTERM and SIGKILL.
+constexpr std::chrono::milliseconds kFailedGroupGrace{3000};
 
 // PyTorch's rank 0 binds MASTER_PORT after we let go of it, so another
 // process can take it in between: the agent then retries with a new port.
@@ -317,13 +317,11 @@ int ElasticAgent::run() {
       }
 
       std::vector<WorkerFailure> failures = group.failures();
-      if (outcome == Outcome::kPeerLost) {
-        // Blocked in collectives with a dead peer, they can neither finish a
-        // step nor checkpoint it: no point waiting --shutdown-timeout.
-        group.stop(SIGTERM, kPeerLostGrace);
-      } else {
-        group.stop();
-      }
+      // The gang has failed (here, elsewhere, or a node is gone): the
+      // workers left are blocked in collectives with a dead or failed peer
+      // and can neither finish a step nor checkpoint it, so they get a
+      // short grace rather than --shutdown-timeout.
+      group.stop(SIGTERM, kFailedGroupGrace);
       int restarts_after = 0;
       if ((outcome == Outcome::kFailedHere || outcome == Outcome::kPeerLost) &&
           round.store->compareSet("agent/failed", "", me) == me) {

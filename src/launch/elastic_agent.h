@@ -5,7 +5,8 @@
 //   exit_barrier_timeout), return 0;
 // - a worker failed, here or on another node (gang semantics: the first
 //   node to see a failure marks the generation failed in the store and every
-//   agent stops its workers): if restarts remain, count one restart (global,
+//   agent stops its workers: SIGTERM, and SIGKILL 3 s later, since workers
+//   of a failed gang can finish nothing; torchrun waits 30 s): if restarts remain, count one restart (global,
 //   in the store) and go round again; else print the root-cause summary and
 //   return its exit code;
 // - another node is waiting to join (MIN < nodes < MAX): stop and
