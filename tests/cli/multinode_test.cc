@@ -84,9 +84,11 @@ TEST_F(MultiNodeTest, TwoNodesTrainOverGlooWithStaticAndC10dRendezvous) {
     }
     for (int node = 0; node < 2; ++node) EXPECT_EQ(agents[node]->waitForExit(120s), 0) << backend << "\n" << logs(bed);
     const std::string all = logs(bed);
-    // Both nodes' ranks took part: world size 2, each node's host name.
-    EXPECT_TRUE(contains(readFile(logOf(0)), "node 0 of 2")) << all;
-    EXPECT_TRUE(contains(readFile(logOf(1)), "node 1 of 2")) << all;
+    // Both nodes took part, one as node 0 and one as node 1 (c10d ranks
+    // follow join order).
+    EXPECT_TRUE(contains(readFile(logOf(0)), " of 2, ranks")) << all;
+    EXPECT_TRUE(contains(readFile(logOf(1)), " of 2, ranks")) << all;
+    EXPECT_TRUE(contains(all, "node 0 of 2") && contains(all, "node 1 of 2")) << all;
     EXPECT_TRUE(contains(all, "step 20")) << all;
   }
 }

@@ -15,12 +15,18 @@ std::string handlerError(const RendezvousConfig& config) {
 }
 
 TEST(RendezvousTest, UnsupportedBackendsAreNamedWithTheSupportedOnes) {
-  for (const std::string backend : {"etcd", "etcd-v2", "c10d-experimental", "zookeeper", ""}) {
+  for (const std::string backend : {"etcd-v2", "c10d-experimental", "zookeeper", ""}) {
     RendezvousConfig config = testConfig(backend, 29400);
     const std::string message = handlerError(config);
     EXPECT_NE(message.find("'" + backend + "'"), std::string::npos) << message;
-    EXPECT_NE(message.find("supported backends: static, c10d"), std::string::npos) << message;
+    EXPECT_NE(message.find("supported backends: static, c10d, etcd"), std::string::npos) << message;
   }
+}
+
+TEST(RendezvousTest, TheEtcdBackendWithoutEndpointsIsAConfigErrorSayingSo) {
+  RendezvousConfig config = testConfig("etcd", 29400);
+  const std::string message = handlerError(config);
+  EXPECT_NE(message.find("no etcd endpoints"), std::string::npos) << message;
 }
 
 struct BadConfig {

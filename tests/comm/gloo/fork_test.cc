@@ -2,6 +2,8 @@
 // collectives across processes, a rank that never joins, and a rank killed
 // with SIGKILL in the middle of an allreduce loop.
 #include <gtest/gtest.h>
+
+#include "common/host.h"
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -173,7 +175,8 @@ TEST_F(GlooForkTest, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
     EXPECT_LT(reported_after, kCollectiveTimeout) << "rank " << rank << " took too long: " << report;
     EXPECT_TRUE(contains(report, "|CommError")) << "rank " << rank << ": " << report;
     EXPECT_TRUE(contains(report, "gloo allreduce #")) << "rank " << rank << ": " << report;
-    EXPECT_TRUE(contains(report, "rank 2 stopped publishing progress")) << "rank " << rank << ": " << report;
+    EXPECT_TRUE(contains(report, "rank 2 on " + hostName() + " (")) << "rank " << rank << ": " << report;
+    EXPECT_TRUE(contains(report, ") stopped publishing progress")) << "rank " << rank << ": " << report;
   }
   ranks.releaseAll();
   for (int rank = 0; rank < kWorldSize; ++rank) {
