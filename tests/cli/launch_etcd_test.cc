@@ -44,7 +44,7 @@ TEST(LaunchEtcdTest, TheJobSurvivesLosingAnEtcdMemberAndThenTheFirstNode) {
       "--rdzv-backend etcd --rdzv-endpoint " + etcd.clientEndpoints() +
       " --rdzv-id etcdjob --rdzv-conf keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=2 " +
       dtrainBin() + " train --cache-dir " + dir.path() + "/cache " + kTinyGpt +
-      "--max-steps 240 --checkpoint-every 20 --checkpoint-dir " + checkpoints + " --resume auto --timeout 30";
+      "--max-steps 160 --checkpoint-every 20 --checkpoint-dir " + checkpoints + " --resume auto --timeout 30";
   std::vector<std::unique_ptr<BackgroundProcess>> nodes;
   std::vector<std::string> logs;
   for (int node = 0; node < 3; ++node) {
@@ -76,7 +76,7 @@ TEST(LaunchEtcdTest, TheJobSurvivesLosingAnEtcdMemberAndThenTheFirstNode) {
   const std::string survivors = readFile(logs[1]) + readFile(logs[2]);
   EXPECT_TRUE(contains(survivors, "of 2, ranks")) << "the survivors formed a world of 2\n" << all();
   EXPECT_TRUE(contains(survivors, "resuming from " + checkpoints)) << all();
-  EXPECT_TRUE(contains(survivors, "step 240/240")) << all();
+  EXPECT_TRUE(contains(survivors, "step 160/160")) << all();
   if (std::getenv("DTRAIN_TEST_SHOW_LOGS")) std::fputs(all().c_str(), stdout);
 }
 

@@ -143,7 +143,7 @@ TEST_F(MultiNodeTest, APartitionThatHealsWithinTheTimeoutCostsNoRestart) {
     agents.push_back(startAgent(bed, node,
                                 "--nnodes 2 --nproc-per-node 1 --max-restarts 0 --rdzv-backend c10d "
                                 "--rdzv-endpoint node0:29400 --rdzv-id heal",
-                                kTinyGpt + "--max-steps 150 --timeout 60"));
+                                kTinyGpt + "--max-steps 100 --timeout 60"));
   }
   // Rank 0 (whichever node joined first) prints the progress.
   ASSERT_TRUE(waitForAny({0, 1}, "step 20", 120s)) << logs(bed);
@@ -152,7 +152,7 @@ TEST_F(MultiNodeTest, APartitionThatHealsWithinTheTimeoutCostsNoRestart) {
   bed.heal(1);
   for (int node = 0; node < 2; ++node) EXPECT_EQ(agents[node]->waitForExit(180s), 0) << logs(bed);
   const std::string all = logs(bed);
-  EXPECT_TRUE(contains(all, "step 150")) << all;
+  EXPECT_TRUE(contains(all, "step 100")) << all;
   EXPECT_FALSE(contains(all, "restarting")) << all;
 }
 
@@ -169,7 +169,7 @@ TEST_F(MultiNodeTest, ALostNodeIsDroppedAndTheSurvivorsResumeFromTheLastCheckpoi
     agents.push_back(startAgent(bed, node,
                                 "--nnodes 2:3 --nproc-per-node 1 --max-restarts 3 --rdzv-backend c10d "
                                 "--rdzv-endpoint node0:29400 --rdzv-id lost --rdzv-conf last_call_timeout=3,close_timeout=5",
-                                kTinyGpt + "--max-steps 160 --timeout 300 --checkpoint-every 20 --checkpoint-dir " +
+                                kTinyGpt + "--max-steps 100 --timeout 300 --checkpoint-every 20 --checkpoint-dir " +
                                     checkpoints + " --resume auto"));
   }
   ASSERT_TRUE(waitFor(0, "of 3, ranks", 120s)) << logs(bed);
@@ -184,7 +184,7 @@ TEST_F(MultiNodeTest, ALostNodeIsDroppedAndTheSurvivorsResumeFromTheLastCheckpoi
   for (int node : {0, 1}) EXPECT_EQ(agents[node]->waitForExit(240s), 0) << logs(bed);
   const std::string survivors = readFile(logOf(0)) + readFile(logOf(1));
   EXPECT_TRUE(contains(survivors, "of 2, ranks")) << logs(bed);
-  EXPECT_TRUE(contains(survivors, "step 160/160")) << logs(bed);
+  EXPECT_TRUE(contains(survivors, "step 100/100")) << logs(bed);
   std::printf("node lost; survivors resumed from the last checkpoint after %.1f s (collective timeout 300 s, "
               "keep-alive 5 s x 3)\n", std::chrono::duration<double>(*resumed).count());
   if (std::getenv("DTRAIN_TEST_SHOW_LOGS")) std::fputs(logs(bed).c_str(), stdout);
