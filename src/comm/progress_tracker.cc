@@ -112,13 +112,13 @@ std::string ProgressTracker::rosterKey() const { return prefix_.empty() ? "progr
 std::string ProgressTracker::placeOf(int rank, const std::string& host, const std::string& address) const {
   std::string where_host = host, where_address = address;
   if (where_host.empty()) {
-    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(roster_mutex_));
+    std::lock_guard<std::mutex> lock(roster_mutex_);
     if (rank >= 0 && static_cast<size_t>(rank) < roster_.size()) {
       where_host = roster_[rank].first;
       where_address = roster_[rank].second;
     }
   }
-  std::string text = "rank " + std::to_string(rank);
+  std::string text;
   if (!where_host.empty()) text += " on " + where_host;
   if (!where_address.empty()) text += " (" + where_address + ")";
   return text;
@@ -212,8 +212,8 @@ std::string ProgressTracker::diagnose(uint64_t seq, const std::string& op) {
     std::vector<std::pair<std::string, std::vector<int>>> groups;  // place suffix -> ranks
     for (int r : ranks) {
       const auto it = latest.find(r);
-      std::string place = it == latest.end() ? placeOf(r, "", "") : placeOf(r, it->second.host, it->second.address);
-      place = place.substr(place.find(' ', 5) == std::string::npos ? place.size() : place.find(' ', 5));
+      const std::string place =
+          it == latest.end() ? placeOf(r, "", "") : placeOf(r, it->second.host, it->second.address);
       auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == place; });
       if (group == groups.end()) group = groups.insert(groups.end(), {place, {}});
       group->second.push_back(r);
@@ -301,7 +301,7 @@ std::string ProgressTracker::diagnose(uint64_t seq, const std::string& op) {
       constexpr size_t kListed = 8;
       const size_t more = elsewhere.size() > kListed ? elsewhere.size() - kListed : 0;
       elsewhere.resize(std::min(elsewhere.size(), kListed));
-      sentence += "; " + placeOf(rank_, host_, address_) + " may be cut off from the network: it lost " +
+      sentence += "; rank " + std::to_string(rank_) + placeOf(rank_, host_, address_) + " may be cut off from the network: it lost " +
                   names(elsewhere) + (more ? " and " + std::to_string(more) + " more" : "") + " on other hosts";
     }
     return sentence;

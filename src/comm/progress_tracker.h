@@ -80,7 +80,8 @@ class ProgressTracker {
   void shareRoster();
   std::string keyFor(int rank) const;
   std::string rosterKey() const;
-  // "rank 3 on node1 (10.0.0.2)": where the records or the roster say.
+  // " on node1 (10.0.0.2)" for a rank: where its record (host, address)
+  // or else the roster says; "" when neither knows.
   std::string placeOf(int rank, const std::string& host, const std::string& address) const;
 
   std::shared_ptr<Store> store_;
@@ -95,7 +96,7 @@ class ProgressTracker {
   uint64_t heartbeat_ = 0;       // publisher thread only (and the constructor)
   bool publish_failing_ = false;  // publisher thread only: log a failure streak once
   // rank -> "host address", from the roster; guarded by roster_mutex_.
-  std::mutex roster_mutex_;
+  mutable std::mutex roster_mutex_;
   std::vector<std::pair<std::string, std::string>> roster_;
   std::mutex mutex_;
   std::condition_variable cv_;
