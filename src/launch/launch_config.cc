@@ -27,6 +27,7 @@
 #include "launch/slurm.h"
 #if DTRAIN_WITH_ETCD_STORE
 #include "store/etcd_store.h"
+#include "store/tcp_store.h"
 #endif
 
 
@@ -365,7 +366,15 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
     rdzv.node_rank = -1;
   }
   rdzv.local_world_size = config.nproc_per_node;
-  if (auto it = env.find("DTRAIN_STORE_TOKEN"); it != env.end()) rdzv.token = it->second;
+  {
+    // The workers read the same variables, so the agent's store must demand
+    // what they will present: a token file counts as much as the variable.
+    auto envValue = [&env](const char* name) -> std::optional<std::string> {
+      auto it = env.find(name);
+      return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+    rdzv.token = storeTokenFrom(envValue("DTRAIN_STORE_TOKEN"), envValue("DTRAIN_STORE_TOKEN_FILE"));
+  }
   config.redirects = streamMap(redirects, config.nproc_per_node);
   config.tees = streamMap(tees, config.nproc_per_node);
 

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "store/store.h"
@@ -125,8 +126,13 @@ class TcpStore : public Store {
   std::unique_ptr<Connection> connection_;
 };
 
-// DTRAIN_STORE_TOKEN, else the contents of DTRAIN_STORE_TOKEN_FILE (trailing
-// newline stripped; an unreadable file is an IoError naming it), else "".
+// `token` when non-empty, else the contents of `token_file` (trailing newline
+// stripped), else "". An unreadable file is an IoError naming it; a file that
+// is a directory, not a regular file, empty or over 4 KiB is a ConfigError
+// naming it (never a silent "no authentication").
+std::string storeTokenFrom(const std::optional<std::string>& token, const std::optional<std::string>& token_file);
+
+// storeTokenFrom(DTRAIN_STORE_TOKEN, DTRAIN_STORE_TOKEN_FILE) of this process.
 std::string storeTokenFromEnvironment();
 
 }  // namespace dtrain

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "common/error.h"
@@ -286,6 +290,29 @@ TEST(LaunchConfigTest, BadInputNamesTheFlagAndWhatWasExpected) {
   EXPECT_EQ(parseError({"t.py"}, {{"PET_MASTER_PORT", "http"}}), "PET_MASTER_PORT=http: expected a port 1-65535");
   EXPECT_EQ(parseError({"t.py"}, {{"PET_RDZV_CONF", "close_timeout=-1"}}),
             "PET_RDZV_CONF close_timeout=-1: expected a number of seconds > 0");
+}
+
+// The workers present the file's token, so the agent's store must demand it:
+// a token file that launch ignored left the store open to anyone.
+TEST(LaunchConfigTest, TheStoreTokenFileProtectsTheAgentsStore) {
+  const std::string dir = ::testing::TempDir() + "launch_token_" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0700);
+  const std::string file = dir + "/token";
+  { std::ofstream(file) << "from-the-file\n"; }
+  ::chmod(file.c_str(), 0600);
+  EXPECT_EQ(parse({"t.py"}, {{"DTRAIN_STORE_TOKEN_FILE", file}}).rendezvous.token, "from-the-file");
+  EXPECT_EQ(parse({"t.py"}, {{"DTRAIN_STORE_TOKEN_FILE", file}, {"DTRAIN_STORE_TOKEN", "var"}}).rendezvous.token,
+            "var");
+  EXPECT_EQ(parseError({"t.py"}, {{"DTRAIN_STORE_TOKEN_FILE", dir}}),
+            "the store token file '" + dir +
+                "' (DTRAIN_STORE_TOKEN_FILE) is a directory; expected a regular file holding the token");
+  { std::ofstream(file, std::ios::trunc) << "\n"; }
+  EXPECT_EQ(parseError({"t.py"}, {{"DTRAIN_STORE_TOKEN_FILE", file}}),
+            "the store token file '" + file +
+                "' (DTRAIN_STORE_TOKEN_FILE) is empty; expected the token on its first line (unset the variable "
+                "to run without authentication)");
+  std::remove(file.c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST(LaunchConfigTest, CurrentEnvironmentReadsTheProcessEnvironment) {

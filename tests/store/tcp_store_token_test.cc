@@ -1,5 +1,6 @@
 // storeTokenFromEnvironment(): DTRAIN_STORE_TOKEN, else DTRAIN_STORE_TOKEN_FILE.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -53,6 +54,31 @@ TEST_F(StoreTokenTest, AnUnreadableFileIsAnIoErrorNamingIt) {
     EXPECT_NE(e.message().find("'/nonexistent-dir/token'"), std::string::npos) << e.message();
     EXPECT_NE(e.message().find("No such file"), std::string::npos) << e.message();
   }
+}
+
+// A named file that yields no token must not turn authentication off.
+TEST_F(StoreTokenTest, ADirectoryAnEmptyFileOrAFifoIsAnErrorNamingThePath) {
+  const std::string dir = ::testing::TempDir() + "store_token_dir_" + std::to_string(getpid());
+  ::mkdir(dir.c_str(), 0700);
+  auto errorFor = [](const std::string& path) -> std::string {
+    ::setenv("DTRAIN_STORE_TOKEN_FILE", path.c_str(), 1);
+    try {
+      storeTokenFromEnvironment();
+    } catch (const ConfigError& e) {
+      return e.message();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(errorFor(dir), "the store token file '" + dir +
+                               "' (DTRAIN_STORE_TOKEN_FILE) is a directory; expected a regular file holding the token");
+  const std::string empty = writeFile("\n");
+  EXPECT_NE(errorFor(empty).find("'" + empty + "' (DTRAIN_STORE_TOKEN_FILE) is empty"), std::string::npos);
+  std::remove(empty.c_str());
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(errorFor(fifo).find("is not a regular file"), std::string::npos);  // and did not block
+  std::remove(fifo.c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST_F(StoreTokenTest, BothVariablesAreInTheSettingsRegistry) {
