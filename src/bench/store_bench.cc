@@ -1,5 +1,6 @@
 #include "bench/store_bench.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -110,19 +111,44 @@ StoreBenchResult summarize(const StoreBenchOptions& options, const std::vector<C
   return r;
 }
 
+// Descriptors the process needs beyond the clients' (stdio, logs, epoll).
+constexpr uint64_t kDescriptorHeadroom = 64;
+
+// Fails before starting thousands of threads, naming the limit and how to
+// raise it, instead of "Too many open files" from the thousandth connect().
+void checkDescriptorsFor(int clients, bool in_process_server) {
+  const uint64_t limit = raiseOpenFileLimit();
+  const uint64_t per_client = in_process_server ? 2 : 1;
+  const uint64_t needed = static_cast<uint64_t>(clients) * per_client + kDescriptorHeadroom;
+  if (needed <= limit) return;
+  rlimit hard{};
+  getrlimit(RLIMIT_NOFILE, &hard);
+  const std::string hard_text = hard.rlim_max == RLIM_INFINITY ? "unlimited" : std::to_string(hard.rlim_max);
+  throw ConfigError("--clients " + std::to_string(clients) + " needs about " + std::to_string(needed) +
+                    " open files (" + (in_process_server ? "two per client with the in-process server" : "one per client") +
+                    ", plus " + std::to_string(kDescriptorHeadroom) + "), but this process may open " +
+                    std::to_string(limit) + " (RLIMIT_NOFILE; hard limit " + hard_text +
+                    "). Raise it with `ulimit -n " + std::to_string(needed) +
+                    "` (root, or a higher hard limit in /etc/security/limits.conf or systemd's LimitNOFILE=), "
+                    "or run fewer clients" + (in_process_server ? " or an external server (--port)" : ""));
+}
+
 }  // namespace
 
 StoreBenchResult runStoreBench(const StoreBenchOptions& options) {
   if (options.clients < 1 || options.ops < 0 || options.barriers < 0) {
     throw ConfigError("store bench needs clients >= 1, ops >= 0 and barriers >= 0");
   }
-  raiseOpenFileLimit();  // one descriptor per client (two with the in-process server)
+  checkDescriptorsFor(options.clients, options.port == 0);
   std::unique_ptr<TcpStoreServer> server;
   TcpStoreClientOptions connect;
   connect.host = options.host;
   connect.port = options.port;
   connect.token = options.token;
   connect.timeout = options.timeout;
+  // The deadline given is the deadline kept: a wrong port or an unknown host
+  // fails after --timeout, not after the client's 60-s default.
+  connect.connect_timeout = options.timeout;
   if (options.port == 0) {
     TcpStoreServerOptions server_options;
     server_options.bind_address = options.host;
