@@ -23,7 +23,7 @@ using namespace std::chrono_literals;
 
 const std::string kTinyGpt =
     "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text --tokenizer byte "
-    "--batch-size 4 --seed 5 --progress lines --log-every 10 --backend gloo ";
+    "--batch-size 4 --seed 5 --progress lines --log-every 10 --backend gloo --eval-batches 8 ";
 
 bool waitFor(const std::string& path, const std::string& text, std::chrono::seconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;

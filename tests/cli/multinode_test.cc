@@ -25,7 +25,7 @@ using namespace std::chrono_literals;
 // A tiny GPT-2 on the embedded corpus (byte tokens): a few ms a step on two CPUs.
 const std::string kTinyGpt =
     "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text --tokenizer byte "
-    "--batch-size 4 --seed 5 --progress lines --log-every 10 --backend gloo ";
+    "--batch-size 4 --seed 5 --progress lines --log-every 10 --backend gloo --eval-batches 8 ";
 
 class MultiNodeTest : public ::testing::Test {
  protected:
@@ -142,7 +142,7 @@ TEST_F(MultiNodeTest, APartitionThatHealsWithinTheTimeoutCostsNoRestart) {
   for (int node = 0; node < 2; ++node) {
     agents.push_back(startAgent(bed, node,
                                 "--nnodes 2 --nproc-per-node 1 --max-restarts 0 --rdzv-backend c10d "
-                                "--rdzv-endpoint node0:29400 --rdzv-id heal",
+                                "--rdzv-endpoint node0:29400 --rdzv-id heal --rdzv-conf close_timeout=5",
                                 kTinyGpt + "--max-steps 100 --timeout 60"));
   }
   // Rank 0 (whichever node joined first) prints the progress.
