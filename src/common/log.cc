@@ -89,4 +89,16 @@ void logLine(LogLevel level, const std::string& message) {
   std::fflush(stderr);
 }
 
+bool LogThrottle::admit(std::chrono::steady_clock::time_point now, std::string& suffix) {
+  if (now < next_) {
+    ++suppressed_;
+    return false;
+  }
+  suffix = suppressed_ == 0 ? std::string()
+                            : " (" + std::to_string(suppressed_) + " similar lines suppressed)";
+  suppressed_ = 0;
+  next_ = now + interval_;
+  return true;
+}
+
 }  // namespace dtrain
