@@ -34,8 +34,7 @@ std::optional<std::string> StoreRequestHandler::handle(ClientId client, std::str
       std::string value = in.bytes("value");
       in.expectEnd("SET");
       disown(key);
-      data_[key] = std::move(value);
-      keyWritten(key);
+      put(key, std::move(value));
       return okReply();
     }
     case StoreOp::kSetEphemeral: {
@@ -45,8 +44,7 @@ std::optional<std::string> StoreRequestHandler::handle(ClientId client, std::str
       disown(key);
       owned_keys_[client].insert(key);
       owner_of_[key] = client;
-      data_[key] = std::move(value);
-      keyWritten(key);
+      put(key, std::move(value));
       return okReply();
     }
     case StoreOp::kGet: {
@@ -69,13 +67,15 @@ std::optional<std::string> StoreRequestHandler::handle(ClientId client, std::str
       return handleCompareSet(std::move(key), expected, std::move(desired));
     }
     case StoreOp::kWait: {
-      std::vector<std::string> keys = in.strings("keys");
+      std::vector<std::string> keys;
+      if (auto refusal = readKeys(in, "WAIT", keys)) return refusal;
       int64_t timeout_ms = in.i64("timeout_ms");
       in.expectEnd("WAIT");
       return deferUnlessPresent(client, StoreOp::kWait, std::move(keys), timeout_ms, now);
     }
     case StoreOp::kCheck: {
-      std::vector<std::string> keys = in.strings("keys");
+      std::vector<std::string> keys;
+      if (auto refusal = readKeys(in, "CHECK", keys)) return refusal;
       in.expectEnd("CHECK");
       return FrameWriter(ReplyStatus::kOk).u8(allPresent(keys) ? 1 : 0).finish();
     }
@@ -83,7 +83,7 @@ std::optional<std::string> StoreRequestHandler::handle(ClientId client, std::str
       std::string key = in.bytes("key");
       in.expectEnd("DELETE_KEY");
       disown(key);
-      bool existed = data_.erase(key) > 0;
+      bool existed = erase(key);
       return FrameWriter(ReplyStatus::kOk).u8(existed ? 1 : 0).finish();
     }
     case StoreOp::kNumKeys:
@@ -93,6 +93,31 @@ std::optional<std::string> StoreRequestHandler::handle(ClientId client, std::str
       throw WireError("HELLO sent again on a connection that already said HELLO");
   }
   throw WireError("unknown op " + std::to_string(op));
+}
+
+std::optional<std::string> StoreRequestHandler::readKeys(PayloadReader& in, const char* op_name,
+                                                         std::vector<std::string>& keys) const {
+  PayloadReader probe = in;
+  uint32_t count = probe.u32("keys");
+  if (count > max_keys_per_request_) {
+    // The frame is already cut out of the stream, so refusing it here keeps
+    // the connection in step; the rest of the frame is never parsed.
+    return errorReply(std::string(op_name) + " of " + std::to_string(count) +
+                      " keys exceeds the limit of " + std::to_string(max_keys_per_request_) +
+                      " keys per request; split the keys over several requests");
+  }
+  keys = in.strings("keys");
+  return std::nullopt;
+}
+
+void StoreRequestHandler::put(const std::string& key, std::string value) {
+  if (data_.insert_or_assign(key, std::move(value)).second) keyCreated(key);
+}
+
+bool StoreRequestHandler::erase(const std::string& key) {
+  if (data_.erase(key) == 0) return false;
+  keyRemoved(key);
+  return true;
 }
 
 std::string StoreRequestHandler::handleAdd(std::string key, int64_t delta) {
@@ -108,8 +133,7 @@ std::string StoreRequestHandler::handleAdd(std::string key, int64_t delta) {
   if (__builtin_add_overflow(value, delta, &value)) {
     return errorReply("add on key '" + key + "' overflows a 64-bit integer");
   }
-  data_[key] = std::to_string(value);
-  keyWritten(key);
+  put(key, std::to_string(value));
   return FrameWriter(ReplyStatus::kOk).i64(value).finish();
 }
 
@@ -121,10 +145,9 @@ std::string StoreRequestHandler::handleCompareSet(std::string key, const std::st
     // otherwise the reply is `expected` itself.
     if (!expected.empty()) return FrameWriter(ReplyStatus::kOk).bytes(expected).finish();
     it = data_.emplace(key, std::move(desired)).first;
-    keyWritten(key);
+    keyCreated(key);
   } else if (it->second == expected) {
     it->second = std::move(desired);
-    keyWritten(key);
   }
   return FrameWriter(ReplyStatus::kOk).bytes(it->second).finish();
 }
@@ -138,9 +161,12 @@ std::optional<std::string> StoreRequestHandler::deferUnlessPresent(
   if (isDeferred(client)) throw WireError("a second request while a wait is pending");
   auto deadline = deadlines_.emplace(now + std::chrono::milliseconds(timeout_ms), client);
   // Indexed under every key, present or not: a present key may be deleted
-  // and set again before the others arrive.
-  for (const auto& key : keys) waiters_by_key_[key].insert(client);
-  deferred_.emplace(client, Deferred{op, std::move(keys), timeout_ms, deadline});
+  // and set again before the others arrive. A key named twice counts once.
+  size_t missing = 0;
+  for (const auto& key : keys) {
+    if (waiters_by_key_[key].insert(client).second && data_.count(key) == 0) ++missing;
+  }
+  deferred_.emplace(client, Deferred{op, std::move(keys), missing, timeout_ms, deadline});
   return std::nullopt;
 }
 
@@ -161,17 +187,24 @@ std::vector<std::string> StoreRequestHandler::missingKeys(const std::vector<std:
   return missing;
 }
 
-void StoreRequestHandler::keyWritten(const std::string& key) {
+void StoreRequestHandler::keyCreated(const std::string& key) {
   auto it = waiters_by_key_.find(key);
   if (it == waiters_by_key_.end()) return;
-  // release() edits this set, so walk a copy.
-  std::vector<ClientId> waiters(it->second.begin(), it->second.end());
-  for (ClientId client : waiters) {
-    const Deferred& request = deferred_.at(client);
-    if (!allPresent(request.keys)) continue;
-    Deferred done = release(client);
-    completed_.push_back({client, satisfiedReply(done.op, done.keys)});
+  std::vector<ClientId> done;
+  for (ClientId client : it->second) {
+    if (--deferred_.at(client).missing == 0) done.push_back(client);
   }
+  // release() edits the set walked above, so it runs after the walk.
+  for (ClientId client : done) {
+    Deferred request = release(client);
+    completed_.push_back({client, satisfiedReply(request.op, request.keys)});
+  }
+}
+
+void StoreRequestHandler::keyRemoved(const std::string& key) {
+  auto it = waiters_by_key_.find(key);
+  if (it == waiters_by_key_.end()) return;
+  for (ClientId client : it->second) ++deferred_.at(client).missing;
 }
 
 StoreRequestHandler::Deferred StoreRequestHandler::release(ClientId client) {
@@ -193,11 +226,13 @@ std::vector<StoreReply> StoreRequestHandler::takeCompleted() {
   return out;
 }
 
-std::vector<StoreReply> StoreRequestHandler::expire(Clock::time_point now) {
+std::vector<StoreReply> StoreRequestHandler::expire(Clock::time_point now, size_t max_keys) {
   std::vector<StoreReply> out;
-  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+  size_t keys_released = 0;
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now && keys_released < max_keys) {
     ClientId client = deadlines_.begin()->second;
     Deferred request = release(client);
+    keys_released += request.keys.size();
     out.push_back({client, timeoutReply(missingKeys(request.keys), request.timeout_ms)});
   }
   return out;
@@ -213,7 +248,7 @@ void StoreRequestHandler::forget(ClientId client) {
   auto owned = owned_keys_.find(client);
   if (owned == owned_keys_.end()) return;
   for (const auto& key : owned->second) {
-    data_.erase(key);
+    erase(key);
     owner_of_.erase(key);
   }
   owned_keys_.erase(owned);
