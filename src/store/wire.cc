@@ -6,7 +6,9 @@ namespace dtrain {
 namespace {
 
 constexpr size_t kHeaderBytes = 4;
-constexpr size_t kRetainedBufferBytes = 1 << 20;
+// A buffer this small is kept between frames; a larger one is given back
+// once it drains (a quiet connection should cost almost nothing).
+constexpr size_t kRetainedBufferBytes = 64 << 10;
 
 void putBigEndian(std::string& out, uint64_t value, int bytes) {
   for (int shift = (bytes - 1) * 8; shift >= 0; shift -= 8) {
@@ -122,13 +124,24 @@ void PayloadReader::expectEnd(const char* frame_name) const {
   }
 }
 
-char* FrameDecoder::prepare(size_t n) {
-  if (begin_ == end_ && buffer_.size() > kRetainedBufferBytes && n <= kRetainedBufferBytes) {
-    // Hand back the memory of an unusually large frame rather than keep it
-    // for the life of the connection.
+void FrameDecoder::shrinkIfIdle() {
+  if (begin_ == end_ && buffer_.capacity() > kRetainedBufferBytes) {
     std::vector<char>().swap(buffer_);
     begin_ = end_ = 0;
   }
+}
+
+bool FrameDecoder::hasFrame() const {
+  size_t available = end_ - begin_;
+  if (available < kHeaderBytes) return false;
+  uint64_t length = getBigEndian(std::string_view(buffer_.data() + begin_, kHeaderBytes));
+  return length > max_frame_bytes_ || available >= kHeaderBytes + length;
+}
+
+char* FrameDecoder::prepare(size_t n) {
+  // Hand back the memory of an unusually large frame rather than keep it
+  // for the life of the connection.
+  if (n <= kRetainedBufferBytes) shrinkIfIdle();
   if (buffer_.size() - end_ < n && begin_ > 0) {
     std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
     end_ -= begin_;

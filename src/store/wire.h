@@ -46,7 +46,15 @@ enum class StoreOp : uint8_t {
 };
 
 enum class ReplyStatus : uint8_t { kOk = 0, kTimeout = 1, kError = 2, kRefused = 3 };
-enum class RefusalReason : uint8_t { kProtocolVersion = 1, kAuthentication = 2 };
+enum class RefusalReason : uint8_t {
+  kProtocolVersion = 1,
+  kAuthentication = 2,
+  kTooManyConnections = 3,  // the server is at its connection limit; try later
+};
+
+// The largest frame a server reads before a connection has said HELLO: a
+// HELLO is a version and a token, and a stranger gets no more memory than that.
+inline constexpr uint32_t kStoreMaxHelloFrameBytes = 8u << 10;
 
 // "SET", "GET", ...; "op <n>" for a byte that is no op.
 std::string storeOpName(uint8_t op);
@@ -102,6 +110,7 @@ class PayloadReader {
 class FrameDecoder {
  public:
   explicit FrameDecoder(uint32_t max_frame_bytes) : max_frame_bytes_(max_frame_bytes) {}
+  void setMaxFrameBytes(uint32_t max_frame_bytes) { max_frame_bytes_ = max_frame_bytes; }
 
   // Space for at least `n` more bytes; fill some, then commit() how many.
   char* prepare(size_t n);
@@ -113,6 +122,13 @@ class FrameDecoder {
   // exceeds the limit: the stream cannot be resynchronised after that.
   std::optional<std::string_view> next();
   size_t bufferedBytes() const { return end_ - begin_; }
+  size_t capacityBytes() const { return buffer_.capacity(); }
+  // True when next() would yield a payload (or throw) without more bytes.
+  bool hasFrame() const;
+  // Frees the buffer when nothing is buffered and it grew past what small
+  // frames need, so a connection that once sent a big frame, or thousands
+  // of quiet ones, hold no memory. Invalidates the last payload of next().
+  void shrinkIfIdle();
 
  private:
   uint32_t max_frame_bytes_;
