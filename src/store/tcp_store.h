@@ -5,7 +5,8 @@
 //   u32 length (big-endian, of what follows) | payload
 // with length <= kMaxFrameBytes. The first frame on a connection is HELLO
 // (protocol version + auth token); the server answers OK or an error and
-// closes. A frame that is malformed, oversized, or of an unknown op closes that
+// closes. A server at its connection limit answers the HELLO of one more
+// client with REFUSED (kTooManyConnections) and a message naming the limit. A frame that is malformed, oversized, or of an unknown op closes that
 // connection with a logged error; every other client is unaffected.
 //
 // Authentication: when the server has a token, clients must present the same
@@ -34,6 +35,29 @@ struct TcpStoreServerOptions {
   uint16_t port = 0;                      // 0: pick a free port (see port())
   std::string token;                      // empty: no authentication
   uint32_t max_frame_bytes = kStoreMaxFrameBytes;
+
+  // What one client may cost the others. A client over a limit gets a reply
+  // or a log line that names the limit (and the option), never a silent hang.
+  //
+  // Connections served at once; one more gets a REFUSED reply naming the
+  // limit. 0: the open-file limit (RLIMIT_NOFILE, raised to its hard limit)
+  // less an eighth of it (at least 64) left to the process for other files.
+  size_t max_connections = 0;
+  // Bytes of unfinished requests buffered over all connections; a
+  // connection whose bytes would pass it is closed (logged). Before HELLO a
+  // connection may buffer one HELLO frame only (kStoreMaxHelloFrameBytes).
+  size_t max_buffered_bytes = size_t{256} << 20;
+  // A connection that has not said HELLO this long after connecting is closed.
+  std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};
+  // A greeted connection is closed after this long without a request, a
+  // reply, or a TCP segment from the peer. A deferred GET/WAIT is not
+  // idle, and TcpStore clients are never cut by it: their TCP keep-alive
+  // probes (every few seconds, see setPeerSilenceLimit()) count as life.
+  // 0: never.
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
+  // Keys one WAIT or CHECK may name; more gets an ERROR reply naming the
+  // limit, and the connection stays usable.
+  size_t max_keys_per_request = 65536;
   // Tests: called by the serving thread once per loop turn; an exception it
   // throws fails the loop as an OS error would.
   std::function<void()> loop_hook;

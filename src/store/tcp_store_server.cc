@@ -1,118 +1,74 @@
-// TcpStoreServer: one event-loop thread over epoll (level-triggered) and
-// non-blocking sockets. Requests are executed by StoreRequestHandler; this
-// file only moves bytes, greets connections and closes bad ones.
-#include <sys/epoll.h>
+// TcpStoreServer: the event loop and the lifecycle of connections (accept,
+// the connection limit, the HELLO and idle timeouts, close). Reading,
+// executing and writing are in tcp_store_server_io.cc; the design is in
+// tcp_store_server_impl.h.
+#include <malloc.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <climits>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
 
 #include "common/error.h"
-#include "common/log.h"
-#include "store/request_handler.h"
-#include "common/socket.h"
-#include "store/tcp_store.h"
-#include "store/wire.h"
+#include "store/tcp_store_server_impl.h"
 
 namespace dtrain {
 namespace {
 
 constexpr uint64_t kListenTag = 0;
 constexpr uint64_t kWakeTag = 1;
-constexpr size_t kReadChunkBytes = 64 * 1024;
-// Bounds what one busy connection reads per event, so others still get turns.
-constexpr size_t kMaxReadPerEvent = 1 << 20;
+// Bounds one loop turn: a burst of thousands of connects, or of deferred
+// requests timing out together, is spread over turns so the clients already
+// served keep getting answers.
+constexpr int kAcceptsPerTurn = 256;
+constexpr size_t kExpiredKeysPerTurn = 65536;
 // After accept() runs out of descriptors, retry this much later instead of
 // spinning on the still-readable listening socket.
 constexpr std::chrono::milliseconds kAcceptPause{100};
+// A refused client gets this long to read the reason before its socket is
+// closed; at most kMaxLingering wait at once (each holds a descriptor), and a
+// connection beyond that is closed without one.
+constexpr std::chrono::milliseconds kRefusalLinger{2000};
+constexpr size_t kMaxLingering = 64;
+// Freed heap is handed back to the OS (malloc_trim) once this much piled up,
+// at most once per kTrimInterval: closing thousands of connections should
+// bring the resident size back down, not leave it at its peak.
+constexpr size_t kTrimAfterFreedBytes = size_t{1} << 20;
+constexpr std::chrono::seconds kTrimInterval{1};
 
-// Compares in time independent of where the tokens differ.
-bool tokensMatch(std::string_view expected, std::string_view given) {
-  size_t diff = expected.size() ^ given.size();
-  for (size_t i = 0; i < expected.size(); ++i) {
-    diff |= static_cast<unsigned char>(expected[i]) ^
-            static_cast<unsigned char>(i < given.size() ? given[i] : 0);
-  }
-  return diff == 0;
+size_t connectionLimit(size_t requested) {
+  if (requested > 0) return requested;
+  const uint64_t files = raiseOpenFileLimit();
+  const uint64_t headroom = std::max<uint64_t>(64, files / 8);
+  return files > headroom + 1 ? static_cast<size_t>(files - headroom) : 1;
+}
+
+std::chrono::milliseconds sweepInterval(const TcpStoreServerOptions& options) {
+  std::chrono::milliseconds shortest = kRefusalLinger;
+  if (options.hello_timeout.count() > 0) shortest = std::min(shortest, options.hello_timeout);
+  if (options.idle_timeout.count() > 0) shortest = std::min(shortest, options.idle_timeout / 2);
+  return std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10),
+                                               std::chrono::seconds(1));
+}
+
+std::string secondsText(std::chrono::milliseconds d) {
+  std::ostringstream os;
+  os << static_cast<double>(d.count()) / 1000.0 << " s";
+  return os.str();
 }
 
 }  // namespace
 
-class TcpStoreServer::Impl {
- public:
-  explicit Impl(const TcpStoreServerOptions& options);
-  ~Impl();
-
-  uint16_t port() const { return port_; }
-  size_t numClients() const { return num_clients_.load(std::memory_order_relaxed); }
-  std::string failure() const;
-
- private:
-  struct Connection {
-    Connection(ClientId id, FileDescriptor fd, std::string peer, uint32_t max_frame_bytes)
-        : id(id), fd(std::move(fd)), peer(std::move(peer)), decoder(max_frame_bytes) {}
-    ClientId id;
-    FileDescriptor fd;
-    std::string peer;  // "ip:port", for log lines
-    FrameDecoder decoder;
-    std::string out;   // reply bytes the socket has not taken yet
-    size_t out_offset = 0;
-    bool greeted = false;
-    bool refused = false;  // close once the refusal is flushed
-    uint32_t interest = EPOLLIN | EPOLLRDHUP;
-    bool outPending() const { return out_offset < out.size(); }
-  };
-
-  void run();
-  int epollTimeoutMillis() const;
-  void acceptClients();
-  void resumeAcceptingIfDue();
-  // Each returns false when the connection must be closed.
-  bool serviceConnection(Connection& c, uint32_t events);
-  bool readAvailable(Connection& c);
-  bool processFrames(Connection& c);
-  bool greet(Connection& c, std::string_view payload);
-  bool send(Connection& c, std::string frame);
-  bool flush(Connection& c);
-  bool canProcess(const Connection& c) const {
-    return !c.refused && !c.outPending() && !handler_.isDeferred(c.id);
-  }
-  // Re-arms epoll for what the connection waits on now; false: close it.
-  bool updateInterest(Connection& c);
-  void deliver(std::vector<StoreReply> replies);
-  // Processes connections unblocked by deliver() until nothing changes.
-  void drainReady();
-  void closeConnection(ClientId id);
-
-  TcpStoreServerOptions options_;
-  std::string where_;  // bind address:port, for log lines
-  FileDescriptor listen_fd_;
-  FileDescriptor epoll_fd_;
-  FileDescriptor wake_fd_;
-  uint16_t port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::atomic<size_t> num_clients_{0};
-  mutable std::mutex failure_mutex_;
-  std::string failure_;  // GUARDED_BY(failure_mutex_)
-
-  // Touched only by the loop thread once it runs.
-  std::unordered_map<ClientId, std::unique_ptr<Connection>> connections_;
-  std::vector<ClientId> ready_;
-  StoreRequestHandler handler_;
-  ClientId next_id_ = 2;  // 0 and 1 tag the listening socket and the wake fd
-  bool accepting_ = true;
-  SteadyTime accept_resume_at_{};
-
-  std::thread thread_;  // last: starts once everything above exists
-};
-
-TcpStoreServer::Impl::Impl(const TcpStoreServerOptions& options) : options_(options) {
+TcpStoreServer::Impl::Impl(const TcpStoreServerOptions& options)
+    : options_(options),
+      max_connections_(connectionLimit(options.max_connections)),
+      // A HELLO carries the token, so a server with a long token reads one.
+      max_hello_frame_bytes_(static_cast<uint32_t>(std::max<size_t>(
+          kStoreMaxHelloFrameBytes, options.token.size() + 64))),
+      read_buffer_(256 << 10),
+      handler_(options.max_keys_per_request),
+      sweep_interval_(sweepInterval(options)) {
   raiseOpenFileLimit();
   listen_fd_ = listenTcp(options.bind_address, options.port, SOMAXCONN);
   port_ = localPort(listen_fd_.get());
@@ -124,7 +80,8 @@ TcpStoreServer::Impl::Impl(const TcpStoreServerOptions& options) : options_(opti
   epoll_event wake_event{EPOLLIN, {.u64 = kWakeTag}};
   DTRAIN_CHECK_ERRNO(epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &wake_event));
   DTRAIN_LOG_DEBUG("store server listening on " << where_
-                   << (options.token.empty() ? "" : " (token required)"));
+                   << (options.token.empty() ? "" : " (token required)") << ", at most "
+                   << max_connections_ << " connections");
   thread_ = std::thread([this] { run(); });
 }
 
@@ -141,30 +98,7 @@ TcpStoreServer::Impl::~Impl() {
 void TcpStoreServer::Impl::run() {
   std::vector<epoll_event> events(256);
   try {
-    while (!stopping_) {
-      if (options_.loop_hook) options_.loop_hook();
-      int n = epoll_wait(epoll_fd_.get(), events.data(), static_cast<int>(events.size()),
-                         epollTimeoutMillis());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw errnoError("epoll_wait", errno);
-      }
-      for (int i = 0; i < n; ++i) {
-        uint64_t tag = events[i].data.u64;
-        if (tag == kWakeTag) continue;  // stopping_ is checked by the loop
-        if (tag == kListenTag) {
-          acceptClients();
-          continue;
-        }
-        auto it = connections_.find(tag);
-        if (it == connections_.end()) continue;  // closed earlier in this batch
-        if (!serviceConnection(*it->second, events[i].events)) closeConnection(tag);
-        drainReady();
-      }
-      deliver(handler_.expire(std::chrono::steady_clock::now()));
-      drainReady();
-      resumeAcceptingIfDue();
-    }
+    while (!stopping_) turn(events);
   } catch (const std::exception& e) {
     const auto* error = dynamic_cast<const Error*>(&e);
     const std::string why = "store server " + where_ + " stopped serving: " + (error ? error->message() : e.what());
@@ -177,21 +111,52 @@ void TcpStoreServer::Impl::run() {
   num_clients_ = 0;
 }
 
+void TcpStoreServer::Impl::turn(std::vector<epoll_event>& events) {
+  if (options_.loop_hook) options_.loop_hook();
+  int n = epoll_wait(epoll_fd_.get(), events.data(), static_cast<int>(events.size()),
+                     epollTimeoutMillis());
+  if (n < 0) {
+    if (errno == EINTR) return;
+    throw errnoError("epoll_wait", errno);
+  }
+  for (int i = 0; i < n; ++i) {
+    uint64_t tag = events[i].data.u64;
+    if (tag == kWakeTag) continue;  // stopping_ is checked by the loop
+    if (tag == kListenTag) {
+      acceptClients();
+      continue;
+    }
+    auto it = connections_.find(tag);
+    if (it == connections_.end()) continue;  // closed earlier in this batch
+    if (!serviceConnection(*it->second, events[i].events)) closeConnection(tag);
+    drainReady();
+  }
+  serveBacklog();
+  const SteadyTime now = std::chrono::steady_clock::now();
+  deliver(handler_.expire(now, kExpiredKeysPerTurn));
+  drainReady();
+  sweep(now);
+  resumeAcceptingIfDue();
+  giveMemoryBackIfDue(now);
+}
+
 std::string TcpStoreServer::Impl::failure() const {
   std::lock_guard<std::mutex> lock(failure_mutex_);
   return failure_;
 }
 
 int TcpStoreServer::Impl::epollTimeoutMillis() const {
+  if (!backlog_.empty()) return 0;
   std::optional<SteadyTime> wake = handler_.nextDeadline();
   if (!accepting_ && (!wake || accept_resume_at_ < *wake)) wake = accept_resume_at_;
+  if (!connections_.empty() && (!wake || next_sweep_ < *wake)) wake = next_sweep_;
   if (!wake) return -1;
   auto left = std::chrono::ceil<std::chrono::milliseconds>(*wake - std::chrono::steady_clock::now());
   return static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX));
 }
 
 void TcpStoreServer::Impl::acceptClients() {
-  while (true) {
+  for (int accepted = 0; accepted < kAcceptsPerTurn; ++accepted) {
     sockaddr_storage address{};
     socklen_t length = sizeof(address);
     int fd = accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&address), &length,
@@ -200,27 +165,51 @@ void TcpStoreServer::Impl::acceptClients() {
       int err = errno;
       if (err == EINTR || err == ECONNABORTED) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) return;
-      DTRAIN_LOG_WARN("store server " << where_ << ": accept4() failed: " << errnoString(err)
-                      << "; pausing new connections for " << kAcceptPause.count() << " ms");
+      DTRAIN_LOG_THROTTLED(accept_log_, LogLevel::kWarn,
+                           "store server " << where_ << ": accept4() failed with "
+                           << connections_.size() << " connections open: " << errnoString(err)
+                           << "; pausing new connections for " << kAcceptPause.count() << " ms");
       DTRAIN_CHECK_ERRNO(epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr));
       accepting_ = false;
       accept_resume_at_ = std::chrono::steady_clock::now() + kAcceptPause;
       return;
     }
-    FileDescriptor socket(fd);
-    std::string peer = socketAddressText(reinterpret_cast<sockaddr*>(&address), length);
-    try {
-      setNoDelay(fd);
-    } catch (const IoError& e) {
-      DTRAIN_LOG_DEBUG("store server " << where_ << ": " << peer << ": " << e.message());
-    }
-    ClientId id = next_id_++;
-    epoll_event event{EPOLLIN | EPOLLRDHUP, {.u64 = id}};
-    DTRAIN_CHECK_ERRNO(epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &event));
-    connections_.emplace(id, std::make_unique<Connection>(id, std::move(socket), std::move(peer),
-                                                          options_.max_frame_bytes));
-    num_clients_.fetch_add(1, std::memory_order_relaxed);
+    admit(FileDescriptor(fd),
+          socketAddressText(reinterpret_cast<sockaddr*>(&address), length));
   }
+}
+
+void TcpStoreServer::Impl::admit(FileDescriptor socket, std::string peer) {
+  const bool over_limit = connections_.size() - num_refused_ >= max_connections_;
+  if (over_limit && num_refused_ >= kMaxLingering) {
+    DTRAIN_LOG_THROTTLED(limit_log_, LogLevel::kWarn,
+                         "store server " << where_ << ": closed " << peer << " at once: at the limit of "
+                         << max_connections_ << " connections, with " << num_refused_
+                         << " refused ones still being told why");
+    return;  // closing `socket`
+  }
+  try {
+    setNoDelay(socket.get());
+  } catch (const IoError& e) {
+    DTRAIN_LOG_DEBUG("store server " << where_ << ": " << peer << ": " << e.message());
+  }
+  const ClientId id = next_id_++;
+  epoll_event event{EPOLLIN | EPOLLRDHUP, {.u64 = id}};
+  DTRAIN_CHECK_ERRNO(epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, socket.get(), &event));
+  auto owned = std::make_unique<Connection>(id, std::move(socket), std::move(peer),
+                                            max_hello_frame_bytes_, std::chrono::steady_clock::now());
+  Connection& c = *owned;
+  connections_.emplace(id, std::move(owned));
+  num_clients_.fetch_add(1, std::memory_order_relaxed);
+  if (!over_limit) return;
+  // The reason is sent before the HELLO arrives; the HELLO is read and
+  // dropped while the refusal lingers, so the client reads the reason
+  // instead of a reset.
+  const std::string why = "the store server at " + where_ + " is at its limit of " +
+                          std::to_string(max_connections_) +
+                          " connections (TcpStoreServerOptions::max_connections); "
+                          "try again later, or close idle clients";
+  if (!refuse(c, RefusalReason::kTooManyConnections, why) || !updateInterest(c)) closeConnection(id);
 }
 
 void TcpStoreServer::Impl::resumeAcceptingIfDue() {
@@ -230,170 +219,82 @@ void TcpStoreServer::Impl::resumeAcceptingIfDue() {
   accepting_ = true;
 }
 
-bool TcpStoreServer::Impl::serviceConnection(Connection& c, uint32_t events) {
-  if ((events & EPOLLOUT) && !flush(c)) return false;
-  if (events & EPOLLIN) {
-    if (!readAvailable(c)) return false;
-  } else if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
-    return false;  // the peer left while we were not reading from it
-  }
-  if (c.refused && !c.outPending()) return false;
-  return updateInterest(c);
-}
-
-bool TcpStoreServer::Impl::readAvailable(Connection& c) {
-  bool peer_closed = false;
-  for (size_t total = 0; total < kMaxReadPerEvent;) {
-    ssize_t n = ::recv(c.fd.get(), c.decoder.prepare(kReadChunkBytes), kReadChunkBytes, 0);
-    if (n > 0) {
-      c.decoder.commit(static_cast<size_t>(n));
-      total += static_cast<size_t>(n);
-      if (static_cast<size_t>(n) < kReadChunkBytes) break;  // drained; spare a recv()
+void TcpStoreServer::Impl::sweep(SteadyTime now) {
+  if (now < next_sweep_) return;
+  next_sweep_ = now + sweep_interval_;
+  const auto hello_timeout = options_.hello_timeout;
+  const auto idle_timeout = options_.idle_timeout;
+  std::vector<ClientId> doomed;
+  for (auto& [id, owned] : connections_) {
+    Connection& c = *owned;
+    if (c.refused) {
+      if (now - c.last_active >= kRefusalLinger) doomed.push_back(id);
       continue;
     }
-    if (n == 0) {
-      peer_closed = true;
-      break;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    DTRAIN_LOG_DEBUG("store server " << where_ << ": recv() from " << c.peer
-                     << " failed: " << errnoString(errno));
-    return false;
-  }
-  // Requests that arrived before the peer hung up still count (a last set()).
-  return processFrames(c) && !peer_closed;
-}
-
-bool TcpStoreServer::Impl::processFrames(Connection& c) {
-  try {
-    while (canProcess(c)) {
-      std::optional<std::string_view> payload = c.decoder.next();
-      if (!payload) break;
-      if (!c.greeted) {
-        if (!greet(c, *payload)) return false;
-        continue;
+    if (!c.greeted) {
+      if (hello_timeout.count() > 0 && now - c.accepted_at >= hello_timeout) {
+        DTRAIN_LOG_THROTTLED(timeout_log_, LogLevel::kWarn,
+                             "store server " << where_ << ": closed " << c.peer
+                             << ": no HELLO within " << secondsText(hello_timeout)
+                             << " of connecting (TcpStoreServerOptions::hello_timeout)");
+        doomed.push_back(id);
       }
-      std::optional<std::string> reply =
-          handler_.handle(c.id, *payload, std::chrono::steady_clock::now());
-      if (reply && !send(c, std::move(*reply))) return false;
-    }
-  } catch (const WireError& e) {
-    DTRAIN_LOG_ERROR("store server " << where_ << ": closing the connection from " << c.peer
-                     << ": " << e.message());
-    return false;
-  }
-  return true;
-}
-
-bool TcpStoreServer::Impl::greet(Connection& c, std::string_view payload) {
-  PayloadReader in(payload);
-  uint8_t op = in.u8("op");
-  if (op != static_cast<uint8_t>(StoreOp::kHello)) {
-    throw WireError("expected HELLO as the first frame, got " + storeOpName(op));
-  }
-  uint32_t version = in.u32("protocol_version");
-  auto refuse = [&](RefusalReason reason, const std::string& message) {
-    DTRAIN_LOG_WARN("store server " << where_ << ": refused " << c.peer << ": " << message);
-    c.refused = true;
-    return send(c, FrameWriter(ReplyStatus::kRefused)
-                       .u8(static_cast<uint8_t>(reason))
-                       .bytes(message)
-                       .finish());
-  };
-  if (version != kStoreProtocolVersion) {
-    return refuse(RefusalReason::kProtocolVersion,
-                  "protocol version mismatch: the client speaks version " + std::to_string(version) +
-                      ", the server speaks version " + std::to_string(kStoreProtocolVersion));
-  }
-  std::string token = in.bytes("token");
-  in.expectEnd("HELLO");
-  if (!options_.token.empty() && !tokensMatch(options_.token, token)) {
-    return refuse(RefusalReason::kAuthentication, "authentication failed");
-  }
-  c.greeted = true;
-  return send(c, FrameWriter(ReplyStatus::kOk).u32(kStoreProtocolVersion).finish());
-}
-
-bool TcpStoreServer::Impl::send(Connection& c, std::string frame) {
-  if (c.outPending()) {
-    c.out.append(frame);
-  } else {
-    c.out = std::move(frame);
-    c.out_offset = 0;
-  }
-  return flush(c);
-}
-
-bool TcpStoreServer::Impl::flush(Connection& c) {
-  while (c.outPending()) {
-    ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_offset, c.out.size() - c.out_offset,
-                       MSG_NOSIGNAL);
-    if (n >= 0) {
-      c.out_offset += static_cast<size_t>(n);
       continue;
     }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;  // EPOLLOUT resumes it
-    DTRAIN_LOG_DEBUG("store server " << where_ << ": send() to " << c.peer
-                     << " failed: " << errnoString(errno));
-    return false;
-  }
-  c.out.clear();
-  c.out_offset = 0;
-  return true;
-}
-
-bool TcpStoreServer::Impl::updateInterest(Connection& c) {
-  // Not reading from a connection that is blocked (deferred wait, unsent
-  // replies) lets TCP flow control push back on it; EPOLLRDHUP still tells
-  // us when it goes away.
-  uint32_t interest = EPOLLRDHUP;
-  if (canProcess(c)) interest |= EPOLLIN;
-  if (c.outPending()) interest |= EPOLLOUT;
-  if (interest == c.interest) return true;
-  epoll_event event{interest, {.u64 = c.id}};
-  if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, c.fd.get(), &event) != 0) {
-    DTRAIN_LOG_ERROR("store server " << where_ << ": epoll_ctl(EPOLL_CTL_MOD) for " << c.peer
-                     << " failed: " << errnoString(errno));
-    return false;
-  }
-  c.interest = interest;
-  return true;
-}
-
-void TcpStoreServer::Impl::deliver(std::vector<StoreReply> replies) {
-  for (StoreReply& reply : replies) {
-    auto it = connections_.find(reply.client);
-    if (it == connections_.end()) continue;
-    if (send(*it->second, std::move(reply.frame))) {
-      ready_.push_back(reply.client);
-    } else {
-      closeConnection(reply.client);
+    if (idle_timeout.count() == 0 || handler_.isDeferred(id)) continue;
+    const auto quiet = now - c.last_active;
+    // Halfway, note how many segments the peer had sent; at the timeout, any
+    // more (a keep-alive probe is one) shows the peer is alive and merely quiet.
+    if (quiet >= idle_timeout / 2 && !c.segments_in) c.segments_in = tcpSegmentsIn(c.fd.get());
+    if (quiet < idle_timeout) continue;
+    std::optional<uint32_t> segments = tcpSegmentsIn(c.fd.get());
+    if (segments && c.segments_in && *segments != *c.segments_in) {
+      c.last_active = now;
+      c.segments_in.reset();
+      continue;
     }
+    DTRAIN_LOG_THROTTLED(timeout_log_, LogLevel::kWarn,
+                         "store server " << where_ << ": closed " << c.peer << ": idle for "
+                         << secondsText(idle_timeout)
+                         << " with no request pending and no TCP keep-alive from the peer "
+                            "(TcpStoreServerOptions::idle_timeout)");
+    doomed.push_back(id);
   }
+  for (ClientId id : doomed) closeConnection(id);
 }
 
-void TcpStoreServer::Impl::drainReady() {
-  while (true) {
-    deliver(handler_.takeCompleted());
-    if (ready_.empty()) return;
-    ClientId id = ready_.back();
-    ready_.pop_back();
+void TcpStoreServer::Impl::serveBacklog() {
+  std::vector<ClientId> due;
+  due.swap(backlog_);
+  for (ClientId id : due) {
     auto it = connections_.find(id);
     if (it == connections_.end()) continue;
     Connection& c = *it->second;
-    // Frames that queued up behind the answered wait are served now.
+    c.backlogged = false;
     if (!processFrames(c) || !updateInterest(c)) closeConnection(id);
+    drainReady();
   }
 }
 
 void TcpStoreServer::Impl::closeConnection(ClientId id) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;
+  Connection& c = *it->second;
+  if (c.refused) --num_refused_;
+  buffered_bytes_ -= c.accounted_bytes;
+  freed_since_trim_ += c.decoder.capacityBytes() + c.out.capacity() + sizeof(Connection);
   handler_.forget(id);
   connections_.erase(it);  // closing the fd also removes it from the epoll set
   num_clients_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void TcpStoreServer::Impl::giveMemoryBackIfDue(SteadyTime now) {
+  if (freed_since_trim_ < kTrimAfterFreedBytes || now < next_trim_) return;
+  // Buffers above the mmap threshold go back on free; the many small ones of
+  // thousands of connections stay in the heap until trimmed.
+  malloc_trim(0);
+  freed_since_trim_ = 0;
+  next_trim_ = now + kTrimInterval;
 }
 
 TcpStoreServer::TcpStoreServer(const TcpStoreServerOptions& options)
