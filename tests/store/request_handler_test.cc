@@ -135,5 +135,65 @@ TEST_F(RequestHandlerTest, AnEphemeralKeyGoesWithItsOwnersConnectionUnlessSetAga
   EXPECT_EQ(fields.u8("present"), 1) << "a key set plainly since went with the old owner";
 }
 
+constexpr auto kError = static_cast<uint8_t>(ReplyStatus::kError);
+
+TEST_F(RequestHandlerTest, TooManyKeysIsAnErrorNamingTheLimitAndChangesNothing) {
+  StoreRequestHandler handler(4);
+  const std::vector<std::string> five = {"a", "b", "c", "d", "e"};
+  for (StoreOp op : {StoreOp::kWait, StoreOp::kCheck}) {
+    FrameWriter writer(op);
+    writer.strings(five);
+    if (op == StoreOp::kWait) writer.i64(1000);
+    std::optional<std::string> reply = handler.handle(1, request(writer), now_);
+    ASSERT_TRUE(reply) << "one reply per request, at once";
+    PayloadReader rest("");
+    EXPECT_EQ(statusOf(*reply, &rest), kError);
+    const std::string message = rest.bytes("message");
+    EXPECT_NE(message.find(storeOpName(static_cast<uint8_t>(op)) + " of 5 keys exceeds the limit of 4 keys"),
+              std::string::npos) << message;
+    EXPECT_FALSE(handler.isDeferred(1));
+  }
+  FrameWriter four(StoreOp::kWait);
+  four.strings({"a", "b", "c", "d"}).i64(1000);
+  EXPECT_FALSE(handler.handle(1, request(four), now_)) << "at the limit is allowed";
+}
+
+TEST_F(RequestHandlerTest, AWaitNamingAKeyTwiceCompletesWhenEachDistinctKeyExists) {
+  EXPECT_FALSE(handle(1, FrameWriter(StoreOp::kWait).strings({"a", "b", "a"}).i64(1000)));
+  handle(2, FrameWriter(StoreOp::kSet).bytes("a").bytes("1"));
+  handle(2, FrameWriter(StoreOp::kSet).bytes("a").bytes("2"));  // an overwrite is no new key
+  EXPECT_TRUE(handler_.takeCompleted().empty());
+  handle(2, FrameWriter(StoreOp::kSet).bytes("b").bytes("1"));
+  EXPECT_EQ(handler_.takeCompleted().size(), 1u);
+}
+
+TEST_F(RequestHandlerTest, AKeyDeletedWhileOthersAreAwaitedIsAwaitedAgain) {
+  handle(2, FrameWriter(StoreOp::kSet).bytes("a").bytes("1"));
+  EXPECT_FALSE(handle(1, FrameWriter(StoreOp::kWait).strings({"a", "b"}).i64(1000)));
+  handle(2, FrameWriter(StoreOp::kDeleteKey).bytes("a"));
+  handle(2, FrameWriter(StoreOp::kSet).bytes("b").bytes("1"));
+  EXPECT_TRUE(handler_.takeCompleted().empty()) << "'a' is gone again";
+  // An ephemeral key that goes with its owner counts as deleted too.
+  handle(3, FrameWriter(StoreOp::kSetEphemeral).bytes("a").bytes("1"));
+  EXPECT_EQ(handler_.takeCompleted().size(), 1u);
+  EXPECT_FALSE(handle(1, FrameWriter(StoreOp::kWait).strings({"a", "c"}).i64(1000)));
+  handler_.forget(3);
+  handle(2, FrameWriter(StoreOp::kSet).bytes("c").bytes("1"));
+  EXPECT_TRUE(handler_.takeCompleted().empty()) << "'a' left with its owner";
+  handle(2, FrameWriter(StoreOp::kAdd).bytes("a").i64(1));
+  EXPECT_EQ(handler_.takeCompleted().size(), 1u);
+}
+
+TEST_F(RequestHandlerTest, ExpiryStopsAtItsKeyBudgetAndResumesOnTheNextCall) {
+  for (ClientId client = 1; client <= 3; ++client) {
+    EXPECT_FALSE(handle(client, FrameWriter(StoreOp::kWait).strings({"x", "y"}).i64(10)));
+  }
+  now_ += milliseconds(20);
+  EXPECT_EQ(handler_.expire(now_, 3).size(), 2u) << "2 keys, then 4 >= 3: stop";
+  EXPECT_TRUE(handler_.nextDeadline() && *handler_.nextDeadline() <= now_);
+  EXPECT_EQ(handler_.expire(now_, 3).size(), 1u);
+  EXPECT_FALSE(handler_.nextDeadline());
+}
+
 }  // namespace
 }  // namespace dtrain
