@@ -28,7 +28,7 @@ constexpr size_t kExpiredKeysPerTurn = 65536;
 constexpr std::chrono::milliseconds kAcceptPause{100};
 // A refused client gets this long to read the reason before its socket is
 // closed; at most kMaxLingering wait at once (each holds a descriptor), and a
-// connection beyond that is closed without one.
+// connection beyond that is sent the reason and closed at once.
 constexpr std::chrono::milliseconds kRefusalLinger{2000};
 constexpr size_t kMaxLingering = 64;
 // Freed heap is handed back to the OS (malloc_trim) once this much piled up,
@@ -47,7 +47,7 @@ size_t connectionLimit(size_t requested) {
 std::chrono::milliseconds sweepInterval(const TcpStoreServerOptions& options) {
   std::chrono::milliseconds shortest = kRefusalLinger;
   if (options.hello_timeout.count() > 0) shortest = std::min(shortest, options.hello_timeout);
-  if (options.idle_timeout.count() > 0) shortest = std::min(shortest, options.idle_timeout / 2);
+  if (options.idle_timeout.count() > 0) shortest = std::min(shortest, options.idle_timeout / 4);
   return std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10),
                                                std::chrono::seconds(1));
 }
@@ -181,11 +181,21 @@ void TcpStoreServer::Impl::acceptClients() {
 
 void TcpStoreServer::Impl::admit(FileDescriptor socket, std::string peer) {
   const bool over_limit = connections_.size() - num_refused_ >= max_connections_;
+  const std::string why = over_limit ? "the store server at " + where_ + " is at its limit of " +
+                                           std::to_string(max_connections_) +
+                                           " connections (TcpStoreServerOptions::max_connections); "
+                                           "try again later, or close idle clients"
+                                     : std::string();
   if (over_limit && num_refused_ >= kMaxLingering) {
+    // No descriptor to spare for lingering: the reason goes into the fresh
+    // socket's empty send buffer, and the peer reads it before the close.
+    const std::string refusal = FrameWriter(ReplyStatus::kRefused)
+                                    .u8(static_cast<uint8_t>(RefusalReason::kTooManyConnections))
+                                    .bytes(why)
+                                    .finish();
+    (void)::send(socket.get(), refusal.data(), refusal.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     DTRAIN_LOG_THROTTLED(limit_log_, LogLevel::kWarn,
-                         "store server " << where_ << ": closed " << peer << " at once: at the limit of "
-                         << max_connections_ << " connections, with " << num_refused_
-                         << " refused ones still being told why");
+                         "store server " << where_ << ": refused " << peer << ": " << why);
     return;  // closing `socket`
   }
   try {
@@ -205,10 +215,6 @@ void TcpStoreServer::Impl::admit(FileDescriptor socket, std::string peer) {
   // The reason is sent before the HELLO arrives; the HELLO is read and
   // dropped while the refusal lingers, so the client reads the reason
   // instead of a reset.
-  const std::string why = "the store server at " + where_ + " is at its limit of " +
-                          std::to_string(max_connections_) +
-                          " connections (TcpStoreServerOptions::max_connections); "
-                          "try again later, or close idle clients";
   if (!refuse(c, RefusalReason::kTooManyConnections, why) || !updateInterest(c)) closeConnection(id);
 }
 
@@ -243,9 +249,10 @@ void TcpStoreServer::Impl::sweep(SteadyTime now) {
     }
     if (idle_timeout.count() == 0 || handler_.isDeferred(id)) continue;
     const auto quiet = now - c.last_active;
-    // Halfway, note how many segments the peer had sent; at the timeout, any
-    // more (a keep-alive probe is one) shows the peer is alive and merely quiet.
-    if (quiet >= idle_timeout / 2 && !c.segments_in) c.segments_in = tcpSegmentsIn(c.fd.get());
+    // A quarter in, note how many segments the peer had sent; at the timeout,
+    // any more (a keep-alive probe is one) shows the peer is alive and merely
+    // quiet. The window spans several probe intervals of a TcpStore client.
+    if (quiet >= idle_timeout / 4 && !c.segments_in) c.segments_in = tcpSegmentsIn(c.fd.get());
     if (quiet < idle_timeout) continue;
     std::optional<uint32_t> segments = tcpSegmentsIn(c.fd.get());
     if (segments && c.segments_in && *segments != *c.segments_in) {
