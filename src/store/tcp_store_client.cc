@@ -53,12 +53,13 @@ class TcpStore::Connection {
   explicit Connection(const TcpStoreClientOptions& options)
       : options_(options), where_(hostPortText(options.host, options.port)), decoder_(kStoreMaxFrameBytes) {
     const auto deadline = Clock::now() + clampTimeout(options.connect_timeout);
-    connectWithRetry(deadline, [&](const std::string& error) {
-      return TimeoutError("could not connect to the store at " + where_ + " within " +
-                          secondsText(options_.connect_timeout) + " s: " + error);
-    });
     const auto greeting = std::min(clampTimeout(options.timeout), clampTimeout(options.request_timeout));
-    greet(std::min(Clock::now() + withSafetyMargin(greeting), storeDeadline()));
+    connectAndGreet(
+        deadline, [&] { return std::min(Clock::now() + withSafetyMargin(greeting), storeDeadline()); },
+        [&](const std::string& error) {
+          return TimeoutError("could not connect to the store at " + where_ + " within " +
+                              secondsText(options_.connect_timeout) + " s: " + error);
+        });
   }
 
   const std::string& where() const { return where_; }
@@ -107,6 +108,29 @@ class TcpStore::Connection {
     }
   }
 
+  // A server at its connection limit refuses with a reason; unlike a bad
+  // token that is temporary, so the client tries again until its deadline.
+  struct ServerFull {
+    std::string message;
+  };
+
+  template <typename GreetDeadline, typename MakeError>
+  void connectAndGreet(Clock::time_point deadline, GreetDeadline&& greet_deadline, MakeError&& make_error) {
+    auto backoff = kFirstBackoff;
+    while (true) {
+      connectWithRetry(deadline, make_error);
+      try {
+        greet(greet_deadline());
+        broken_.clear();
+        return;
+      } catch (const ServerFull& full) {
+        if (Clock::now() >= deadline) throw make_error(full.message);
+        std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - Clock::now()));
+        backoff = std::min(backoff * 2, kMaxBackoff);
+      }
+    }
+  }
+
   // After a failed request: connect and greet again within the caller's
   // deadline. A refusal (bad token) is final.
   void reconnectIfBroken(Clock::time_point deadline) {
@@ -116,14 +140,14 @@ class TcpStore::Connection {
     }
     const std::string why = broken_;
     const auto started = Clock::now();
-    connectWithRetry(deadline, [&](const std::string& error) {
-      return IoError("lost the connection to the store at " + where_ + " (" + why +
-                     ") and could not connect again within " +
-                     secondsText(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)) +
-                     " s: " + error);
-    });
-    broken_.clear();
-    greet(deadline);
+    connectAndGreet(
+        deadline, [deadline] { return deadline; },
+        [&](const std::string& error) {
+          return IoError("lost the connection to the store at " + where_ + " (" + why +
+                         ") and could not connect again within " +
+                         secondsText(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started)) +
+                         " s: " + error);
+        });
   }
 
   void greet(Clock::time_point deadline) {
@@ -142,6 +166,10 @@ class TcpStore::Connection {
       fail("malformed reply to HELLO: " + e.message());
     }
     broken_ = "the server refused the connection";
+    if (reason == RefusalReason::kTooManyConnections) {
+      socket_.reset();
+      throw ServerFull{"the server is at its connection limit: " + message};
+    }
     refused_ = true;
     if (reason == RefusalReason::kAuthentication) {
       throw ConfigError("store at " + where_ +

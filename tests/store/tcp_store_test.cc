@@ -153,7 +153,9 @@ TEST(TcpStoreTest, AWaitTheServerTimedOutLeavesTheConnectionUsable) {
 
 TEST(TcpStoreTest, DestroyingTheServerFailsAWaitingClientWithIoError) {
   auto server = std::make_unique<TcpStoreServer>(loopbackServerOptions());
-  TcpStore store(clientOptionsFor(*server));
+  TcpStoreClientOptions options = clientOptionsFor(*server);
+  options.request_timeout = seconds(2);  // the reconnect below fails within it
+  TcpStore store(options);
   const std::string where = "127.0.0.1:" + std::to_string(server->port());
   auto waiting = std::async(std::launch::async, [&] { store.wait({"never"}, seconds(120)); });
   std::this_thread::sleep_for(milliseconds(100));  // let the wait reach the server
