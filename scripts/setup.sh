@@ -5,6 +5,7 @@
 #
 #   scripts/setup.sh            build dependencies, then configure and build
 #   scripts/setup.sh --peers    also the peers' software (Debian's PyTorch)
+#   scripts/setup.sh --fuzzers  also clang 16 and its libFuzzer (scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +23,10 @@ if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
 for arg in "$@"; do
   case "$arg" in
     --peers) packages+=(python3-torch) ;;
-    *) echo "setup.sh: unknown option '$arg'; expected --peers" >&2; exit 2 ;;
+    # clang 15 is the first whose <source_location> works with Debian's
+    # libstdc++; the fuzzer runtime is in libclang-rt, not libfuzzer-*-dev.
+    --fuzzers) packages+=(clang-16 libclang-rt-16-dev) ;;
+    *) echo "setup.sh: unknown option '$arg'; expected --peers or --fuzzers" >&2; exit 2 ;;
   esac
 done
 
