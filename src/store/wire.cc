@@ -152,6 +152,8 @@ char* FrameDecoder::prepare(size_t n) {
 }
 
 void FrameDecoder::append(std::string_view bytes) {
+  // A decoder with no buffer yet would hand memcpy a null pointer.
+  if (bytes.empty()) return;
   std::memcpy(prepare(bytes.size()), bytes.data(), bytes.size());
   commit(bytes.size());
 }

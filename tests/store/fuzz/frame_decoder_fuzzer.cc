@@ -95,9 +95,7 @@ Decoded decode(std::string_view stream, uint32_t limit, Chunking chunking, Rando
                : chunking == Chunking::kBytewise ? std::min<size_t>(left, 1)
                : std::min<size_t>(left, random.next() % 4 == 0 ? random.next() % 512 : random.next() % 9);
     if (chunking == Chunking::kWhole) {
-      // append("") to a decoder with no buffer yet passes memcpy a null
-      // pointer (UB); skipped until wire.cc guards it.
-      if (n > 0) decoder.append(stream.substr(offset, n));
+      decoder.append(stream.substr(offset, n));
     } else {
       size_t room = huge_prepare && offset == 0 ? (size_t{1} << 20) + 64 : n + random.next() % 64;
       char* space = decoder.prepare(room);

@@ -36,6 +36,8 @@ namespace {
 using Clock = StoreRequestHandler::Clock;
 using std::chrono::milliseconds;
 
+constexpr size_t kMaxKeysPerRequest = 8;
+
 struct Connection {
   explicit Connection(ClientId id) : id(id), decoder(kStoreMaxFrameBytes) {}
   ClientId id;
@@ -82,9 +84,7 @@ class ServerSimulation {
 
   void receive(int slot, std::string_view bytes) {
     if (!slots_[slot]) slots_[slot].emplace(next_id_++);
-    // append("") to a decoder with no buffer yet passes memcpy a null
-    // pointer (UB); skipped until wire.cc guards it.
-    if (!bytes.empty()) slots_[slot]->decoder.append(bytes);
+    slots_[slot]->decoder.append(bytes);
     serve(slot);
     drainReady();
   }
@@ -116,8 +116,29 @@ class ServerSimulation {
     }
   }
 
+  // WAIT and CHECK declaring more keys than the limit get one ERROR reply
+  // whatever follows the count: the handler never parses the rest.
+  static bool overKeyLimit(const std::string& payload) {
+    if (payload.size() < 5) return false;
+    const auto op = static_cast<StoreOp>(payload[0]);
+    if (op != StoreOp::kWait && op != StoreOp::kCheck) return false;
+    uint32_t count = 0;
+    for (int i = 1; i < 5; ++i) count = (count << 8) | static_cast<unsigned char>(payload[i]);
+    return count > kMaxKeysPerRequest;
+  }
+
   void handleOne(int slot, const std::string& payload) {
     Connection& c = *slots_[slot];
+    if (overKeyLimit(payload)) {
+      std::optional<std::string> reply = handler_.handle(c.id, payload, now_);
+      FUZZ_CHECK(reply && reply->size() > 4 && (*reply)[4] == static_cast<char>(ReplyStatus::kError),
+                 "a request over the key limit got no ERROR reply");
+      FUZZ_CHECK(!handler_.isDeferred(c.id), "a request over the key limit was deferred");
+      FUZZ_CHECK(handler_.numKeys() == model_.size(), "a request over the key limit changed the table");
+      ++c.requests;
+      ++c.replies;
+      return;
+    }
     std::optional<Request> request = readRequest(payload);
     bool well_formed = request && request->op != static_cast<uint8_t>(StoreOp::kHello);
     std::optional<std::string> reply;
@@ -230,7 +251,8 @@ class ServerSimulation {
                model_.size());
   }
 
-  StoreRequestHandler handler_;
+  // A small limit, so that inputs reach the refusal of too many keys.
+  StoreRequestHandler handler_{kMaxKeysPerRequest};
   StoreModel model_;
   std::array<std::optional<Connection>, kScriptClients> slots_;
   std::vector<int> ready_;  // slots whose wait was answered, to be served again

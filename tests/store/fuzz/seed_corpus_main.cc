@@ -83,6 +83,12 @@ std::vector<std::pair<std::string, std::string>> handlerScripts() {
   std::string truncated = frame(StoreOp::kSet, {"k"}, "v");
   truncated = std::string("\0\0\0\x04", 4) + truncated.substr(4, 4);
   out.emplace_back("truncated-field", ScriptWriter().data(0, hello() + truncated).script());
+  // Over the fuzz target's limit of 8 keys per request: an ERROR, then served on.
+  std::vector<std::string> nine{"a", "b", "c", "d", "e", "f", "g", "h", "i"};
+  out.emplace_back("too-many-keys", ScriptWriter()
+                                        .data(0, hello() + frame(StoreOp::kWait, nine, "", 100) +
+                                                     frame(StoreOp::kCheck, nine) + frame(StoreOp::kNumKeys))
+                                        .script());
   out.emplace_back("hello-twice", ScriptWriter().data(0, hello() + hello()).script());
   out.emplace_back("wrong-version", ScriptWriter().data(0, frame(StoreOp::kHello, {}, "", 99)).script());
   return out;
