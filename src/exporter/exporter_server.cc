@@ -1,6 +1,7 @@
 #include "exporter/exporter_server.h"
 
 #include <httplib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -9,8 +10,10 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "metrics/job_status.h"
+#include "exporter/deadline_stream.h"
 #include "exporter/live_page/live_page.h"
+#include "exporter/request_intake.h"
+#include "metrics/job_status.h"
 #include "metrics/prometheus_text.h"
 
 namespace dtrain::exporter {
@@ -20,24 +23,57 @@ constexpr const char* kJson = "application/json";
 constexpr const char* kText = "text/plain; charset=utf-8";
 constexpr const char* kHtml = "text/html; charset=utf-8";
 
-// Bounds on what one client can hold: an idle keep-alive connection frees
-// its worker after 2 s, a stalled read or write after 5 s, a body (never
-// wanted: the server is read-only) is cut at 64 KiB. Header lines are capped
-// at 8 KiB by httplib itself (400 beyond).
-constexpr time_t kKeepAliveTimeoutS = 2;
-constexpr time_t kReadTimeoutS = 5;
-constexpr time_t kWriteTimeoutS = 5;
+// A body (never wanted: the server is read-only) is refused past 64 KiB;
+// the request line and header lines are capped at 8 KiB by httplib itself
+// (414, 400 beyond), so the intake hands a head over once it passes 16 KiB.
 constexpr size_t kPayloadMaxBytes = 64 * 1024;
+constexpr size_t kHeadMaxBytes = 16 * 1024;
 constexpr int kListenBacklog = 1024;
+// Descriptors kept free for the rest of the process (NVML, the jobs
+// directory, logs) besides one per worker.
+constexpr size_t kReservedDescriptors = 64;
 
-// httplib listens with a backlog of 5, compiled into Debian's library: in a
-// burst of connections (a dashboard reload, a fleet of scrapers) each one
-// beyond it waits a 1 s SYN retransmit, long enough for the earlier ones to
-// be dropped as idle. Listening again on the bound socket raises it.
+// httplib runs process_and_close_socket() of each accepted socket on a task
+// queue; this one runs it at once on the accept thread, where HttpServer
+// passes the socket to the intake instead of reading from it.
+class InlineTaskQueue final : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> task) override { task(); }
+  void shutdown() override {}
+};
+
 class HttpServer final : public httplib::Server {
  public:
+  explicit HttpServer(std::function<void(int)> accepted) : accepted_(std::move(accepted)) {}
+
+  // httplib listens with a backlog of 5, compiled into Debian's library: in
+  // a burst of connections (a dashboard reload, a fleet of scrapers) each
+  // one beyond it waits a 1 s SYN retransmit. Listening again on the bound
+  // socket raises it.
   void raiseBacklog(int backlog) { ::listen(svr_sock_.load(), backlog); }
+
+  // Answers the one request `stream` holds, with "Connection: close".
+  void serve(httplib::Stream& stream) {
+    bool connection_closed = true;
+    process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+  }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    accepted_(sock);
+    return true;
+  }
+
+  std::function<void(int)> accepted_;
 };
+
+// What the descriptor limit leaves for connections being read.
+size_t descriptorRoom(size_t workers) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  size_t reserved = kReservedDescriptors + workers;
+  return limit.rlim_cur > reserved + 16 ? limit.rlim_cur - reserved : 16;
+}
 
 const char* reasonPhrase(int status) {
   switch (status) {
@@ -77,12 +113,10 @@ ListenAddress parseListenAddress(const std::string& text) {
 }
 
 ExporterServer::ExporterServer(GpuMonitor& monitor, ExporterServerOptions options)
-    : monitor_(monitor), options_(std::move(options)), server_(std::make_unique<HttpServer>()) {
-  int threads = std::max(1, options_.worker_threads);
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  server_->set_keep_alive_timeout(kKeepAliveTimeoutS);
-  server_->set_read_timeout(kReadTimeoutS, 0);
-  server_->set_write_timeout(kWriteTimeoutS, 0);
+    : monitor_(monitor),
+      options_(std::move(options)),
+      server_(std::make_unique<HttpServer>([this](int fd) { intake_->add(fd); })) {
+  server_->new_task_queue = [] { return new InlineTaskQueue(); };
   server_->set_payload_max_length(kPayloadMaxBytes);
   // httplib's default adds SO_REUSEPORT, with which a second exporter would
   // share the port silently; SO_REUSEADDR alone still allows a quick restart.
@@ -170,6 +204,17 @@ int ExporterServer::start() {
                   (err != 0 ? errnoString(err) : "not an address of this host"));
   }
   static_cast<HttpServer&>(*server_).raiseBacklog(kListenBacklog);
+  size_t threads = static_cast<size_t>(std::max(1, options_.worker_threads));
+  workers_ = std::make_unique<httplib::ThreadPool>(threads);
+  RequestIntakeOptions intake_options;
+  intake_options.request_deadline = options_.request_deadline;
+  intake_options.max_connections = std::min(options_.max_pending_connections, descriptorRoom(threads));
+  intake_options.head_max_bytes = kHeadMaxBytes;
+  intake_options.body_max_bytes = kPayloadMaxBytes;
+  intake_ = std::make_unique<RequestIntake>(intake_options, [this](int fd, std::string request) {
+    workers_->enqueue([this, fd, request = std::move(request)]() mutable { serve(fd, std::move(request)); });
+  });
+  intake_->start();
   listen_returned_ = false;
   thread_ = std::thread([this] {
     if (!server_->listen_after_bind()) DTRAIN_LOG_ERROR("exporter: the HTTP server stopped accepting connections");
@@ -181,9 +226,20 @@ int ExporterServer::start() {
   return port;
 }
 
+void ExporterServer::serve(int fd, std::string request) {
+  DeadlineStream stream(fd, std::move(request), std::chrono::steady_clock::now() + options_.response_deadline);
+  static_cast<HttpServer&>(*server_).serve(stream);
+  intake_->linger(fd);
+}
+
 void ExporterServer::stop() {
   if (server_) server_->stop();
   if (thread_.joinable()) thread_.join();
+  // The intake first, so that nothing is handed to a pool shutting down;
+  // what the workers still serve is then closed without lingering.
+  if (intake_) intake_->stop();
+  if (workers_) workers_->shutdown();
+  workers_.reset();
 }
 
 }  // namespace dtrain::exporter
