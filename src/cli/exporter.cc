@@ -2,7 +2,9 @@
 // and a live page, from one process per node (exporter/).
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -24,6 +26,7 @@ struct ExporterFlags {
   double interval_s = 1;
   double slow_interval_s = 10;
   int history_s = 600;
+  double request_deadline_s = 5;
   bool list_metrics = false;
   bool once = false;
 };
@@ -50,17 +53,38 @@ void declareExporterOptions(OptionSet& set, ExporterFlags& f) {
   set.integer("--history", f.history_s, "Seconds of readings kept for the live page (/api/history)")
       .range(1, 86400)
       .unit("seconds");
+  set.number("--request-deadline", f.request_deadline_s,
+             "Seconds a client has from connecting to the last byte of its request; a slower one is answered 408 "
+             "and dropped")
+      .range(0.1, 600)
+      .unit("seconds");
   set.toggle("--list-metrics", f.list_metrics, "Print every metric name the exporter can export, and exit");
   set.toggle("--once", f.once, "Read the GPUs once, print the /metrics body, and exit");
 }
 
 #if DTRAIN_WITH_EXPORTER_HTTP
+// A client being read holds a descriptor, and the usual soft limit (1024)
+// would cap the connections the exporter can hold below what a flood of
+// slow clients needs to be shed oldest-first; the hard limit is the
+// administrator's word.
+void raiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  rlim_t wanted = std::min<rlim_t>(limit.rlim_max, 65536);
+  if (limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = wanted;
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+}
+
 // Serves until SIGINT, SIGTERM or SIGHUP. The signals are blocked before any
 // thread starts and taken by sigwait here, so no handler runs inside httplib
 // or NVML.
 int serve(const ExporterFlags& flags, const exporter::MonitorOptions& monitor_options) {
   exporter::ExporterServerOptions server_options;
   server_options.listen = exporter::parseListenAddress(flags.listen);
+  server_options.request_deadline =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.request_deadline_s * 1000));
+  raiseDescriptorLimit();
   // A client that hangs up mid-response must not kill the exporter.
   ::signal(SIGPIPE, SIG_IGN);
   sigset_t stop_signals;
