@@ -178,11 +178,11 @@ void RequestIntake::admit(int fd, bool lingering) {
     order.pop_front();
     if (!connections_.count(oldest)) continue;
     bool served = connections_[oldest].lingering;
-    drop(oldest, served ? nullptr : kEvicted);
     if (!served) {
       std::lock_guard<std::mutex> lock(mutex_);
       ++counters_.evicted;
     }
+    drop(oldest, served ? nullptr : kEvicted);
   }
   Connection connection;
   connection.fd = fd;
@@ -261,11 +261,11 @@ void RequestIntake::expire() {
       if (it->second.deadline > now) break;
       bool served = it->second.lingering;
       order->pop_front();
-      drop(it->first, served ? nullptr : kTimedOut);
       if (!served) {
         std::lock_guard<std::mutex> lock(mutex_);
         ++counters_.timed_out;
       }
+      drop(it->first, served ? nullptr : kTimedOut);
     }
   }
 }
