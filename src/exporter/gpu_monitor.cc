@@ -81,8 +81,24 @@ double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.cou
 
 }  // namespace
 
+namespace {
+// The CLI refuses these already; a library caller is held to the same, since
+// a zero interval would make the collection thread spin.
+MonitorOptions checked(MonitorOptions options) {
+  if (options.interval.count() <= 0) {
+    throw ConfigError("exporter interval " + std::to_string(options.interval.count()) +
+                      " ms: expected at least 1 ms");
+  }
+  if (options.slow_interval.count() < 0 || options.history.count() <= 0) {
+    throw ConfigError("exporter slow interval " + std::to_string(options.slow_interval.count()) + " ms, history " +
+                      std::to_string(options.history.count()) + " s: expected a slow interval >= 0 and a history >= 1 s");
+  }
+  return options;
+}
+}  // namespace
+
 GpuMonitor::GpuMonitor(MonitorOptions options)
-    : options_(options),
+    : options_(checked(options)),
       capacity_(static_cast<size_t>(std::clamp<int64_t>(
           std::chrono::duration_cast<std::chrono::milliseconds>(options.history).count() /
               std::max<int64_t>(1, options.interval.count()),

@@ -1,10 +1,12 @@
 // exporter/gpu_collector.h against the fake NVML (tests/metrics/fake_nvml.cc):
 // NVML's readings in dcgm-exporter's units.
 #include "exporter/gpu_collector.h"
+#include "exporter/gpu_monitor.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include "common/error.h"
 #include "fake_nvml_library.h"
 #include "fake_nvml_values.h"
 #include "metrics/nvml.h"
@@ -47,6 +49,17 @@ TEST_F(GpuCollectorTest, CollectorConvertsToDcgmUnitsAndLeavesUnsupportedFieldsE
   ASSERT_TRUE(g0.nvlink_tx_bytes && second[0].nvlink_tx_bytes);
   EXPECT_EQ(*second[0].nvlink_tx_bytes - *g0.nvlink_tx_bytes, fake::kNvlinkStepKiB * 1024.0);
   EXPECT_EQ(static_cast<uint64_t>(*g0.nvlink_rx_bytes) % 1024, 0u);
+}
+
+TEST(GpuMonitorTest, ANonPositiveIntervalIsRefusedNamingIt) {
+  MonitorOptions options;
+  options.interval = std::chrono::milliseconds(0);
+  try {
+    GpuMonitor monitor(options);
+    FAIL() << "a 0 ms interval was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.message(), "exporter interval 0 ms: expected at least 1 ms");
+  }
 }
 
 }  // namespace
