@@ -19,6 +19,7 @@
 #include "models/safetensors.h"
 #include "train/checkpoint_file.h"
 #include "train/checkpoint_sharded.h"
+#include "train/job_checkpoint_checks.h"
 
 namespace dtrain {
 namespace {
@@ -190,20 +191,28 @@ void consolidate(const CheckpointReader& reader, const std::string& out) {
             << std::endl;
 }
 
+// The file that holds the checkpoint's meta.
+std::string metaFileOf(const CheckpointReader& reader) {
+  return reader.sharded() ? reader.path() + "/" + kShardedMetadataFile : reader.path();
+}
+
+// Verified, and its meta checked: the tools print and copy it, `dtrain
+// generate` rebuilds the model from it.
+std::unique_ptr<CheckpointReader> openChecked(const std::string& path) {
+  auto reader = std::make_unique<CheckpointReader>(path);
+  reader->verify();
+  checkTrainCheckpointMeta(metaFileOf(*reader), reader->meta(), MetaFields::kPresentOnes);
+  return reader;
+}
+
 }  // namespace
 
 std::unique_ptr<CheckpointReader> openNamedCheckpoint(const std::string& path, const std::string& what) {
-  if (!isDirectory(path) || isShardedCheckpointDir(path)) {
-    auto reader = std::make_unique<CheckpointReader>(path);
-    reader->verify();
-    return reader;
-  }
+  if (!isDirectory(path) || isShardedCheckpointDir(path)) return openChecked(path);
   std::vector<int64_t> rejected;
   while (const std::optional<std::string> found = newestCompleteCheckpoint(path, "ckpt", rejected)) {
     try {
-      auto reader = std::make_unique<CheckpointReader>(*found);
-      reader->verify();
-      return reader;
+      return openChecked(*found);
     } catch (const Error& e) {
       DTRAIN_LOG_WARN("skipping an invalid checkpoint: " << e.message());
       rejected.push_back(checkpointStepOf(found->substr(found->rfind('/') + 1), "ckpt"));

@@ -9,8 +9,9 @@
 // CHECKPOINT is a checkpoint file, a sharded checkpoint (its directory or
 // its metadata.dtck), or a --checkpoint-dir, which means its newest
 // complete checkpoint whose CRCs hold (newer incomplete or corrupt ones
-// are skipped with a warning). Every file of the checkpoint is verified
-// before anything is reported or written.
+// are skipped with a warning). Every file of the checkpoint is verified,
+// and the meta fields of a `dtrain train` checkpoint it holds checked
+// (job_checkpoint_checks.h), before anything is reported or written.
 //
 // info prints the checkpoint's meta (step, epoch, position, world size,
 // model and its config, dataset, tokenizer, optimizer), a sharded one's
@@ -40,8 +41,9 @@
 
 namespace dtrain {
 
-// The checkpoint `path` names (see above), verified. ConfigError naming
-// `what` and the path when a directory holds none.
+// The checkpoint `path` names (see above), verified and its meta checked.
+// ConfigError naming `what` and the path when a directory holds none, or
+// naming the file and the field of a bad meta.
 std::unique_ptr<CheckpointReader> openNamedCheckpoint(const std::string& path, const std::string& what);
 
 // The same, with its "model.*" tensors read whole (a tied weight under

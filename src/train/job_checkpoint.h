@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -57,6 +58,8 @@ struct CheckpointIdentity {
   std::string shard;  // --shard (empty: as the layout shows it)
 };
 
+struct TrainCheckpointMeta;
+
 class JobCheckpoint {
  public:
   JobCheckpoint(TrainingJob& job, const CheckpointOptions& options, CheckpointIdentity identity);
@@ -77,7 +80,10 @@ class JobCheckpoint {
   // for the next older one; one that a rank cannot read at all (not on a
   // file system every rank sees?) is an IoError. A failing rank's error (ConfigError for a bad
   // checkpoint, IoError for one it cannot read) is rethrown as it is on
-  // that rank, and as the same kind on the others.
+  // that rank, and as the same kind on the others. The meta is checked
+  // field by field (job_checkpoint_checks.h; auto skips a bad one like a
+  // corrupt one) and against this job: another --model or --optimizer is
+  // a ConfigError.
   TrainPosition resume();
 
  private:
@@ -90,6 +96,7 @@ class JobCheckpoint {
                      const std::vector<std::vector<double>>& written);
   Candidate pick(const std::vector<int64_t>& rejected, std::optional<CheckpointState>& slab_state) const;
   Candidate agree(const Candidate& mine) const;
+  std::exception_ptr mismatchWithThisJob(const std::string& meta_file, const TrainCheckpointMeta& meta) const;
   bool loadVerified(const std::string& path, bool may_skip);
 
   TrainingJob& job_;

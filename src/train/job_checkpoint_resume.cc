@@ -8,6 +8,7 @@
 #include "train/checkpoint_file.h"
 #include "train/checkpoint_sharded.h"
 #include "train/job_checkpoint.h"
+#include "train/job_checkpoint_checks.h"
 #include "train/job_checkpoint_legacy.h"
 #include "train/job_checkpoint_steps.h"
 
@@ -83,6 +84,7 @@ JobCheckpoint::Candidate JobCheckpoint::pick(const std::vector<int64_t>& rejecte
         c.step = checkpointStepOf(path.substr(path.rfind('/') + 1), kPrefix);
       }
       nlohmann::json meta;
+      std::string meta_file = path;
       if (isDirectory(path)) {
         if (!isShardedCheckpointDir(path)) {
           throw ConfigError("--resume " + path + " is a directory but no checkpoint (expected a checkpoint file, a "
@@ -91,15 +93,23 @@ JobCheckpoint::Candidate JobCheckpoint::pick(const std::vector<int64_t>& rejecte
         const std::vector<std::string> missing = missingCheckpointParts(path);
         if (!missing.empty()) throw ConfigError("checkpoint " + path + " is incomplete: " + joined(missing));
         meta = readShardedMetadata(path).meta;
+        meta_file = path + "/" + kShardedMetadataFile;
         c.kind = Candidate::kSharded;
       } else {
         meta = CheckpointFile(path).meta();
         c.kind = isSlabLayoutCheckpoint(meta) ? Candidate::kSlabFile : Candidate::kFile;
-        if (c.kind == Candidate::kSlabFile) slab_state = loadCheckpoint(path);  // verified whole, as before
       }
-      c.position = {meta.value("epoch", int64_t{0}), meta.value("batch", int64_t{0}), meta.value("step", int64_t{0})};
-      c.world_size = meta.value("world_size", int64_t{0});
-      c.batch_size = meta.value("batch_size", int64_t{0});
+      const TrainCheckpointMeta m = checkTrainCheckpointMeta(meta_file, meta, MetaFields::kAllForResume);
+      if (c.kind == Candidate::kSlabFile) slab_state = loadCheckpoint(path);  // verified whole, as before
+      c.position = {m.epoch, m.batch, m.step};
+      c.world_size = m.world_size;
+      c.batch_size = m.batch_size;
+      // A valid checkpoint of another job is no reason to look for an older one.
+      if (std::exception_ptr mismatch = mismatchWithThisJob(meta_file, m)) {
+        c.kind = Candidate::kError;
+        c.error = kConfigError;
+        c.thrown = mismatch;
+      }
       return c;
     } catch (const std::exception&) {
       if (!automatic) {
@@ -112,6 +122,24 @@ JobCheckpoint::Candidate JobCheckpoint::pick(const std::vector<int64_t>& rejecte
       skip.push_back(c.step);
     }
   }
+}
+
+// Rank 0: what the checkpoint's meta says against what this job runs
+// (world size and batch size may differ: checkpoints reshard).
+std::exception_ptr JobCheckpoint::mismatchWithThisJob(const std::string& meta_file,
+                                                      const TrainCheckpointMeta& meta) const {
+  const std::string optimizer = job_.optimizer().name();
+  if (meta.model != identity_.model) {
+    return std::make_exception_ptr(ConfigError("checkpoint " + meta_file + ": field 'model': the checkpoint is of '" +
+                                               meta.model + "', this job trains '" + identity_.model +
+                                               "' (--model)"));
+  }
+  if (meta.optimizer != optimizer) {
+    return std::make_exception_ptr(ConfigError("checkpoint " + meta_file + ": field 'optimizer': the checkpoint holds "
+                                               "the state of '" + meta.optimizer + "', this job runs '" + optimizer +
+                                               "' (--optimizer)"));
+  }
+  return nullptr;
 }
 
 // Rank 0's candidate, told to every rank (its exception stays on rank 0).

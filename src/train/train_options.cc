@@ -10,9 +10,6 @@
 namespace dtrain {
 namespace {
 
-constexpr int64_t kMaxBatch = int64_t{1} << 20;
-constexpr int64_t kMaxEpochs = 1'000'000;
-constexpr int64_t kMaxSteps = int64_t{1} << 40;
 constexpr int64_t kMaxTimeoutSeconds = 7 * 24 * 3600;
 
 std::vector<std::string> allModelNames() {

@@ -15,6 +15,11 @@ namespace dtrain {
 
 class OptionSet;
 
+// Bounds of the flags; a checkpoint's meta is held to the same ones.
+inline constexpr int64_t kMaxBatch = int64_t{1} << 20;
+inline constexpr int64_t kMaxEpochs = 1'000'000;
+inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
+
 // Where the batches come from.
 struct DataOptions {
   // fashion-mnist | mnist | cifar10 | synthetic (images) | text (language models)

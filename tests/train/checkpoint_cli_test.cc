@@ -5,10 +5,11 @@
 // tensors under their state-dict names, a PyTorch model of the same
 // architecture (bench/peers/lm_models.py, Debian's python3-torch) loads the
 // export strictly and computes the same logits as dtrain's model, and bad
-// input exits 2 naming the input.
+// input (a meta field of the wrong type included) exits 2 naming the input.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -49,8 +50,9 @@ models::LanguageModelConfig tinyLlama() {
 }
 
 // A checkpoint as `dtrain train` writes one (model, optimizer state, RNG),
-// of a freshly initialised model; returns its path.
-std::string writeCheckpoint(const std::string& dir, const models::LanguageModelConfig& config) {
+// of a freshly initialised model, its meta as `edit` leaves it; returns its path.
+std::string writeCheckpoint(const std::string& dir, const models::LanguageModelConfig& config,
+                            const std::function<void(nlohmann::json&)>& edit = {}) {
   torch::manual_seed(5);
   auto lm = models::createLanguageModel(config);
   CheckpointState state;
@@ -63,6 +65,7 @@ std::string writeCheckpoint(const std::string& dir, const models::LanguageModelC
                 {"dataset", "text"},  {"optimizer", "adamw"}, {"seed", 9},
                 {"model_config", nlohmann::json::object()}};
   for (const auto& [key, value] : models::languageModelMetadata(config)) state.meta["model_config"][key] = value;
+  if (edit) edit(state.meta);
   return Checkpointer({.dir = dir, .keep = 3}).save(7, state);
 }
 
@@ -151,6 +154,22 @@ TEST(CheckpointCliTest, BadInputExitsTwoNamingIt) {
   EXPECT_TRUE(contains(r.output, "--out")) << r.output;
   r = checkpointTool("");
   EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+// Intact files (the CRCs hold) whose meta says what cannot be: every tool
+// refuses it in one line naming the file and the field.
+TEST(CheckpointCliTest, BadMetaIsAnErrorNamingTheFileAndTheField) {
+  TempDir dir("dtrain-ckpt-bad-meta");
+  const std::string path = writeCheckpoint(dir.path(), tinyLlama(), [](nlohmann::json& meta) { meta["step"] = "abc"; });
+  for (const std::string& args : {"info " + path, "consolidate " + path + " --out " + (dir / "whole.dtck")}) {
+    const CommandResult r = checkpointTool(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "dtrain: error: checkpoint " + path + ": field 'step': expected a non-negative "
+                                   "integer (at most 1099511627776), got \"abc\"\n"))
+        << r.output;
+    EXPECT_FALSE(contains(r.output, "Exception raised from")) << r.output;
+  }
+  EXPECT_FALSE(testing::pathExists(dir / "whole.dtck"));
 }
 
 }  // namespace
