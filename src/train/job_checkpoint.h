@@ -83,7 +83,8 @@ class JobCheckpoint {
   // that rank, and as the same kind on the others. The meta is checked
   // field by field (job_checkpoint_checks.h; auto skips a bad one like a
   // corrupt one) and against this job: another --model or --optimizer is
-  // a ConfigError.
+  // a ConfigError, as are NaN/Inf values in what the ranks read unless
+  // options.allow_nonfinite.
   TrainPosition resume();
 
  private:

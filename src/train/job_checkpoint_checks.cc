@@ -2,7 +2,10 @@
 
 #include <limits>
 
+#include <torch/torch.h>
+
 #include "common/error.h"
+#include "common/log.h"
 #include "train/checkpoint_sharded.h"
 #include "train/train_options.h"
 
@@ -132,6 +135,25 @@ TrainCheckpointMeta checkTrainCheckpointMeta(const std::string& file, const nloh
   check.modelConfig();
   check.tokenizer();
   return out;
+}
+
+void NonFiniteTally::add(const std::string& name, const torch::Tensor& values) {
+  if (!values.defined() || values.numel() == 0 || !c10::isFloatingType(values.scalar_type())) return;
+  const int64_t bad = values.numel() - torch::isfinite(values).sum().item<int64_t>();
+  if (bad > 0) counts_[name] += bad;
+}
+
+void NonFiniteTally::check(const std::string& checkpoint, bool allowed) const {
+  if (counts_.empty()) return;
+  const auto& [name, count] = *counts_.begin();
+  std::string what = "checkpoint " + checkpoint + ": tensor '" + name + "' has " + std::to_string(count) +
+                     " non-finite value(s) (NaN/Inf)";
+  if (counts_.size() > 1) what += ", and " + std::to_string(counts_.size() - 1) + " other tensor(s) have some";
+  if (allowed) {
+    DTRAIN_LOG_WARN(what << "; resuming anyway (" << kAllowNonFiniteFlag << ")");
+    return;
+  }
+  throw ConfigError(what + "; pass " + kAllowNonFiniteFlag + " to resume anyway");
 }
 
 }  // namespace dtrain

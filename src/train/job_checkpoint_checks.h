@@ -1,12 +1,15 @@
 // What a `dtrain train` checkpoint says is checked before it is trusted:
 // a file whose CRCs hold can still hold nonsense (a hand edit, another
-// program's writer). (private to train/)
+// program's writer, a run that diverged before it saved). (private to
+// train/)
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <torch/types.h>
 
 namespace dtrain {
 
@@ -33,5 +36,25 @@ enum class MetaFields { kPresentOnes, kAllForResume };
 // file that holds the meta) and the first bad field:
 //   checkpoint F: field 'step': expected a non-negative integer (at most N), got "abc"
 TrainCheckpointMeta checkTrainCheckpointMeta(const std::string& file, const nlohmann::json& meta, MetaFields fields);
+
+// The flag of `dtrain train` (CheckpointOptions::allow_nonfinite).
+inline constexpr const char* kAllowNonFiniteFlag = "--allow-nonfinite-checkpoint";
+
+// Non-finite values (NaN, +-Inf) in what a restore reads, per tensor.
+class NonFiniteTally {
+ public:
+  // Counts those in `values` (on the CPU; other dtypes than floating point
+  // hold none) under `name`, adding to what that name had.
+  void add(const std::string& name, const torch::Tensor& values);
+  bool empty() const { return counts_.empty(); }
+  // ConfigError naming `checkpoint`, the first tensor by name that has some
+  // and how many, the number of others, and the flag that allows them;
+  // with `allowed`, the same as a warning instead. Nothing when every value
+  // was finite.
+  void check(const std::string& checkpoint, bool allowed) const;
+
+ private:
+  std::map<std::string, int64_t> counts_;
+};
 
 }  // namespace dtrain

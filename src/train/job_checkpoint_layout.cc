@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "train/job_checkpoint_checks.h"
 #include "train/tensor_buffer.h"
 
 namespace dtrain {
@@ -38,11 +39,14 @@ std::string describe(c10::IntArrayRef shape, torch::ScalarType dtype) {
 }
 
 // Elements [begin, begin + dst.numel()) of `name` into the 1-D `dst`: straight
-// into CPU memory, or through a host buffer (pinned for CUDA).
-int64_t readInto(const CheckpointReader& reader, const std::string& name, int64_t begin, const torch::Tensor& dst) {
+// into CPU memory, or through a host buffer (pinned for CUDA); the values
+// are tallied on the CPU as they pass, so a device sees no extra work.
+int64_t readInto(const CheckpointReader& reader, const std::string& name, int64_t begin, const torch::Tensor& dst,
+                 NonFiniteTally& tally) {
   const int64_t element = static_cast<int64_t>(dst.element_size());
   if (dst.device().is_cpu() && dst.is_contiguous()) {
     reader.read(name, begin, dst.numel(), dst.data_ptr());
+    tally.add(name, dst);
     return dst.numel() * element;
   }
   const int64_t chunk = std::max<int64_t>(1, kStagingBytes / element);
@@ -51,6 +55,7 @@ int64_t readInto(const CheckpointReader& reader, const std::string& name, int64_
   for (int64_t at = 0; at < dst.numel(); at += chunk) {
     const int64_t n = std::min(chunk, dst.numel() - at);
     reader.read(name, begin + at, n, staging.data_ptr());
+    tally.add(name, staging.narrow(0, 0, n));
     dst.narrow(0, at, n).copy_(staging.narrow(0, 0, n));
   }
   return dst.numel() * element;
@@ -136,7 +141,15 @@ void CheckpointLayout::findWholeTensors() {
   Optimizer& optimizer = optimizer_;
   whole_.push_back({"optimizer." + optimizer.name() + ".step",
                     [&optimizer] { return torch::tensor(optimizer.stepCount(), torch::kLong); },
-                    [&optimizer](const torch::Tensor& t) { optimizer.setStepCount(t.item<int64_t>()); }});
+                    [&optimizer, name = "optimizer." + optimizer.name() + ".step"](const torch::Tensor& t) {
+                      const int64_t steps = t.item<int64_t>();
+                      // Bias corrections of a negative count divide by a sign-flipped term.
+                      if (steps < 0) {
+                        throw ConfigError("tensor '" + name + "' is " + std::to_string(steps) +
+                                          ", expected a non-negative step count");
+                      }
+                      optimizer.setStepCount(steps);
+                    }});
   for (const auto& [key, value] : scaler_.stateDict()) {
     GradScaler& scaler = scaler_;
     const std::string name = key;
@@ -279,14 +292,16 @@ void CheckpointLayout::checkAgainst(const CheckpointReader& reader) const {
     if (info->shape != t.shape || info->dtype != t.dtype) {
       throw ConfigError("checkpoint " + reader.path() + ": '" + t.name + "' has shape " +
                         describe(info->shape, info->dtype) + ", but this model has " + describe(t.shape, t.dtype) +
-                        " (a different --model or data set?)");
+                        (t.name == "rng.cpu" ? " (not a CPU generator state of this libtorch)"
+                                             : " (a different --model or data set?)"));
     }
   }
 }
 
 // Zeros `held` (padding and alignment gaps are zero in a live run too),
 // then reads every parameter run that lies in it.
-int64_t CheckpointLayout::fill(const CheckpointReader& reader, const Family& family, const Held& held) const {
+int64_t CheckpointLayout::fill(const CheckpointReader& reader, const Family& family, const Held& held,
+                               NonFiniteTally& tally) const {
   held.tensor.zero_();
   const int64_t end = held.begin + held.tensor.numel();
   int64_t bytes = 0;
@@ -296,34 +311,52 @@ int64_t CheckpointLayout::fill(const CheckpointReader& reader, const Family& fam
     const std::string name = family.name + "." + p.name;
     const torch::Tensor dst = held.tensor.narrow(0, a - held.begin, b - a);
     if (reader.find(name)->storage_order == p.storage_order) {
-      bytes += readInto(reader, name, a - p.start, dst);
+      bytes += readInto(reader, name, a - p.start, dst, tally);
       continue;
     }
     // Saved in another memory layout (channels-last or not): read whole,
     // laid out as this parameter lies in memory.
     torch::Tensor whole = reader.readTensor(name);
     if (!p.storage_order.empty()) whole = whole.permute(p.storage_order);
-    dst.copy_(whole.contiguous().view({-1}).narrow(0, a - p.start, b - a));
+    const torch::Tensor run = whole.contiguous().view({-1}).narrow(0, a - p.start, b - a);
+    tally.add(name, run);
+    dst.copy_(run);
     bytes += whole.numel() * static_cast<int64_t>(whole.element_size());
   }
   return bytes;
 }
 
-int64_t CheckpointLayout::restore(const CheckpointReader& reader) const {
+int64_t CheckpointLayout::restore(const CheckpointReader& reader, bool allow_nonfinite) const {
   checkAgainst(reader);
   torch::NoGradGuard no_grad;
+  NonFiniteTally tally;
   int64_t bytes = 0;
   for (const Family& f : families_) {
-    for (const Held& h : f.held) bytes += fill(reader, f, h);
+    for (const Held& h : f.held) bytes += fill(reader, f, h, tally);
   }
-  std::map<std::string, torch::Tensor> scaler;
+  std::vector<torch::Tensor> saved;
   for (const Whole& w : whole_) {
-    const torch::Tensor saved = reader.readTensor(w.name);
-    bytes += saved.numel() * static_cast<int64_t>(saved.element_size());
-    if (w.apply) {
-      w.apply(saved);
-    } else {
-      scaler[w.name] = saved;
+    saved.push_back(reader.readTensor(w.name));
+    tally.add(w.name, saved.back());
+    bytes += saved.back().numel() * static_cast<int64_t>(saved.back().element_size());
+  }
+  tally.check(reader.path(), allow_nonfinite);
+  std::map<std::string, torch::Tensor> scaler;
+  for (size_t i = 0; i < whole_.size(); ++i) {
+    const Whole& w = whole_[i];
+    if (!w.apply) {
+      scaler[w.name] = saved[i];
+      continue;
+    }
+    // Values libtorch refuses (a generator state it cannot take) come as
+    // its error with a stack trace; this names the checkpoint instead.
+    try {
+      w.apply(saved[i]);
+    } catch (const ConfigError& e) {
+      throw ConfigError("checkpoint " + reader.path() + ": " + e.message());
+    } catch (const c10::Error& e) {
+      throw ConfigError("checkpoint " + reader.path() + ": tensor '" + w.name + "' does not load: " +
+                        e.what_without_backtrace());
     }
   }
   if (!scaler.empty()) scaler_.loadStateDict(scaler);

@@ -40,6 +40,8 @@
 
 namespace dtrain {
 
+class NonFiniteTally;
+
 class CheckpointLayout {
  public:
   // Reads the layout of the live state (no collective). `rank` of `world`.
@@ -58,8 +60,11 @@ class CheckpointLayout {
   // Every tensor this rank holds, from `reader` (written at any world size
   // and stage). Checks first that the checkpoint has every logical tensor
   // at this shape and dtype (ConfigError naming the checkpoint, the tensor
-  // and both shapes, nothing changed). Returns the bytes read.
-  int64_t restore(const CheckpointReader& reader) const;
+  // and both shapes, nothing changed). NaN or Inf in what this rank read
+  // is a ConfigError naming the tensor (unless `allow_nonfinite`: a
+  // warning), as is a value libtorch refuses (an RNG state); the state is
+  // then partly restored. Returns the bytes read.
+  int64_t restore(const CheckpointReader& reader, bool allow_nonfinite) const;
 
  private:
   // A parameter's place in the slabs and what its logical tensors are.
@@ -96,7 +101,7 @@ class CheckpointLayout {
   // The elements of each slab rank r writes.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> ownedBy(int rank) const;
   void checkAgainst(const CheckpointReader& reader) const;
-  int64_t fill(const CheckpointReader& reader, const Family& family, const Held& held) const;
+  int64_t fill(const CheckpointReader& reader, const Family& family, const Held& held, NonFiniteTally& tally) const;
 
   DataParallel& dp_;
   Optimizer& optimizer_;

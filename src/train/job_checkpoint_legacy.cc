@@ -10,6 +10,7 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "train/job_checkpoint_checks.h"
 #include "train/tensor_buffer.h"
 
 namespace dtrain {
@@ -64,10 +65,25 @@ void takeSaved(TensorMap& live, const TensorMap& saved, const std::string& prefi
   }
 }
 
+// The saved CPU generator state, set on this process (rank 0's, as it was
+// saved). libtorch refuses a state of another size or an invalid one with
+// its error and a stack trace; this names the checkpoint and the tensor.
+void takeSavedRng(const CheckpointState& state, const std::string& path) {
+  auto rng = state.tensors.find("rng.cpu");
+  if (rng == state.tensors.end()) return;
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  try {
+    generator.set_state(rng->second);
+  } catch (const c10::Error& e) {
+    throw ConfigError("checkpoint " + path + ": tensor 'rng.cpu' does not load: " + e.what_without_backtrace());
+  }
+}
+
 // Rank 0's check of the saved state against the live one, agreed on by
 // every rank (so that all throw, none waits in a broadcast).
-void takeAllSaved(Context& ctx, const std::string& path, const CheckpointState* state, TensorMap& model,
-                  TensorMap& optimizer, TensorMap& scaler) {
+void takeAllSaved(Context& ctx, const std::string& path, const CheckpointState* state, bool allow_nonfinite,
+                  TensorMap& model, TensorMap& optimizer, TensorMap& scaler) {
   std::vector<double> failed{0};
   std::exception_ptr error;
   if (state != nullptr) {
@@ -75,6 +91,10 @@ void takeAllSaved(Context& ctx, const std::string& path, const CheckpointState* 
       takeSaved(model, state->tensors, "", path);
       takeSaved(optimizer, state->tensors, "optimizer.", path);
       takeSaved(scaler, state->tensors, "", path);
+      NonFiniteTally tally;
+      for (const auto& [name, tensor] : state->tensors) tally.add(name, tensor);
+      tally.check(path, allow_nonfinite);
+      takeSavedRng(*state, path);
     } catch (const ConfigError&) {
       error = std::current_exception();
       failed[0] = 1;
@@ -89,21 +109,14 @@ void takeAllSaved(Context& ctx, const std::string& path, const CheckpointState* 
 
 bool isSlabLayoutCheckpoint(const nlohmann::json& meta) { return !meta.contains("tensor_layout"); }
 
-void restoreSlabLayoutCheckpoint(TrainingJob& job, const std::string& path, const CheckpointState* state) {
+void restoreSlabLayoutCheckpoint(TrainingJob& job, const std::string& path, const CheckpointState* state,
+                                 bool allow_nonfinite) {
   Context& ctx = job.context();
   DataParallel& dp = job.dataParallel();
   TensorMap model = modelTensors(dp);
   TensorMap optimizer = job.optimizer().stateDict();
   TensorMap scaler = job.scaler().stateDict();
-  takeAllSaved(ctx, path, state, model, optimizer, scaler);
-  if (state != nullptr) {
-    auto rng = state->tensors.find("rng.cpu");
-    if (rng != state->tensors.end()) {
-      at::Generator generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(rng->second);
-    }
-  }
+  takeAllSaved(ctx, path, state, allow_nonfinite, model, optimizer, scaler);
   broadcastMap(model, ctx);
   broadcastMap(optimizer, ctx);
   broadcastMap(scaler, ctx);

@@ -17,7 +17,10 @@ bool isSlabLayoutCheckpoint(const nlohmann::json& meta);
 
 // Every rank: restores the job from `state` (rank 0's, loaded from `path`;
 // nullptr on the others). ConfigError on every rank for a tensor this job
-// lacks or has at another shape (a different model, optimizer or precision).
-void restoreSlabLayoutCheckpoint(TrainingJob& job, const std::string& path, const CheckpointState* state);
+// lacks or has at another shape (a different model, optimizer or
+// precision), NaN or Inf in any tensor (unless `allow_nonfinite`: a
+// warning) or an RNG state libtorch refuses.
+void restoreSlabLayoutCheckpoint(TrainingJob& job, const std::string& path, const CheckpointState* state,
+                                 bool allow_nonfinite);
 
 }  // namespace dtrain

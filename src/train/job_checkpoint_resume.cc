@@ -201,7 +201,7 @@ bool JobCheckpoint::loadVerified(const std::string& path, bool may_skip) {
   const double checked_s = secondsSince(start);
   int64_t bytes = 0;
   try {
-    bytes = layout().restore(*reader);
+    bytes = layout().restore(*reader, options_.allow_nonfinite);
   } catch (const std::exception&) {
     error = std::current_exception();
   }
@@ -246,7 +246,7 @@ TrainPosition JobCheckpoint::resume() {
                                              (c.kind == Candidate::kSharded ? "" : ".dtck")
                                        : checkpointLocation(resume);
     if (c.kind == Candidate::kSlabFile) {
-      restoreSlabLayoutCheckpoint(job_, path, slab_state ? &*slab_state : nullptr);
+      restoreSlabLayoutCheckpoint(job_, path, slab_state ? &*slab_state : nullptr, options_.allow_nonfinite);
     } else if (!loadVerified(path, automatic)) {
       rejected.push_back(c.step);
       invalid_paths_.insert(path);  // never one of the --keep checkpoints

@@ -186,6 +186,9 @@ void declareCheckpoint(OptionSet& set, CheckpointOptions& o) {
             return ::stat(metadata.c_str(), &st) == 0 ? "" : "a directory without metadata.dtck";
           },
           "auto, auto-or-fresh, none, an existing checkpoint file or a sharded checkpoint's directory");
+  set.toggle("--allow-nonfinite-checkpoint", o.allow_nonfinite,
+             "Resume even when the checkpoint's weights or optimizer state hold NaN or Inf (refused otherwise: "
+             "a diverged run's checkpoint trains on as NaN)");
 }
 
 void declareObservability(OptionSet& set, ObservabilityOptions& o) {

@@ -113,6 +113,7 @@ struct CheckpointOptions {
   int64_t every = 0;       // steps; 0 = at the end of each epoch only
   int keep = 3;
   std::string resume;      // "" | none | auto | a file
+  bool allow_nonfinite = false;  // resume from NaN/Inf weights or optimizer state
 };
 
 // What the job reports while it runs.

@@ -1,12 +1,14 @@
 // What `dtrain train --resume` and the checkpoint tools make of a checkpoint
 // whose files are intact (their CRCs hold) but whose content cannot be
 // trusted: meta fields of the wrong type or out of range, a checkpoint of
-// another model or optimizer; and of a damaged shard. A one-rank job (an
+// another model or optimizer, NaN/Inf weights or optimizer state, an RNG
+// state libtorch refuses; and of a damaged shard. A one-rank job (an
 // in-memory group) writes a real checkpoint of a tiny MLP, which the test
 // then rewrites with the format's own writers.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "models/model.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
+#include "train/checkpoint_file.h"
 #include "train/checkpoint_sharded.h"
 #include "train/checkpoint_tools.h"
 #include "train/job_checkpoint.h"
@@ -45,10 +48,11 @@ struct TinyJob {
     job = std::make_unique<TrainingJob>(parts, [model] { return models::createModel("mlp", model); });
   }
 
-  JobCheckpoint checkpoint(const std::string& dir, const std::string& resume = "") {
+  JobCheckpoint checkpoint(const std::string& dir, const std::string& resume = "", bool allow_nonfinite = false) {
     CheckpointOptions options;
     options.dir = dir;
     options.resume = resume;
+    options.allow_nonfinite = allow_nonfinite;
     return JobCheckpoint(*job, options, CheckpointIdentity{"mlp", "synthetic", 4, 5, {}, {}, {}, ""});
   }
 
@@ -70,6 +74,15 @@ struct TinyJob {
     return "";
   }
 
+  // The name of the first trained parameter.
+  std::string firstParameterName() {
+    const torch::Tensor& p = job->dataParallel().parameters()[0];
+    for (const auto& item : job->dataParallel().module()->named_parameters()) {
+      if (item.value().unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) return item.key();
+    }
+    return "";
+  }
+
   ParallelOptions parallel;
   ExecutionOptions execution;
   OptimizerOptions optimizer;
@@ -79,6 +92,36 @@ struct TinyJob {
 void editMeta(const std::string& ckpt, const std::function<void(nlohmann::json&)>& edit) {
   ShardedMetadata md = readShardedMetadata(ckpt);
   edit(md.meta);
+  writeShardedMetadata(ckpt, md);
+}
+
+// Rewrites tensor `name` of the one-rank checkpoint's shard, and the
+// metadata's record of the shard's size and CRC: intact files, new content.
+void editShardTensor(const std::string& ckpt, const std::string& name,
+                     const std::function<torch::Tensor(const torch::Tensor&)>& edit) {
+  const std::string shard = ckpt + "/" + shardFileName(0, 1);
+  nlohmann::json meta;
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  {
+    const CheckpointFile file(shard);
+    meta = file.meta();
+    tensors = file.readAll();
+  }
+  std::vector<TensorToWrite> out;
+  bool found = false;
+  for (auto& [key, tensor] : tensors) {
+    if (key == name) {
+      tensor = edit(tensor);
+      found = true;
+    }
+    const torch::Tensor value = tensor;
+    out.push_back({key, value.scalar_type(), value.sizes().vec(), [value] { return value; }});
+  }
+  ASSERT_TRUE(found) << name << " is not in " << shard;
+  const WrittenFile written = writeCheckpointFile(shard, meta, out);
+  ShardedMetadata md = readShardedMetadata(ckpt);
+  md.shards[0].bytes = written.bytes;
+  md.shards[0].crc = written.crc;
   writeShardedMetadata(ckpt, md);
 }
 
@@ -166,6 +209,68 @@ TEST(CheckpointChecksTest, ACheckpointOfAnotherModelOrOptimizerIsAClearError) {
     meta["batch_size"] = 2;
   });
   EXPECT_EQ(tiny.checkpoint("", ckpt).resume().step, 3);
+}
+
+TEST(CheckpointChecksTest, NonFiniteWeightsAndOptimizerStateAreRefusedUnlessAllowed) {
+  TempDir dir("dtrain-ckpt-checks-nan");
+  std::string ckpt, name;
+  {
+    TinyJob diverged;
+    torch::NoGradGuard no_grad;
+    const torch::Tensor p = diverged.job->dataParallel().parameters()[0].view({-1});
+    p[0].fill_(std::nan(""));
+    p[1].fill_(INFINITY);
+    p[2].fill_(-INFINITY);
+    name = diverged.firstParameterName();
+    ckpt = diverged.save(dir.path(), 5);
+  }
+  TinyJob tiny;
+  EXPECT_EQ(tiny.resumeError(ckpt), "checkpoint " + ckpt + ": tensor 'model.param." + name +
+                                        "' has 3 non-finite value(s) (NaN/Inf); pass --allow-nonfinite-checkpoint "
+                                        "to resume anyway");
+  EXPECT_EQ(tiny.checkpoint("", ckpt, /*allow_nonfinite=*/true).resume().step, 5);
+  EXPECT_TRUE(std::isnan(tiny.job->dataParallel().parameters()[0].view({-1})[0].item<float>()));
+
+  TempDir dir2("dtrain-ckpt-checks-nan-optimizer");
+  TinyJob momentum;
+  {
+    torch::NoGradGuard no_grad;
+    const auto state = momentum.job->optimizer().localState();
+    ASSERT_FALSE(state.empty());
+    state[0].tensor.fill_(std::nan(""));
+  }
+  ckpt = momentum.save(dir2.path(), 6);
+  const std::string error = TinyJob().resumeError(ckpt);
+  // Every parameter's run of the slab: the first by name, and how many others.
+  EXPECT_TRUE(contains(error, "checkpoint " + ckpt + ": tensor 'optimizer.sgd.momentum.")) << error;
+  EXPECT_TRUE(contains(error, " non-finite value(s) (NaN/Inf), and 3 other tensor(s) have some; pass "
+                              "--allow-nonfinite-checkpoint to resume anyway"))
+      << error;
+}
+
+TEST(CheckpointChecksTest, AnRngStateLibtorchRefusesIsAnErrorNamingTheTensor) {
+  TempDir dir("dtrain-ckpt-checks-rng");
+  TinyJob tiny;
+  // The right size, but no generator state: libtorch's "Invalid mt19937 state".
+  const std::string ckpt = tiny.save(dir.path(), 2);
+  editShardTensor(ckpt, "rng.cpu", [](const torch::Tensor& t) { return torch::zeros_like(t); });
+  std::string error = tiny.resumeError(ckpt);
+  EXPECT_TRUE(contains(error, "checkpoint " + ckpt + ": tensor 'rng.cpu' does not load: ")) << error;
+  EXPECT_FALSE(contains(error, "Exception raised from")) << error;
+
+  // The single-file layout of older dtrains, with a state of another size.
+  CheckpointState old;
+  for (const auto& item : tiny.job->dataParallel().module()->named_parameters()) {
+    old.tensors["model.param." + item.key()] = item.value().detach().clone();
+  }
+  for (const auto& [key, tensor] : tiny.job->optimizer().stateDict()) old.tensors["optimizer." + key] = tensor;
+  old.tensors["rng.cpu"] = torch::zeros({16}, torch::kUInt8);
+  old.meta = {{"step", 2},      {"epoch", 0},   {"batch", 2},          {"world_size", 1}, {"batch_size", 4},
+              {"model", "mlp"}, {"seed", 5},    {"dataset", "synthetic"}, {"optimizer", "sgd"}};
+  const std::string file = Checkpointer({.dir = dir / "old"}).save(2, old);
+  error = tiny.resumeError(file);
+  EXPECT_TRUE(contains(error, "checkpoint " + file + ": tensor 'rng.cpu' does not load: ")) << error;
+  EXPECT_FALSE(contains(error, "Exception raised from")) << error;
 }
 
 TEST(CheckpointChecksTest, DamagedOrTruncatedShardsAreErrorsNamingTheFile) {
