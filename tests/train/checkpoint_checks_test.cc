@@ -2,9 +2,9 @@
 // whose files are intact (their CRCs hold) but whose content cannot be
 // trusted: meta fields of the wrong type or out of range, a checkpoint of
 // another model or optimizer, NaN/Inf weights or optimizer state, an RNG
-// state libtorch refuses; and of a damaged shard. A one-rank job (an
-// in-memory group) writes a real checkpoint of a tiny MLP, which the test
-// then rewrites with the format's own writers.
+// state libtorch refuses, a negative step count; and of a damaged shard. A
+// one-rank job (an in-memory group) writes a real checkpoint of a tiny MLP,
+// which the test then rewrites with the format's own writers.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -271,6 +271,15 @@ TEST(CheckpointChecksTest, AnRngStateLibtorchRefusesIsAnErrorNamingTheTensor) {
   error = tiny.resumeError(file);
   EXPECT_TRUE(contains(error, "checkpoint " + file + ": tensor 'rng.cpu' does not load: ")) << error;
   EXPECT_FALSE(contains(error, "Exception raised from")) << error;
+}
+
+TEST(CheckpointChecksTest, ANegativeOptimizerStepCountIsAnError) {
+  TempDir dir("dtrain-ckpt-checks-step");
+  TinyJob tiny;
+  const std::string ckpt = tiny.save(dir.path(), 2);
+  editShardTensor(ckpt, "optimizer.sgd.step", [](const torch::Tensor& t) { return torch::full_like(t, -5); });
+  EXPECT_EQ(tiny.resumeError(ckpt),
+            "checkpoint " + ckpt + ": tensor 'optimizer.sgd.step' is -5, expected a non-negative step count");
 }
 
 TEST(CheckpointChecksTest, DamagedOrTruncatedShardsAreErrorsNamingTheFile) {
