@@ -13,38 +13,16 @@
 #include "data/cifar_dataset.h"
 #include "data/idx_dataset.h"
 #include "data/synthetic_dataset.h"
+#include "tests/data/idx_files.h"
 #include "tests/support/temp_dir.h"
 
 namespace dtrain::data {
 namespace {
 
 namespace fs = std::filesystem;
-using Bytes = std::vector<uint8_t>;
-
-void putBigEndian32(Bytes& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back((v >> shift) & 0xff);
-}
-
-// n images of h x w; pixel (i, p) = (i * 7 + p) % 256.
-Bytes idxImages(uint32_t n, uint32_t h, uint32_t w) {
-  Bytes b;
-  putBigEndian32(b, 0x00000803);
-  putBigEndian32(b, n);
-  putBigEndian32(b, h);
-  putBigEndian32(b, w);
-  for (uint32_t i = 0; i < n; ++i)
-    for (uint32_t p = 0; p < h * w; ++p) b.push_back((i * 7 + p) % 256);
-  return b;
-}
-
-// n labels; label i = i % 10.
-Bytes idxLabels(uint32_t n) {
-  Bytes b;
-  putBigEndian32(b, 0x00000801);
-  putBigEndian32(b, n);
-  for (uint32_t i = 0; i < n; ++i) b.push_back(i % 10);
-  return b;
-}
+using testing::Bytes;
+using testing::idxImages;
+using testing::idxLabels;
 
 class DatasetFilesTest : public ::testing::Test {
  protected:
