@@ -5,13 +5,13 @@
 #include <filesystem>
 
 #include "common/error.h"
-#include "data/idx_dataset.h"
+#include "data/data_file.h"
 
 namespace dtrain::data {
 
 ImageDataset loadCifarBatch(const std::string& path) {
-  // readMaybeGzipped also accepts a gzipped batch, at no cost for raw ones.
-  std::vector<uint8_t> bytes = readMaybeGzipped(path);
+  // A gzipped batch is read too; the bound stops a gzip bomb.
+  std::vector<uint8_t> bytes = readDataFile(path, "CIFAR-10 batch", kCifarMaxBatchBytes);
   const int64_t size = static_cast<int64_t>(bytes.size());
   if (size == 0 || size % kCifarRecordBytes != 0) {
     const int64_t whole = size / kCifarRecordBytes;

@@ -4,9 +4,10 @@
 // 3072 pixel bytes, channel-major (1024 R, 1024 G, 1024 B, each 32x32
 // row-major), so a record maps to [3, 32, 32] without reordering.
 //
-// Errors: missing or unreadable file -> IoError naming it; a size that is
+// Errors: missing or unreadable file -> IoError naming it; not a regular
+// file, more than kCifarMaxBatchBytes (raw or after gunzip), a size that is
 // not a positive multiple of 3073 or a label above 9 -> ConfigError naming
-// the file, what it holds and what was expected.
+// the file, what it holds and what was expected (data/data_file.h).
 #pragma once
 
 #include <string>
@@ -17,6 +18,8 @@ namespace dtrain::data {
 
 constexpr int64_t kCifarRecordBytes = 1 + 3 * 32 * 32;
 constexpr int64_t kCifarClasses = 10;
+// The whole data set (60,000 records) in one file; a real batch holds 10,000.
+constexpr int64_t kCifarMaxBatchBytes = 60000 * kCifarRecordBytes;
 
 // One batch file -> images uint8 [N, 3, 32, 32], labels int64 [N].
 ImageDataset loadCifarBatch(const std::string& path);

@@ -1,14 +1,12 @@
 #include "data/idx_dataset.h"
 
-#include <zlib.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <memory>
+#include <limits>
+#include <vector>
 
 #include "common/error.h"
+#include "data/data_file.h"
 
 namespace dtrain::data {
 namespace {
@@ -17,8 +15,7 @@ constexpr uint32_t kImagesMagic = 0x00000803;
 constexpr uint32_t kLabelsMagic = 0x00000801;
 
 uint32_t readBigEndian32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) |
-         (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
 std::string hex32(uint32_t v) {
@@ -27,81 +24,82 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-std::vector<uint8_t> readRaw(const std::string& path) {
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) throw errnoError("fopen", errno, "cannot open " + path);
-  std::vector<uint8_t> bytes;
-  uint8_t chunk[1 << 16];
-  size_t n;
-  while ((n = std::fread(chunk, 1, sizeof(chunk), f.get())) > 0) {
-    bytes.insert(bytes.end(), chunk, chunk + n);
-  }
-  if (std::ferror(f.get())) throw errnoError("fread", errno, "cannot read " + path);
-  return bytes;
-}
-
-// zlib's gzerror text, without the "<path>: " prefix it adds itself.
-std::string gzipError(gzFile gz, const std::string& path, size_t bytes_read) {
-  int code = 0;
-  const char* msg = gzerror(gz, &code);
-  std::string text = msg ? msg : "unknown zlib error";
-  if (text.rfind(path + ": ", 0) == 0) text.erase(0, path.size() + 2);
-  return "cannot decompress " + path + " (gzip): " + text + " after " + std::to_string(bytes_read) +
-         " bytes";
-}
-
-std::vector<uint8_t> readGzip(const std::string& path) {
-  std::unique_ptr<gzFile_s, int (*)(gzFile)> gz(gzopen(path.c_str(), "rb"), &gzclose);
-  if (!gz) throw errnoError("gzopen", errno, "cannot open " + path);
-  std::vector<uint8_t> bytes;
-  std::vector<uint8_t> chunk(1 << 20);
-  for (;;) {
-    int n = gzread(gz.get(), chunk.data(), static_cast<unsigned>(chunk.size()));
-    if (n < 0) throw IoError(gzipError(gz.get(), path, bytes.size()));
-    if (n == 0) break;
-    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + n);
-  }
-  // A gzip stream cut short reads as a clean EOF on some zlib versions; the
-  // error is only reported through gzerror.
-  int code = 0;
-  gzerror(gz.get(), &code);
-  if (code != Z_OK && code != Z_STREAM_END) throw IoError(gzipError(gz.get(), path, bytes.size()));
-  return bytes;
-}
-
-// Checks the magic and the dimension count; returns the dims.
-std::vector<int64_t> parseHeader(const std::string& path, const std::vector<uint8_t>& bytes,
-                                 uint32_t magic, const char* kind) {
+// Checks the magic and reads the dimensions that follow it.
+std::vector<int64_t> readHeader(DataFile& file, uint32_t magic, const char* kind) {
   const size_t ndim = magic & 0xff;
-  const size_t header = 4 + 4 * ndim;
-  if (bytes.size() < 4) {
-    throw ConfigError(path + " has " + std::to_string(bytes.size()) +
-                      " bytes; expected an IDX " + kind + " file (magic " + hex32(magic) + ")");
+  uint8_t header[4 + 4 * 3];
+  size_t got = file.read(header, 4);
+  if (got < 4) {
+    throw ConfigError(file.name() + " has " + std::to_string(got) + " bytes; expected an IDX " + kind +
+                      " file (magic " + hex32(magic) + ")");
   }
-  uint32_t got = readBigEndian32(bytes.data());
-  if (got != magic) {
-    throw ConfigError(path + " has magic " + hex32(got) + "; expected " + hex32(magic) +
-                      " for an IDX " + kind + " file");
+  const uint32_t found = readBigEndian32(header);
+  if (found != magic) {
+    throw ConfigError(file.name() + " has magic " + hex32(found) + "; expected " + hex32(magic) + " for an IDX " +
+                      kind + " file");
   }
-  if (bytes.size() < header) {
-    throw ConfigError(path + " has " + std::to_string(bytes.size()) + " bytes; expected at least " +
-                      std::to_string(header) + " for the IDX " + kind + " header");
+  got += file.read(header + 4, 4 * ndim);
+  if (got < 4 + 4 * ndim) {
+    throw ConfigError(file.name() + " has " + std::to_string(got) + " bytes; expected at least " +
+                      std::to_string(4 + 4 * ndim) + " for the IDX " + kind + " header");
   }
   std::vector<int64_t> dims;
-  for (size_t i = 0; i < ndim; ++i) dims.push_back(readBigEndian32(bytes.data() + 4 + 4 * i));
+  for (size_t i = 0; i < ndim; ++i) dims.push_back(readBigEndian32(header + 4 + 4 * i));
   return dims;
 }
 
-// Copies the payload after the header into a new tensor (the byte vector dies).
-torch::Tensor payloadTensor(const std::vector<uint8_t>& bytes, size_t header,
-                            std::vector<int64_t> shape) {
-  auto t = torch::empty(shape, torch::kUInt8);
-  std::memcpy(t.data_ptr<uint8_t>(), bytes.data() + header, bytes.size() - header);
+// The payload's size in bytes: the product of dims, named by `fields` in
+// errors. A zero count would train on nothing, and a product that wraps
+// could match a small file's size.
+int64_t payloadBytes(const DataFile& file, const std::vector<int64_t>& dims, const std::vector<const char*>& fields,
+                     const std::string& contents) {
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0) {
+      throw ConfigError(file.name() + ": header says 0 " + fields[i] + "; expected at least 1");
+    }
+  }
+  int64_t product = 1;
+  for (int64_t d : dims) {
+    if (__builtin_mul_overflow(product, d, &product) || product > std::numeric_limits<int64_t>::max() - 16) {
+      throw ConfigError(file.name() + ": header says " + contents +
+                        ": the dimension product overflows (more than 2^63 bytes)");
+    }
+  }
+  return product;
+}
+
+// Reads exactly the bytes the header promised, as a uint8 tensor of
+// `shape`; a raw file's size is compared before anything is allocated or
+// read, and a gzip stream is never decompressed further than one byte past.
+torch::Tensor readPayload(DataFile& file, int64_t header, std::vector<int64_t> shape, int64_t payload,
+                          const std::string& contents) {
+  const uint64_t expected = static_cast<uint64_t>(header + payload);
+  auto sizeError = [&](const std::string& has) {
+    return ConfigError(file.name() + " has " + has + " bytes; expected " + std::to_string(expected) + " for " +
+                       contents + (file.gzipped() ? " (sizes after gunzip)" : ""));
+  };
+  if (!file.gzipped() && file.storedBytes() != expected) throw sizeError(std::to_string(file.storedBytes()));
+  if (file.gzipped() && file.maxBytes() < expected) {
+    throw sizeError(std::to_string(header + static_cast<int64_t>(file.skip(static_cast<uint64_t>(payload)))));
+  }
+  torch::Tensor t;
+  try {
+    t = torch::empty(shape, torch::kUInt8);
+  } catch (const c10::Error&) {
+    throw IoError("cannot allocate " + std::to_string(payload) + " bytes for " + file.name() + " (" + contents + ")");
+  }
+  auto* out = t.data_ptr<uint8_t>();
+  size_t got = 0;
+  while (got < static_cast<size_t>(payload)) {
+    const size_t n = file.read(out + got, static_cast<size_t>(payload) - got);
+    if (n == 0) throw sizeError(std::to_string(header + static_cast<int64_t>(got)));
+    got += n;
+  }
+  if (!file.atEnd()) throw sizeError("more than " + std::to_string(expected));
   return t;
 }
 
-std::string findSplitFile(const std::string& dir, const std::string& name,
-                          std::vector<std::string>& tried) {
+std::string findSplitFile(const std::string& dir, const std::string& name, std::vector<std::string>& tried) {
   for (const std::string& candidate : {name, name + ".gz"}) {
     std::filesystem::path p = std::filesystem::path(dir) / candidate;
     if (std::filesystem::exists(p)) return p.string();
@@ -112,42 +110,36 @@ std::string findSplitFile(const std::string& dir, const std::string& name,
 
 }  // namespace
 
-std::vector<uint8_t> readMaybeGzipped(const std::string& path) {
-  uint8_t magic[2] = {0, 0};
-  {
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-    if (!f) throw errnoError("fopen", errno, "cannot open " + path);
-    if (std::fread(magic, 1, 2, f.get()) != 2) magic[0] = magic[1] = 0;
-  }
-  return (magic[0] == 0x1f && magic[1] == 0x8b) ? readGzip(path) : readRaw(path);
-}
-
 torch::Tensor loadIdxImages(const std::string& path) {
-  auto bytes = readMaybeGzipped(path);
-  auto dims = parseHeader(path, bytes, kImagesMagic, "images");
+  DataFile file(path, "images file");
+  const std::vector<int64_t> dims = readHeader(file, kImagesMagic, "images");
   const int64_t n = dims[0], h = dims[1], w = dims[2];
-  const size_t expected = 16 + static_cast<size_t>(n) * h * w;
-  if (bytes.size() != expected) {
-    throw ConfigError(path + " has " + std::to_string(bytes.size()) + " bytes; expected " +
-                      std::to_string(expected) + " for " + std::to_string(n) + " images of " +
-                      std::to_string(h) + "x" + std::to_string(w));
-  }
-  return payloadTensor(bytes, 16, {n, 1, h, w});
+  const std::string contents =
+      std::to_string(n) + " images of " + std::to_string(h) + "x" + std::to_string(w);
+  const int64_t payload = payloadBytes(file, dims, {"images", "rows", "cols"}, contents);
+  return readPayload(file, 16, {n, 1, h, w}, payload, contents);
 }
 
-torch::Tensor loadIdxLabels(const std::string& path) {
-  auto bytes = readMaybeGzipped(path);
-  auto dims = parseHeader(path, bytes, kLabelsMagic, "labels");
-  const int64_t n = dims[0];
-  const size_t expected = 8 + static_cast<size_t>(n);
-  if (bytes.size() != expected) {
-    throw ConfigError(path + " has " + std::to_string(bytes.size()) + " bytes; expected " +
-                      std::to_string(expected) + " for " + std::to_string(n) + " labels");
+torch::Tensor loadIdxLabels(const std::string& path, int64_t classes) {
+  DataFile file(path, "labels file");
+  const std::vector<int64_t> dims = readHeader(file, kLabelsMagic, "labels");
+  const std::string contents = std::to_string(dims[0]) + " labels";
+  const int64_t n = payloadBytes(file, dims, {"labels"}, contents);
+  torch::Tensor bytes = readPayload(file, 8, {n}, n, contents);
+  const uint8_t* label = bytes.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    // A label past the classes would otherwise size the model (the labels
+    // used to decide it) or crash the loss.
+    if (label[i] >= classes) {
+      throw ConfigError(file.name() + ": label " + std::to_string(label[i]) + " at index " + std::to_string(i) +
+                        " is out of range; expected 0.." + std::to_string(classes - 1) + " (the data set has " +
+                        std::to_string(classes) + " classes)");
+    }
   }
-  return payloadTensor(bytes, 8, {n}).to(torch::kLong);
+  return bytes.to(torch::kLong);
 }
 
-ImageDataset loadIdxSplit(const std::string& dir, bool train) {
+ImageDataset loadIdxSplit(const std::string& dir, bool train, int64_t classes) {
   const std::string prefix = train ? "train" : "t10k";
   std::vector<std::string> tried;
   std::string images = findSplitFile(dir, prefix + "-images-idx3-ubyte", tried);
@@ -157,10 +149,16 @@ ImageDataset loadIdxSplit(const std::string& dir, bool train) {
     for (const auto& t : tried) names += (names.empty() ? "" : ", ") + t;
     throw ConfigError("IDX " + prefix + " split not found in " + dir + ": expected " + names);
   }
-  ImageDataset ds{loadIdxImages(images), loadIdxLabels(labels)};
+  ImageDataset ds;
+  ds.images = loadIdxImages(images);
+  if (ds.images.size(2) != ds.images.size(3)) {
+    throw ConfigError("images file " + images + ": rows " + std::to_string(ds.images.size(2)) + " x cols " +
+                      std::to_string(ds.images.size(3)) + ": images must be square (the models take square images)");
+  }
+  ds.labels = loadIdxLabels(labels, classes);
   if (ds.images.size(0) != ds.labels.size(0)) {
-    throw ConfigError(images + " has " + std::to_string(ds.images.size(0)) + " images but " +
-                      labels + " has " + std::to_string(ds.labels.size(0)) +
+    throw ConfigError("images file " + images + " has " + std::to_string(ds.images.size(0)) +
+                      " images but labels file " + labels + " has " + std::to_string(ds.labels.size(0)) +
                       " labels; expected the same count");
   }
   return ds;
