@@ -81,7 +81,6 @@ ImageClassificationTask::ImageClassificationTask(const DataOptions& data, const 
   load();
   channels_ = train_.images.size(1);
   image_size_ = train_.images.size(2);
-  classes_ = std::max<int64_t>(10, train_.labels.max().item<int64_t>() + 1);
 }
 
 void ImageClassificationTask::load() {
@@ -92,12 +91,16 @@ void ImageClassificationTask::load() {
                              std::string(name == "fashion-mnist" ? " (Debian: apt-get install dataset-fashion-mnist)"
                                                                  : "");
     const std::string dir = requireDir(options_, name == "fashion-mnist" ? kFashionMnistDir : "", hint);
-    train_ = data::loadIdxSplit(dir, /*train=*/true);
-    test_ = data::loadIdxSplit(dir, /*train=*/false);
+    // The classes are what the data set declares, never what its labels
+    // happen to hold: the readers refuse a label outside them.
+    classes_ = data::kIdxClasses;
+    train_ = data::loadIdxSplit(dir, /*train=*/true, classes_);
+    test_ = data::loadIdxSplit(dir, /*train=*/false, classes_);
     mean_ = name == "fashion-mnist" ? std::vector<float>{0.2860f} : std::vector<float>{0.1307f};
     std_ = name == "fashion-mnist" ? std::vector<float>{0.3530f} : std::vector<float>{0.3081f};
   } else if (name == "cifar10") {
     const std::string dir = requireDir(options_, "", "the CIFAR-10 binary version: data_batch_1..5.bin, test_batch.bin");
+    classes_ = data::kCifarClasses;
     train_ = data::loadCifarSplit(dir, /*train=*/true);
     test_ = data::loadCifarSplit(dir, /*train=*/false);
     mean_ = {0.4914f, 0.4822f, 0.4465f};
@@ -107,7 +110,7 @@ void ImageClassificationTask::load() {
     data::SyntheticSpec spec;
     spec.channels = 3;
     spec.height = spec.width = options_.synthetic_image_size;
-    spec.classes = 10;
+    spec.classes = classes_ = 10;
     spec.seed = seed_;
     spec.size = options_.synthetic_samples;
     train_ = data::makeSyntheticDataset(spec);
