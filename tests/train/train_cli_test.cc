@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/data/idx_files.h"
 #include "tests/support/bad_input.h"
 #include "tests/support/command.h"
 #include "tests/support/ports.h"
@@ -198,6 +199,19 @@ std::string truncatedFashionDir() {
   return dir;
 }
 
+// Hand-made IDX files, 8 images a split, with one train label of 200: the
+// model must not be sized by it.
+std::string labelOutOfRangeDir() {
+  const std::string dir = freshDir("label-out-of-range");
+  testing::Bytes train_labels = testing::idxLabels(8);
+  train_labels[8 + 5] = 200;
+  testing::writeFile(dir + "/train-images-idx3-ubyte", testing::idxImages(8, 28, 28));
+  testing::writeFile(dir + "/train-labels-idx1-ubyte", train_labels);
+  testing::writeFile(dir + "/t10k-images-idx3-ubyte", testing::idxImages(8, 28, 28));
+  testing::writeFile(dir + "/t10k-labels-idx1-ubyte", testing::idxLabels(8));
+  return dir;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, TrainBadInputTest,
     ::testing::Values(
@@ -236,6 +250,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCommandLine{"data_on_gpu_without_gpu", "--data-on-gpu --model mlp --max-steps 1",
                  "--data-on-gpu needs a CUDA device, but this rank trains on cpu"},
         BadCommandLine{"truncated_data_file", "--data-dir " + truncatedFashionDir(), "t10k-images-idx3-ubyte"},
+        BadCommandLine{"label_out_of_range", "--data-dir " + labelOutOfRangeDir(),
+                       "train-labels-idx1-ubyte: label 200 at index 5 is out of range; expected 0..9 (the data set "
+                       "has 10 classes)"},
         BadCommandLine{"corrupt_checkpoint", "--resume /etc/hostname", "/etc/hostname"},
         BadCommandLine{"missing_checkpoint", "--resume /nonexistent/ckpt.dtck",
                  "--resume '/nonexistent/ckpt.dtck': no such file; expected auto, auto-or-fresh, none, an existing "
