@@ -15,6 +15,7 @@
 #include "data/synthetic_dataset.h"
 #include "tests/data/idx_files.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace dtrain::data {
 namespace {
@@ -46,18 +47,6 @@ class DatasetFilesTest : public ::testing::Test {
   fs::path dir_;
 };
 
-template <typename Fn>
-std::string configErrorMessage(Fn fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.message();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception: ") + e.what();
-  }
-  return "no exception";
-}
-
 void expectIdxImages(const torch::Tensor& images, int64_t n, int64_t h, int64_t w) {
   ASSERT_EQ(images.dtype(), torch::kUInt8);
   ASSERT_EQ(images.sizes(), (std::vector<int64_t>{n, 1, h, w}));
@@ -85,7 +74,7 @@ TEST_F(DatasetFilesTest, IdxSplitFindsRawAndGzippedFiles) {
   EXPECT_EQ(ds.size(), 6);
   expectIdxImages(ds.images, 6, 2, 2);
 
-  std::string msg = configErrorMessage([&] { loadIdxSplit(dir_.string(), /*train=*/true); });
+  std::string msg = testing::configErrorOf([&] { loadIdxSplit(dir_.string(), /*train=*/true); });
   EXPECT_NE(msg.find(dir_.string()), std::string::npos) << msg;
   EXPECT_NE(msg.find("train-images-idx3-ubyte.gz"), std::string::npos) << msg;
 }
@@ -93,7 +82,7 @@ TEST_F(DatasetFilesTest, IdxSplitFindsRawAndGzippedFiles) {
 TEST_F(DatasetFilesTest, IdxSplitCountMismatchIsConfigError) {
   write("train-images-idx3-ubyte", idxImages(6, 2, 2));
   write("train-labels-idx1-ubyte", idxLabels(5));
-  std::string msg = configErrorMessage([&] { loadIdxSplit(dir_.string()); });
+  std::string msg = testing::configErrorOf([&] { loadIdxSplit(dir_.string()); });
   EXPECT_NE(msg.find((dir_ / "train-images-idx3-ubyte").string() + " has 6 images but labels file " +
                      (dir_ / "train-labels-idx1-ubyte").string() + " has 5 labels; expected the same count"),
             std::string::npos)
@@ -104,24 +93,24 @@ TEST_F(DatasetFilesTest, TruncatedIdxNamesFileAndExpectedSize) {
   Bytes full = idxImages(10000, 28, 28);
   Bytes cut(full.begin(), full.begin() + 1000);
   std::string path = write("t10k-images-idx3-ubyte", cut);
-  std::string msg = configErrorMessage([&] { loadIdxImages(path); });
+  std::string msg = testing::configErrorOf([&] { loadIdxImages(path); });
   EXPECT_NE(msg.find(path + " has 1000 bytes; expected 7840016 for 10000 images of 28x28"),
             std::string::npos)
       << msg;
 
   // The same truncation inside a valid gzip stream.
   std::string gzpath = writeGz("t10k-images-idx3-ubyte.gz", cut);
-  msg = configErrorMessage([&] { loadIdxImages(gzpath); });
+  msg = testing::configErrorOf([&] { loadIdxImages(gzpath); });
   EXPECT_NE(msg.find(gzpath + " has 1000 bytes; expected 7840016"), std::string::npos) << msg;
 
   Bytes labels = idxLabels(100);
   labels.resize(50);
   path = write("labels", labels);
-  msg = configErrorMessage([&] { loadIdxLabels(path, 10); });
+  msg = testing::configErrorOf([&] { loadIdxLabels(path, 10); });
   EXPECT_NE(msg.find(path + " has 50 bytes; expected 108 for 100 labels"), std::string::npos) << msg;
 
   path = write("tiny", Bytes{0, 0});
-  msg = configErrorMessage([&] { loadIdxLabels(path, 10); });
+  msg = testing::configErrorOf([&] { loadIdxLabels(path, 10); });
   EXPECT_NE(msg.find(path + " has 2 bytes"), std::string::npos) << msg;
 }
 
@@ -145,7 +134,7 @@ TEST_F(DatasetFilesTest, CutGzipStreamIsIoErrorNamingFile) {
 
 TEST_F(DatasetFilesTest, BadMagicNamesFileAndExpectedMagic) {
   std::string path = write("labels-as-images", idxLabels(4));
-  std::string msg = configErrorMessage([&] { loadIdxImages(path); });
+  std::string msg = testing::configErrorOf([&] { loadIdxImages(path); });
   EXPECT_NE(msg.find(path + " has magic 0x00000801; expected 0x00000803"), std::string::npos) << msg;
 }
 
@@ -189,7 +178,7 @@ TEST_F(DatasetFilesTest, CifarSplitConcatenatesBatchesInOrder) {
   ASSERT_EQ(ds.size(), 10);
   for (int b = 1; b <= 5; ++b) EXPECT_EQ(ds.labels[(b - 1) * 2].item<int64_t>(), b);
 
-  std::string msg = configErrorMessage([&] { loadCifarSplit(dir_.string(), /*train=*/false); });
+  std::string msg = testing::configErrorOf([&] { loadCifarSplit(dir_.string(), /*train=*/false); });
   EXPECT_NE(msg.find("test_batch.bin"), std::string::npos) << msg;
 }
 
@@ -197,14 +186,14 @@ TEST_F(DatasetFilesTest, CifarBadSizeOrLabelNamesFile) {
   Bytes rec = cifarRecords(2);
   rec.pop_back();
   std::string path = write("data_batch_1.bin", rec);
-  std::string msg = configErrorMessage([&] { loadCifarBatch(path); });
+  std::string msg = testing::configErrorOf([&] { loadCifarBatch(path); });
   EXPECT_NE(msg.find(path + " has 6145 bytes; expected a positive multiple of 3073"), std::string::npos)
       << msg;
 
   rec = cifarRecords(2);
   rec[3073] = 10;
   path = write("data_batch_2.bin", rec);
-  msg = configErrorMessage([&] { loadCifarBatch(path); });
+  msg = testing::configErrorOf([&] { loadCifarBatch(path); });
   EXPECT_NE(msg.find(path + " record 1 has label 10; expected 0..9"), std::string::npos) << msg;
 }
 

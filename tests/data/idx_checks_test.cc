@@ -19,23 +19,12 @@
 #include "data/idx_dataset.h"
 #include "tests/data/idx_files.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 
 namespace dtrain::data {
 namespace {
 
 using namespace dtrain::testing;  // NOLINT: the IDX builders and TempDir
-
-template <typename Fn>
-std::string configErrorMessage(Fn fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.message();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception: ") + e.what();
-  }
-  return "no exception";
-}
 
 #define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
@@ -78,7 +67,7 @@ TEST_F(IdxChecksTest, LabelOutsideTheClassesNamesFileValueIndexAndRange) {
   Bytes labels = idxLabels(5);
   labels[8 + 3] = 200;
   writeSplit("train", idxImages(5, 2, 2), labels);
-  std::string msg = configErrorMessage([&] { loadIdxSplit(dir_.path(), /*train=*/true); });
+  std::string msg = testing::configErrorOf([&] { loadIdxSplit(dir_.path(), /*train=*/true); });
   EXPECT_HAS(msg, "labels file " + path("train-labels-idx1-ubyte") +
                       ": label 200 at index 3 is out of range; expected 0..9 (the data set has 10 classes)");
 
@@ -86,7 +75,7 @@ TEST_F(IdxChecksTest, LabelOutsideTheClassesNamesFileValueIndexAndRange) {
   labels = idxLabels(5);
   labels[8 + 4] = 10;
   writeSplit("t10k", idxImages(5, 2, 2), labels);
-  msg = configErrorMessage([&] { loadIdxSplit(dir_.path(), /*train=*/false); });
+  msg = testing::configErrorOf([&] { loadIdxSplit(dir_.path(), /*train=*/false); });
   EXPECT_HAS(msg, "label 10 at index 4 is out of range; expected 0..9");
 }
 
@@ -106,7 +95,7 @@ std::string withFifoReleased(std::future<std::string>& result, const std::string
 TEST_F(IdxChecksTest, FifoIsRefusedWithoutBlocking) {
   const std::string fifo = path("train-images-idx3-ubyte");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  auto result = std::async(std::launch::async, [&] { return configErrorMessage([&] { loadIdxImages(fifo); }); });
+  auto result = std::async(std::launch::async, [&] { return testing::configErrorOf([&] { loadIdxImages(fifo); }); });
   EXPECT_HAS(withFifoReleased(result, fifo),
              "images file " + fifo + " is a FIFO (named pipe); expected a regular file");
 }
@@ -114,7 +103,7 @@ TEST_F(IdxChecksTest, FifoIsRefusedWithoutBlocking) {
 TEST_F(IdxChecksTest, DevicesAndDirectoriesAreRefusedBeforeReading) {
   const std::string null_link = path("null-images");
   ASSERT_EQ(::symlink("/dev/null", null_link.c_str()), 0);
-  std::string msg = configErrorMessage([&] { loadIdxImages(null_link); });
+  std::string msg = testing::configErrorOf([&] { loadIdxImages(null_link); });
   ASSERT_NE(msg.find("images file " + null_link +
                      " (a link to /dev/null) is a character device; expected a regular file"),
             std::string::npos)
@@ -123,17 +112,17 @@ TEST_F(IdxChecksTest, DevicesAndDirectoriesAreRefusedBeforeReading) {
   // Only after the check above held: a reader that trusts it reads forever.
   const std::string zero_link = path("zero-images");
   ASSERT_EQ(::symlink("/dev/zero", zero_link.c_str()), 0);
-  msg = configErrorMessage([&] { loadIdxImages(zero_link); });
+  msg = testing::configErrorOf([&] { loadIdxImages(zero_link); });
   EXPECT_HAS(msg, "(a link to /dev/zero) is a character device");
 
   const std::string dir = path("a-directory");
   ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
-  msg = configErrorMessage([&] { loadIdxImages(dir); });
+  msg = testing::configErrorOf([&] { loadIdxImages(dir); });
   EXPECT_HAS(msg, "images file " + dir + " is a directory; expected a regular file");
 
   const std::string batch = path("data_batch_1.bin");
   ASSERT_EQ(::symlink("/dev/null", batch.c_str()), 0);
-  msg = configErrorMessage([&] { loadCifarBatch(batch); });
+  msg = testing::configErrorOf([&] { loadCifarBatch(batch); });
   EXPECT_HAS(msg, "CIFAR-10 batch " + batch + " (a link to /dev/null) is a character device");
 }
 
@@ -145,56 +134,56 @@ TEST_F(IdxChecksTest, RawSizeIsComparedWithTheHeaderBeforeReading) {
   std::string msg;
   {
     AddressSpaceCap cap(size_t{256} << 20);
-    msg = configErrorMessage([&] { loadIdxImages(big); });
+    msg = testing::configErrorOf([&] { loadIdxImages(big); });
   }
   EXPECT_HAS(msg, "images file " + big + " has 2147483648 bytes; expected 36 for 5 images of 2x2");
 
   Bytes longer = idxImages(5, 2, 2);
   longer.push_back(0);
   const std::string one_more = write("one-more", longer);
-  EXPECT_HAS(configErrorMessage([&] { loadIdxImages(one_more); }),
+  EXPECT_HAS(testing::configErrorOf([&] { loadIdxImages(one_more); }),
              "images file " + one_more + " has 37 bytes; expected 36 for 5 images of 2x2");
 }
 
 TEST_F(IdxChecksTest, HeaderFieldsAreCheckedByName) {
   const std::string zero_images = write("zero-images", idxHeader(0x803, {0, 28, 28}));
-  EXPECT_HAS(configErrorMessage([&] { loadIdxImages(zero_images); }),
+  EXPECT_HAS(testing::configErrorOf([&] { loadIdxImages(zero_images); }),
              "images file " + zero_images + ": header says 0 images; expected at least 1");
 
   const std::string zero_rows = write("zero-rows", idxHeader(0x803, {5, 0, 28}));
-  EXPECT_HAS(configErrorMessage([&] { loadIdxImages(zero_rows); }),
+  EXPECT_HAS(testing::configErrorOf([&] { loadIdxImages(zero_rows); }),
              "images file " + zero_rows + ": header says 0 rows; expected at least 1");
 
   // 4 x 2^31 x 2^31 wraps to 0 in 64 bits: the 16-byte header alone
   // would match it.
   const std::string wraps = write("wraps", idxHeader(0x803, {4, 1u << 31, 1u << 31}));
-  EXPECT_HAS(configErrorMessage([&] { loadIdxImages(wraps); }),
+  EXPECT_HAS(testing::configErrorOf([&] { loadIdxImages(wraps); }),
              "images file " + wraps +
                  ": header says 4 images of 2147483648x2147483648: the dimension product overflows");
   const std::string huge = write("huge", idxHeader(0x803, {0xffffffff, 0xffffffff, 0xffffffff}));
-  EXPECT_HAS(configErrorMessage([&] { loadIdxImages(huge); }), "the dimension product overflows");
+  EXPECT_HAS(testing::configErrorOf([&] { loadIdxImages(huge); }), "the dimension product overflows");
 
   writeSplit("train", idxImages(3, 2, 3), idxLabels(3));
-  EXPECT_HAS(configErrorMessage([&] { loadIdxSplit(dir_.path()); }),
+  EXPECT_HAS(testing::configErrorOf([&] { loadIdxSplit(dir_.path()); }),
              "images file " + path("train-images-idx3-ubyte") + ": rows 2 x cols 3: images must be square");
 
   writeSplit("t10k", idxImages(2, 2, 2), idxLabels(0));
-  EXPECT_HAS(configErrorMessage([&] { loadIdxSplit(dir_.path(), /*train=*/false); }),
+  EXPECT_HAS(testing::configErrorOf([&] { loadIdxSplit(dir_.path(), /*train=*/false); }),
              "labels file " + path("t10k-labels-idx1-ubyte") + ": header says 0 labels; expected at least 1");
 }
 
 TEST_F(IdxChecksTest, GzipWithTrailingDataIsRefused) {
   const Bytes images = idxImages(5, 2, 2);
   const std::string junk = write("junk.gz", gzipped(images) + Bytes{'j', 'u', 'n', 'k'});
-  std::string msg = configErrorMessage([&] { loadIdxImages(junk); });
+  std::string msg = testing::configErrorOf([&] { loadIdxImages(junk); });
   EXPECT_HAS(msg, "images file " + junk + ": 4 bytes of trailing data after its gzip stream");
   EXPECT_HAS(msg, "expected the file to end there");
 
   const std::string padded = write("padded.gz", gzipped(images) + Bytes(512, 0));
-  EXPECT_HAS(configErrorMessage([&] { loadIdxImages(padded); }), "512 bytes of trailing data");
+  EXPECT_HAS(testing::configErrorOf([&] { loadIdxImages(padded); }), "512 bytes of trailing data");
 
   const std::string batch = write("test_batch.bin", gzipped(Bytes(kCifarRecordBytes, 1)) + Bytes{'x'});
-  EXPECT_HAS(configErrorMessage([&] { loadCifarBatch(batch); }),
+  EXPECT_HAS(testing::configErrorOf([&] { loadCifarBatch(batch); }),
              "CIFAR-10 batch " + batch + ": 1 bytes of trailing data");
 
   // Concatenated members are gzip as RFC 1952 defines it, not junk.
@@ -205,7 +194,7 @@ TEST_F(IdxChecksTest, GzipWithTrailingDataIsRefused) {
 
 TEST_F(IdxChecksTest, GzipIsDecompressedNoFurtherThanTheHeaderPromises) {
   const std::string longer = write("longer.gz", gzipped(idxImages(1, 2, 2) + Bytes(size_t{16} << 20, 0)));
-  EXPECT_HAS(configErrorMessage([&] { loadIdxImages(longer); }),
+  EXPECT_HAS(testing::configErrorOf([&] { loadIdxImages(longer); }),
              "images file " + longer +
                  " has more than 20 bytes; expected 20 for 1 images of 2x2 (sizes after gunzip)");
 
@@ -214,7 +203,7 @@ TEST_F(IdxChecksTest, GzipIsDecompressedNoFurtherThanTheHeaderPromises) {
   std::string msg;
   {
     AddressSpaceCap cap(size_t{256} << 20);
-    msg = configErrorMessage([&] { loadIdxImages(promise); });
+    msg = testing::configErrorOf([&] { loadIdxImages(promise); });
   }
   EXPECT_HAS(msg, "images file " + promise + " has 16 bytes; expected 78400000016 for 100000000 images of 28x28");
 }
