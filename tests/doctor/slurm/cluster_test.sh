@@ -265,8 +265,13 @@ training() { grep -q "step [1-9][0-9]*0/600" "$out" 2> /dev/null; }
 if wait_until 120 "job $job training" training; then
   scancel --signal=USR1 --batch "$job"
   # Slurm holds a requeued job back (BeginTime) for a while; let it start now.
-  requeued() { [[ $(job_field "$job" Restarts) == 1 ]]; }
+  # Restarts is 1 as soon as `scontrol requeue` runs, while the first run is
+  # still ending (its JobState reads FAILED for a moment, as the batch script
+  # exits with the step's code): wait for PENDING, then for the second run.
+  requeued() { [[ $(job_field "$job" Restarts) == 1 && $(job_field "$job" JobState) == PENDING ]]; }
   wait_until 60 "job $job requeued" requeued && scontrol update JobId="$job" StartTime=now
+  restarted() { grep -q "job $job (restart 1)" "$out" 2> /dev/null; }
+  wait_until 120 "job $job restarted" restarted || fail "job $job did not start again 120 s after its requeue: $(scontrol show job "$job")"
   wait_until 120 "job $job finished after its requeue" job_done "$job" || fail "job $job not finished 120 s after its requeue"
   state=$(job_field "$job" JobState)
   stopped=$(sed -n 's/.*stopped by SIGUSR1 after step \([0-9]*\) of 600; checkpoint of step \1 written.*/\1/p' "$out" | head -n 1)
