@@ -214,7 +214,7 @@ std::vector<uint64_t> benchSizes(const CollectiveBenchOptions& o, int ranks) {
 }
 
 std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& store,
-                                                   const CollectiveBenchOptions& o) {
+                                                   const CollectiveBenchOptions& o, const RowCallback& on_row) {
   std::vector<CollectiveBenchRow> rows;
   const int n = comm.size();
   for (uint64_t bytes : benchSizes(o, n)) {
@@ -261,6 +261,7 @@ std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& st
       row.wrong[place] = wrong;
     }
     rows.push_back(row);
+    if (on_row) on_row(row);
   }
   return rows;
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,9 +59,12 @@ std::vector<uint64_t> benchSizes(const CollectiveBenchOptions& options, int rank
 
 // Runs the benchmark on every rank. Rank 0's rows hold times averaged over
 // ranks and #wrong summed over ranks (exchanged through `store`); the other
-// ranks' rows hold their own numbers.
+// ranks' rows hold their own numbers. `on_row`, when set, is called with each
+// row as soon as its size is measured (so a long sweep reports as it goes).
+using RowCallback = std::function<void(const CollectiveBenchRow& row)>;
 std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& store,
-                                                   const CollectiveBenchOptions& options);
+                                                   const CollectiveBenchOptions& options,
+                                                   const RowCallback& on_row = {});
 
 // nccl-tests' table, printed by rank 0.
 std::string formatCollectiveHeader(const CollectiveBenchOptions& options, int ranks,

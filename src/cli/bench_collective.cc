@@ -113,14 +113,14 @@ int runCollective(const CollectiveFlags& flags, bench::Collective collective) {
     for (ReduceOp op : ops) {
       options.dtype = dtype;
       options.op = op;
-      auto rows = bench::runCollectiveBench(*comm, *world.store, options);
-      for (const auto& row : rows) {
+      // Each row is printed as its size finishes: a sweep to 1 GiB takes minutes.
+      auto rows = bench::runCollectiveBench(*comm, *world.store, options, [&](const bench::CollectiveBenchRow& row) {
         for (int64_t w : row.wrong) wrong += w > 0 ? w : 0;
         if (world.rank == 0 && !flags.json) {
           std::fputs(bench::formatCollectiveRow(options, row).c_str(), stdout);
           std::fflush(stdout);
         }
-      }
+      });
       if (world.rank == 0 && flags.json) {
         std::fputs(bench::collectiveRowsJson(options, world.size, backend, rows).c_str(), stdout);
       }
