@@ -1,13 +1,14 @@
 // `dtrain bench allreduce|allgather|reduce_scatter|broadcast`: nccl-tests'
 // flags and table over dtrain's collectives, one or more GPUs per process
 // (-g) or one CPU rank per process with gloo, ranks from the launcher's
-// environment.
+// environment (torchrun's variables, or srun's / mpirun's).
 #include <cstdio>
 #include <memory>
 
 #include "bench/collective_bench.h"
 #include "bench/collective_job.h"
 #include "bench/device_memory.h"
+#include "bench/launcher_environment.h"
 #include "cli/commands.h"
 #include "cli/option_binding.h"
 #include "comm/communicator.h"
@@ -91,6 +92,11 @@ int runCollective(const CollectiveFlags& flags, bench::Collective collective) {
   bench::CollectiveBenchOptions options = toOptions(flags, collective);
   std::string backend = resolveBackend(flags.backend);
   checkCudaFlags(flags, backend);
+  if (auto started = bench::adoptLauncherEnvironment()) {
+    DTRAIN_LOG_INFO("rank " << started->rank << " of " << started->size << " from " << started->launcher
+                            << "'s environment; rendezvous at " << started->master_addr << ":"
+                            << started->master_port);
+  }
   World world = worldFromEnvironment();
   const int ranks = world.size * flags.ngpus;
   if (options.root < 0 || options.root >= ranks) {
@@ -175,7 +181,8 @@ void registerCollective(CLI::App& bench, ExitCode& exit_code, const char* name, 
   auto bound = bindNew<CollectiveFlags>(*cmd, "dtrain bench allreduce|allgather|reduce_scatter|broadcast",
                                         declareCollectiveOptions);
   cmd->footer("Ranks come from RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/MASTER_PORT (or DTRAIN_STORE_ADDR),\n"
-              "as `dtrain launch` and torchrun set them. -g GPUs per process (default 1).");
+              "as `dtrain launch` and torchrun set them, or from srun (SLURM_PROCID, SLURM_NTASKS) or\n"
+              "mpirun (OMPI_COMM_WORLD_*, PMI_*). -g GPUs per process (default 1).");
   cmd->callback([bound, collective, &exit_code] { exit_code.value = runCollective(bound->options, collective); });
 }
 
