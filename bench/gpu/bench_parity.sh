@@ -27,7 +27,8 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee
 # run NAME NPROC ARGS...: a checked all-reduce table of NPROC processes.
 run() {
   local name=$1 nproc=$2; shift 2
-  scripts/spawn-local.sh "$nproc" -- "$dtrain" bench allreduce "$@" > "$OUT/$name.txt" 2> "$OUT/$name.err"
+  timeout 240 scripts/spawn-local.sh "$nproc" -- "$dtrain" bench allreduce --timeout 120 "$@" \
+    > "$OUT/$name.txt" 2> "$OUT/$name.err"
   local rc=$? rows first bounds
   rows=$(grep -c '^ ' "$OUT/$name.txt")
   first=$(head -1 "$OUT/$name.txt")
@@ -48,7 +49,8 @@ if ((ngpu >= 2)); then
 fi
 
 log "rows as they are measured: 8 B .. 1 GiB, time of each line"
-scripts/spawn-local.sh "$ngpu" -- "$dtrain" bench allreduce -b 8 -e 1G -f 2 -n 20 -w 5 -c 0 2> "$OUT/stream.err" \
+timeout 240 scripts/spawn-local.sh "$ngpu" -- "$dtrain" bench allreduce -b 8 -e 1G -f 2 -n 20 -w 5 -c 0 \
+  2> "$OUT/stream.err" \
   | while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done > "$OUT/stream.txt"
 end=$EPOCHREALTIME
 first_row=$(awk '$2 ~ /^[0-9]+$/ { print $1; exit }' "$OUT/stream.txt")
