@@ -71,6 +71,11 @@ bench::CollectiveBenchOptions toOptions(const CollectiveFlags& f, bench::Collect
   o.rank_time = static_cast<bench::RankTime>(f.average);
   o.blocking = f.blocking;
   o.graph_launches = f.cuda_graph;
+  if (o.blocking > 0 && o.graph_launches > 0) {
+    // As nccl-tests: a captured graph cannot wait for its operations one by one.
+    throw ConfigError("-z/--blocking " + std::to_string(o.blocking) + " cannot be combined with -G/--cudagraph " +
+                      std::to_string(o.graph_launches) + "; expected -z 0 with a CUDA graph");
+  }
   o.timeout = Milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
   return o;
 }

@@ -104,6 +104,7 @@ TEST(BenchParityTest, CudaOnlyAndOutOfRangeFlagsExitTwoNamingTheFlag) {
       {"-a 4", "'4': out of range; expected an integer from 0 to 3"},
       {"-z 4", "'4': out of range; expected an integer from 0 to 3"},
       {"-g 0", "'0': out of range; expected an integer from 1 to 64"},
+      {"-z 1 -G 5", "-z/--blocking 1 cannot be combined with -G/--cudagraph 5; expected -z 0 with a CUDA graph"},
   };
   for (const auto& c : cases) {
     auto r = runCommand("RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(freePort()) + " " +
