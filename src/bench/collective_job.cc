@@ -128,8 +128,7 @@ void runRank(JobState& state, int index) {
 
 }  // namespace
 
-int64_t runCollectiveJob(World& world, const CollectiveBenchOptions& options, const CollectiveJobOptions& job,
-                         std::FILE* out) {
+void checkCollectiveJob(const CollectiveBenchOptions& options, const CollectiveJobOptions& job) {
   if (job.gpus_per_process < 1) {
     throw ConfigError("-g/--ngpus " + std::to_string(job.gpus_per_process) + " is not a GPU count; expected 1 or more");
   }
@@ -141,6 +140,11 @@ int64_t runCollectiveJob(World& world, const CollectiveBenchOptions& options, co
     throw ConfigError("-G/--cudagraph " + std::to_string(options.graph_launches) +
                       " needs CUDA (the nccl backend); " + job.backend + " runs on the CPU");
   }
+}
+
+int64_t runCollectiveJob(World& world, const CollectiveBenchOptions& options, const CollectiveJobOptions& job,
+                         std::FILE* out) {
+  checkCollectiveJob(options, job);
   JobState state(world, options, job, out);
   state.first_device = firstDevice(world, job);
   if (job.gpus_per_process == 1) {

@@ -27,6 +27,11 @@ struct CollectiveJobOptions {
   bool json = false;             // JSON instead of the table
 };
 
+// ConfigError naming the flag for -g above 1 or -G without CUDA (gloo), or
+// a -g below 1. runCollectiveJob checks it too; a command calls it before
+// joining the job so that bad flags never make the other ranks wait.
+void checkCollectiveJob(const CollectiveBenchOptions& options, const CollectiveJobOptions& job);
+
 // Runs this process's ranks to the end. Returns the wrong elements this
 // process's ranks saw (on the process of rank 0: summed over every rank).
 // Throws ConfigError for -g or -G without CUDA, or GPUs that are not there.

@@ -80,23 +80,17 @@ bench::CollectiveBenchOptions toOptions(const CollectiveFlags& f, bench::Collect
   return o;
 }
 
-// -g and -G drive CUDA: refused before any rank waits for the others.
-void checkCudaFlags(const CollectiveFlags& flags, const std::string& backend) {
-  if (backend == "nccl") return;
-  if (flags.ngpus > 1) {
-    throw ConfigError("-g/--ngpus " + std::to_string(flags.ngpus) + " needs CUDA (the nccl backend); " + backend +
-                      " runs one CPU rank per process");
-  }
-  if (flags.cuda_graph > 0) {
-    throw ConfigError("-G/--cudagraph " + std::to_string(flags.cuda_graph) + " needs CUDA (the nccl backend); " +
-                      backend + " runs on the CPU");
-  }
-}
-
 int runCollective(const CollectiveFlags& flags, bench::Collective collective) {
   bench::CollectiveBenchOptions options = toOptions(flags, collective);
-  std::string backend = resolveBackend(flags.backend);
-  checkCudaFlags(flags, backend);
+  bench::CollectiveJobOptions job;
+  job.backend = resolveBackend(flags.backend);
+  job.gpus_per_process = flags.ngpus;
+  job.json = flags.json;
+  // nccl-tests' "-d all" / "-o all": every dtype and op in one table.
+  job.dtypes = flags.dtype == "all" ? allDTypes() : std::vector<DType>{options.dtype};
+  job.ops = flags.op == "all" ? allReduceOps() : std::vector<ReduceOp>{options.op};
+  // -g and -G are refused before this rank makes the others wait for it.
+  bench::checkCollectiveJob(options, job);
   if (auto started = bench::adoptLauncherEnvironment()) {
     DTRAIN_LOG_INFO("rank " << started->rank << " of " << started->size << " from " << started->launcher
                             << "'s environment; rendezvous at " << started->master_addr << ":"
@@ -108,13 +102,6 @@ int runCollective(const CollectiveFlags& flags, bench::Collective collective) {
     throw ConfigError("-r/--root " + std::to_string(options.root) + " is not a rank; expected 0.." +
                       std::to_string(ranks - 1));
   }
-  bench::CollectiveJobOptions job;
-  job.backend = backend;
-  job.gpus_per_process = flags.ngpus;
-  job.json = flags.json;
-  // nccl-tests' "-d all" / "-o all": every dtype and op in one table.
-  job.dtypes = flags.dtype == "all" ? allDTypes() : std::vector<DType>{options.dtype};
-  job.ops = flags.op == "all" ? allReduceOps() : std::vector<ReduceOp>{options.op};
   int64_t wrong = bench::runCollectiveJob(world, options, job, stdout);
   leaveWorld(world, options.timeout);
   if (wrong > 0) {
