@@ -20,8 +20,6 @@ namespace {
 constexpr int kOutOfPlace = 0;
 constexpr int kInPlace = 1;
 
-bool isReducing(Collective c) { return c == Collective::kAllreduce || c == Collective::kReduceScatter; }
-
 // Small integers, so every dtype holds every partial result exactly and the
 // reference does not depend on the order of reduction.
 double patternValue(const CollectiveBenchOptions& o, int rank, size_t i) {
@@ -221,6 +219,8 @@ int64_t checkOnce(Communicator& comm, const CollectiveBenchOptions& o, const Buf
 }
 
 }  // namespace
+
+bool isReducing(Collective c) { return c == Collective::kAllreduce || c == Collective::kReduceScatter; }
 
 const char* collectiveName(Collective c) {
   switch (c) {

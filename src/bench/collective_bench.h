@@ -31,6 +31,8 @@ namespace dtrain::bench {
 
 enum class Collective { kAllreduce, kAllgather, kReduceScatter, kBroadcast };
 const char* collectiveName(Collective collective);
+// allreduce and reduce_scatter take a reduce op; the others do not.
+bool isReducing(Collective collective);
 double busBandwidthFactor(Collective collective, int ranks);
 
 // How one time is made of the ranks' times (nccl-tests' -a 0..3).

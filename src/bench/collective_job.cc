@@ -72,8 +72,6 @@ BenchJob gatherJob(Store& store, const World& world, const CollectiveJobOptions&
   return described;
 }
 
-bool isReducing(Collective c) { return c == Collective::kAllreduce || c == Collective::kReduceScatter; }
-
 void printNow(std::FILE* out, const std::string& text) {
   std::fputs(text.c_str(), out);
   std::fflush(out);

@@ -13,8 +13,6 @@ namespace {
 constexpr int kOutOfPlace = 0;
 constexpr int kInPlace = 1;
 
-bool isReducing(Collective c) { return c == Collective::kAllreduce || c == Collective::kReduceScatter; }
-
 std::string counted(int n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
