@@ -90,7 +90,8 @@ nccl_tests=${nccl_tests:-$(command -v all_reduce_perf || true)}
 if [[ -n "$nccl_tests" && -x "$nccl_tests" ]]; then
   log "one table beside nccl-tests ($nccl_tests), one process driving $ngpu GPUs"
   "$nccl_tests" -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -g "$ngpu" > "$OUT/nccl_tests.txt" 2>&1
-  "$dtrain" bench allreduce -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -g "$ngpu" > "$OUT/dtrain_g_all.txt" 2>&1
+  scripts/spawn-local.sh 1 -- "$dtrain" bench allreduce -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 -g "$ngpu" \
+    > "$OUT/dtrain_g_all.txt" 2>&1
   python3 - "$OUT/nccl_tests.txt" "$OUT/dtrain_g_all.txt" <<'PY'
 import sys
 def rows(path):
