@@ -34,6 +34,7 @@ GpuCollector::GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_r
     gpus_.push_back(id);
     xid_[gpu].watched = nvml_.watchXidEvents(gpu);
   }
+  activity_ = std::make_unique<GpuActivitySampler>(nvml_, nvml_.gpus());
 }
 
 std::vector<GpuSample> GpuCollector::collect() {
@@ -96,6 +97,16 @@ std::vector<GpuSample> GpuCollector::collect() {
     if (xid.watched) {
       s.last_xid = static_cast<double>(xid.last);
       s.xid_counts = xid.counts;
+    }
+    if (auto activity = activity_->read(gpu)) {
+      s.sm_active = activity->sm_active;
+      s.sm_occupancy = activity->sm_occupancy;
+      s.tensor_active = activity->tensor_active;
+      s.dram_active = activity->dram_active;
+      s.pcie_tx_bytes_per_s = activity->pcie_tx_bytes_per_s;
+      s.pcie_rx_bytes_per_s = activity->pcie_rx_bytes_per_s;
+      s.nvlink_tx_bytes_per_s = activity->nvlink_tx_bytes_per_s;
+      s.nvlink_rx_bytes_per_s = activity->nvlink_rx_bytes_per_s;
     }
     samples.push_back(std::move(s));
   }

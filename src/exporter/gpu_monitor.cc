@@ -74,6 +74,14 @@ Json gpuJson(const GpuSample& s) {
       {"nvlink_rx_bytes", optionalJson(s.nvlink_rx_bytes)},
       {"last_xid", optionalJson(s.last_xid)},
       {"xid_events", s.last_xid ? xids : Json(nullptr)},
+      {"sm_active", optionalJson(s.sm_active)},
+      {"sm_occupancy", optionalJson(s.sm_occupancy)},
+      {"tensor_active", optionalJson(s.tensor_active)},
+      {"dram_active", optionalJson(s.dram_active)},
+      {"pcie_tx_bytes_per_s", optionalJson(s.pcie_tx_bytes_per_s)},
+      {"pcie_rx_bytes_per_s", optionalJson(s.pcie_rx_bytes_per_s)},
+      {"nvlink_tx_bytes_per_s", optionalJson(s.nvlink_tx_bytes_per_s)},
+      {"nvlink_rx_bytes_per_s", optionalJson(s.nvlink_rx_bytes_per_s)},
   };
 }
 

@@ -23,6 +23,10 @@ const std::set<std::string>& exporterMetricNames() {
       "DCGM_FI_DEV_XID_ERRORS",         "dtrain_gpu_xid_events_total",
       "dtrain_gpu_nvlink_tx_bytes_total", "dtrain_gpu_nvlink_rx_bytes_total",
       "dtrain_gpu_clock_event_active",
+      "DCGM_FI_PROF_SM_ACTIVE",         "DCGM_FI_PROF_SM_OCCUPANCY",
+      "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+      "DCGM_FI_PROF_PCIE_TX_BYTES",     "DCGM_FI_PROF_PCIE_RX_BYTES",
+      "DCGM_FI_PROF_NVLINK_TX_BYTES",   "DCGM_FI_PROF_NVLINK_RX_BYTES",
   };
   return names;
 }

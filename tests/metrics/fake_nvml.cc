@@ -5,7 +5,8 @@
 //   - the library lacks nvmlDeviceGetPcieReplayCounter and
 //     nvmlDeviceGetCurrentClocksEventReasons (an older driver), so the
 //     exporter must leave PCIe replays out and fall back to ...ThrottleReasons;
-//   - one Xid 79 on GPU 0 is queued once, at the first event wait.
+//   - one Xid 79 on GPU 0 is queued once, at the first event wait;
+//   - GPM (fake_nvml_gpm.cc, the same library) on GPU 0 only.
 // Counters (energy, NVLink) advance by a fixed step per read.
 // FAKE_NVML_INIT_ERROR=<code> makes nvmlInit_v2 fail with that code.
 // The functions `dtrain doctor` adds answer as a healthy node would, unless

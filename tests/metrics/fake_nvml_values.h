@@ -30,6 +30,19 @@ constexpr unsigned long long kNvlinkRxStartKiB = 2000000;
 constexpr unsigned long long kNvlinkStepKiB = 4096;
 constexpr unsigned long long kXid = 79;  // GPU 0, once
 
+// GPM (fake_nvml_gpm.cc): GPU 0 has it, GPU 1 does not. Metrics in NVML's
+// units (percent, MiB/s); nvmlGpmMetricsGet refuses two samples less than
+// kGpmMinWindowMs apart or taken in the wrong order.
+constexpr double kGpmSmUtil0 = 83.5;
+constexpr double kGpmSmOccupancy0 = 41.25;
+constexpr double kGpmAnyTensorUtil0 = 62.5;
+constexpr double kGpmDramBwUtil0 = 37.5;
+constexpr double kGpmPcieTxMiBps0 = 512;
+constexpr double kGpmPcieRxMiBps0 = 1536;
+constexpr double kGpmNvlinkTxMiBps0 = 20480;
+constexpr double kGpmNvlinkRxMiBps0 = 10240;
+constexpr int kGpmMinWindowMs = 100;
+
 // Readings `dtrain doctor` adds. Without FAKE_NVML_SCENARIO they are those of
 // a healthy node (the readings above stay as the exporter's tests expect).
 constexpr const char* kDriverVersion = "580.95.05";
