@@ -1,6 +1,7 @@
 #include "exporter/gpu_collector.h"
 
 #include <chrono>
+#include <utility>
 
 #include "common/log.h"
 
@@ -22,8 +23,8 @@ std::optional<double> asDouble(const std::optional<T>& value) {
 
 }  // namespace
 
-GpuCollector::GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh)
-    : nvml_(nvml), slow_refresh_(slow_refresh) {
+GpuCollector::GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh, SystemRoot root)
+    : nvml_(nvml), slow_refresh_(slow_refresh), root_(std::move(root)) {
   for (unsigned gpu : nvml_.gpus()) {
     GpuIdentity id;
     id.gpu = gpu;
@@ -108,6 +109,7 @@ std::vector<GpuSample> GpuCollector::collect() {
       s.nvlink_tx_bytes_per_s = activity->nvlink_tx_bytes_per_s;
       s.nvlink_rx_bytes_per_s = activity->nvlink_rx_bytes_per_s;
     }
+    if (auto processes = nvml_.computeProcesses(gpu)) s.owners = ownersOf(root_, *processes);
     samples.push_back(std::move(s));
   }
   return samples;

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "common/system_root.h"
 #include "exporter/gpu_activity.h"
+#include "exporter/gpu_owners.h"
 #include "metrics/nvml.h"
 
 namespace dtrain::exporter {
@@ -61,13 +63,18 @@ struct GpuSample {
   std::optional<double> pcie_rx_bytes_per_s;
   std::optional<double> nvlink_tx_bytes_per_s;
   std::optional<double> nvlink_rx_bytes_per_s;
+  // The Slurm jobs and Kubernetes pods of the GPU's compute processes
+  // (gpu_owners.h); empty when it runs none.
+  std::vector<GpuOwner> owners;
 };
 
 class GpuCollector {
  public:
   // Reads the GPUs' identities, registers them for Xid events and takes
-  // their first GPM sample. slow_refresh: see collect().
-  explicit GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh = std::chrono::seconds(10));
+  // their first GPM sample. slow_refresh: see collect(). The owners of the
+  // GPUs' processes are read from /proc under `root`.
+  explicit GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh = std::chrono::seconds(10),
+                        SystemRoot root = SystemRoot("/"));
 
   // Reads every GPU once, after draining the Xid events queued since the
   // last call. The slow readings are read at the first call and then at
@@ -100,6 +107,7 @@ class GpuCollector {
   std::map<unsigned, Health> health_;  // by NVML index, the last read
   std::optional<std::chrono::steady_clock::time_point> health_read_;
   std::unique_ptr<GpuActivitySampler> activity_;
+  SystemRoot root_;
 };
 
 }  // namespace dtrain::exporter

@@ -97,6 +97,21 @@ metrics::Labels gpuLabels(const GpuIdentity& id, const metrics::Labels& host_lab
   return labels;
 }
 
+// The label sets of one GPU's series: its own labels, and per owner of its
+// processes a copy with hpc_job and/or pod_uid (dcgm-exporter repeats a
+// series per job the same way).
+std::vector<metrics::Labels> ownerLabelSets(const metrics::Labels& labels, const std::vector<GpuOwner>& owners) {
+  if (owners.empty()) return {labels};
+  std::vector<metrics::Labels> sets;
+  for (const GpuOwner& owner : owners) {
+    metrics::Labels with_owner = labels;
+    if (!owner.hpc_job.empty()) with_owner.emplace_back("hpc_job", owner.hpc_job);
+    if (!owner.pod_uid.empty()) with_owner.emplace_back("pod_uid", owner.pod_uid);
+    sets.push_back(std::move(with_owner));
+  }
+  return sets;
+}
+
 }  // namespace
 
 const std::vector<ClockEventReason>& clockEventReasons() {
@@ -153,22 +168,23 @@ std::vector<metrics::MetricFamily> gpuMetricFamilies(const std::vector<GpuSample
   metrics::MetricFamily& clock_events = families[fields.size()];
   metrics::MetricFamily& xid_events = families[fields.size() + 1];
   for (const GpuSample& sample : samples) {
-    metrics::Labels labels = gpuLabels(sample.id, host_labels);
-    for (size_t i = 0; i < fields.size(); ++i) {
-      if (const std::optional<double>& value = sample.*fields[i].field) families[i].add(labels, *value);
-    }
-    if (sample.clock_event_reasons) {
-      auto mask = static_cast<unsigned long long>(*sample.clock_event_reasons);
-      for (const ClockEventReason& reason : clockEventReasons()) {
-        metrics::Labels with_reason = labels;
-        with_reason.emplace_back("reason", reason.label);
-        clock_events.add(std::move(with_reason), (mask & reason.bit) != 0 ? 1 : 0);
+    for (const metrics::Labels& labels : ownerLabelSets(gpuLabels(sample.id, host_labels), sample.owners)) {
+      for (size_t i = 0; i < fields.size(); ++i) {
+        if (const std::optional<double>& value = sample.*fields[i].field) families[i].add(labels, *value);
       }
-    }
-    for (const auto& [xid, count] : sample.xid_counts) {
-      metrics::Labels with_xid = labels;
-      with_xid.emplace_back("xid", std::to_string(xid));
-      xid_events.add(std::move(with_xid), static_cast<double>(count));
+      if (sample.clock_event_reasons) {
+        auto mask = static_cast<unsigned long long>(*sample.clock_event_reasons);
+        for (const ClockEventReason& reason : clockEventReasons()) {
+          metrics::Labels with_reason = labels;
+          with_reason.emplace_back("reason", reason.label);
+          clock_events.add(std::move(with_reason), (mask & reason.bit) != 0 ? 1 : 0);
+        }
+      }
+      for (const auto& [xid, count] : sample.xid_counts) {
+        metrics::Labels with_xid = labels;
+        with_xid.emplace_back("xid", std::to_string(xid));
+        xid_events.add(std::move(with_xid), static_cast<double>(count));
+      }
     }
   }
   return families;

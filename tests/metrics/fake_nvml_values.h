@@ -70,6 +70,8 @@ constexpr unsigned kFabricClique = 7;  // "nvswitch"
 //   power_cap      SW power cap on both GPUs (with healthy: at idle);
 //   remap_failure  row remapping failed on GPU 0;
 //   fabric_error   fabric registration completed with an error;
+//   owners         compute processes kOwnerPids0 on GPU 0 and kOwnerPids1 on
+//                  GPU 1 (their /proc/<pid>/cgroup is the test's fixture);
 //   no_gpus        NVML sees no GPU.
 constexpr unsigned kDegradedWidth1 = 8;
 constexpr unsigned kDegradedGen0 = 1;
@@ -79,5 +81,7 @@ constexpr unsigned long long kForeignMiB = 1536;
 constexpr unsigned long long kDegradedClockReasons[kGpus] = {0x9, 0x5};  // idle + hw_slowdown; idle + sw_power_cap
 constexpr unsigned kBusyUtil = 95;
 constexpr unsigned kBusyGen = 3;
+constexpr unsigned kOwnerPids0[2] = {5101, 5102};
+constexpr unsigned kOwnerPids1[3] = {5201, 5202, 5203};
 
 }  // namespace dtrain::testing::fake_nvml
