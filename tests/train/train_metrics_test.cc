@@ -44,21 +44,22 @@ TEST(TrainMetricsTest, RendersCountersGaugesAndACumulativeHistogram) {
     metrics.logInterval(1234.5, 0.75, &backward, 200, 5);
     const std::string text = metrics.render();
     EXPECT_TRUE(contains(text, "# TYPE dtrain_train_steps_total counter")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_steps_total{job=\"job \\\"x\\\"\",rank=\"0\"} 5")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_samples_total{job=\"job \\\"x\\\"\",rank=\"0\"} 160")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_samples_per_second{job=\"job \\\"x\\\"\",rank=\"0\"} 1234.5")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_loss{job=\"job \\\"x\\\"\",rank=\"0\"} 0.75")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_allreduce_bytes_total{job=\"job \\\"x\\\"\",rank=\"0\"} 1000")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_steps_total{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 5")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_samples_total{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 160")) << text;
+    // This rank's share of the job's 1234.5 samples/s (2 ranks).
+    EXPECT_TRUE(contains(text, "dtrain_train_samples_per_second{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 617.25")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_loss{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 0.75")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_allreduce_bytes_total{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 1000")) << text;
     // 8 ms of all-reduce per sampled backward, 5 steps; 5 of the 8 ms before backward ended.
-    EXPECT_TRUE(contains(text, "dtrain_train_allreduce_seconds_total{job=\"job \\\"x\\\"\",rank=\"0\"} 0.04")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_overlap_ratio{job=\"job \\\"x\\\"\",rank=\"0\"} 0.625")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_allreduce_seconds_total{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 0.04")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_overlap_ratio{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 0.625")) << text;
     EXPECT_TRUE(contains(text, "# TYPE dtrain_train_step_seconds histogram")) << text;
     // 4 intervals between 5 step starts, each 3 ms or more.
-    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_bucket{job=\"job \\\"x\\\"\",rank=\"0\",le=\"0.001\"} 0"))
+    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_bucket{dtrain_job=\"job \\\"x\\\"\",rank=\"0\",le=\"0.001\"} 0"))
         << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_bucket{job=\"job \\\"x\\\"\",rank=\"0\",le=\"+Inf\"} 4"))
+    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_bucket{dtrain_job=\"job \\\"x\\\"\",rank=\"0\",le=\"+Inf\"} 4"))
         << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_count{job=\"job \\\"x\\\"\",rank=\"0\"} 4")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_count{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 4")) << text;
 
     status_file = dir + "/job__x_.json";
     std::ifstream in(status_file);
@@ -94,7 +95,7 @@ TEST(TrainMetricsTest, ServesMetricsAndHealthOverHttp) {
   auto res = client.Get("/metrics");
   ASSERT_TRUE(res) << "no answer on port " << port;
   EXPECT_EQ(res->status, 200);
-  EXPECT_TRUE(contains(res->body, "dtrain_train_samples_total{job=\"served\",rank=\"0\"} 8")) << res->body;
+  EXPECT_TRUE(contains(res->body, "dtrain_train_samples_total{dtrain_job=\"served\",rank=\"0\"} 8")) << res->body;
   auto health = client.Get("/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->body, "ok\n");
