@@ -173,13 +173,18 @@ void TrainMetrics::logInterval(double samples_per_s, double loss, const Backward
 }
 
 void TrainMetrics::writeStatusFile() const {
+  // The process's identity lets the exporter drop the file of a rank that
+  // was killed before it could remove it.
+  static const metrics::ProcessIdentity self = metrics::thisProcess();
   nlohmann::json status{{"job", job_},          {"world_size", world_size_}, {"samples_per_s", samples_per_s_},
                         {"step_ms", last_step_ms_}, {"loss", loss_},            {"steps", step_count_},
-                        {"t", unixSeconds()},   {"pid", ::getpid()},         {"restarts", restarts_}};
+                        {"t", unixSeconds()},   {"pid", self.pid},           {"start_time", self.start_time},
+                        {"pid_ns", self.pid_namespace}, {"restarts", restarts_}};
   if (tokens_per_s_ > 0) status["tokens_per_s"] = tokens_per_s_;
   if (mfu_ >= 0) status["mfu"] = mfu_;
-  if (!metrics::writeJobStatus(status_path_, status.dump())) {
-    DTRAIN_LOG_DEBUG("cannot write the job status file " << status_path_);
+  std::string why;
+  if (!metrics::writeJobStatus(status_path_, status.dump(), &why)) {
+    DTRAIN_LOG_DEBUG("cannot write the job status file: " << why);
   }
 }
 

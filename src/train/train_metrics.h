@@ -18,11 +18,12 @@
 //   (when the GPU's peak is known), and every task dtrain_train_eval_loss
 //   (the last evaluation: per token for language models, per sample for
 //   classifiers).
-// - Rank 0 keeps a status file of the job in the jobs directory
-//   (DTRAIN_JOBS_DIR, default /tmp/dtrain-jobs): <job>.json with job, world
-//   size, samples/s, step time, loss, time and pid, rewritten atomically at
-//   each log interval and removed at the end; `dtrain exporter` lists those
-//   files on its live page.
+// - Rank 0 keeps a status file of the job in its user's folder of the jobs
+//   directory (DTRAIN_JOBS_DIR, default /tmp/dtrain-jobs; metrics/
+//   job_status.h): <uid>/<job>.json with job, world size, samples/s (the
+//   job's), step time, loss, time and the process's identity, rewritten
+//   atomically at each log interval and removed at the end; `dtrain
+//   exporter` lists those files on its live page.
 // - Thread-safe: the training thread updates, the HTTP thread renders.
 #pragma once
 

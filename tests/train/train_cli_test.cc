@@ -401,7 +401,7 @@ TEST(TrainCliTest, TimelineIsOneChromeTraceWithEveryRank) {
 // trains, and rank 0 keeps the job's status file until the end.
 TEST(TrainCliTest, MetricsPortServesEachRankWhileTraining) {
   const std::string jobs = freshDir("jobs");
-  const std::string status_file = jobs + "/metrics-test.json";
+  const std::string status_file = jobs + "/" + std::to_string(::geteuid()) + "/metrics-test.json";
   const int port = freePort();
   std::thread training([&] {
     auto r = runCommand("DTRAIN_JOB_ID=metrics-test DTRAIN_JOBS_DIR=" + jobs + " " + launch(2) +

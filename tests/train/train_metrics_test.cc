@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -61,7 +62,7 @@ TEST(TrainMetricsTest, RendersCountersGaugesAndACumulativeHistogram) {
         << text;
     EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_count{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 4")) << text;
 
-    status_file = dir + "/job__x_.json";
+    status_file = dir + "/" + std::to_string(::geteuid()) + "/job__x_.json";
     std::ifstream in(status_file);
     ASSERT_TRUE(in) << "no status file " << status_file;
     const auto status = nlohmann::json::parse(in);
@@ -70,6 +71,8 @@ TEST(TrainMetricsTest, RendersCountersGaugesAndACumulativeHistogram) {
     EXPECT_DOUBLE_EQ(status["samples_per_s"].get<double>(), 1234.5);
     EXPECT_GT(status["step_ms"].get<double>(), 2.9);
     EXPECT_EQ(status["pid"], ::getpid());
+    EXPECT_GT(status["start_time"].get<unsigned long long>(), 0u) << "the process's start time, for the exporter";
+    EXPECT_TRUE(status["pid_ns"].get<std::string>().starts_with("pid:[")) << status.dump();
   }
   EXPECT_FALSE(fs::exists(status_file)) << "the status file outlived the job";
   ::unsetenv("DTRAIN_JOBS_DIR");
@@ -81,7 +84,7 @@ TEST(TrainMetricsTest, OnlyRankZeroWritesTheStatusFile) {
   ::setenv("DTRAIN_JOBS_DIR", dir.c_str(), 1);
   TrainMetrics metrics(1, 2, "j", torch::kCPU);
   metrics.logInterval(1, 1, nullptr, 0, 1);
-  EXPECT_FALSE(fs::exists(dir + "/j.json"));
+  EXPECT_FALSE(fs::exists(dir + "/" + std::to_string(::geteuid()) + "/j.json"));
   EXPECT_FALSE(contains(metrics.render(), "dtrain_train_overlap_ratio")) << "no sampled backward, no ratio";
   ::unsetenv("DTRAIN_JOBS_DIR");
 }
