@@ -2,12 +2,14 @@
 // whose, and whether their process still runs.
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -64,8 +66,14 @@ bool writerMayRun(const json& job, const std::string& own_namespace) {
   const auto ns = job.find("pid_ns");
   if (pid == job.end() || !pid->is_number_integer() || ns == job.end() || !ns->is_string()) return true;
   if (own_namespace.empty() || ns->get<std::string>() != own_namespace) return true;
-  const auto stat = procStat(std::to_string(pid->get<long long>()));
-  if (!stat || stat->state == 'Z' || stat->state == 'X' || stat->state == 'x') return false;
+  const long long id = pid->get<long long>();
+  if (id <= 0 || id > std::numeric_limits<pid_t>::max()) return false;
+  // kill(pid, 0) tells a gone process from another user's that a /proc
+  // mounted with hidepid hides from this one.
+  if (::kill(static_cast<pid_t>(id), 0) != 0 && errno == ESRCH) return false;
+  const auto stat = procStat(std::to_string(id));
+  if (!stat) return true;
+  if (stat->state == 'Z' || stat->state == 'X' || stat->state == 'x') return false;
   const auto start = job.find("start_time");
   return start == job.end() || !start->is_number_unsigned() || start->get<unsigned long long>() == stat->start_time;
 }
