@@ -91,12 +91,16 @@ void runRank(JobState& state, int index) {
     selectCudaDevice(comm_options.device);
     options.device = Device::cuda(comm_options.device);
   }
-  auto comm = createCommunicator(state.job.backend, state.world.store, rank, ranks, comm_options);
-  publishRank(*state.world.store, rank, options.device, state.job.backend);
+  // Threads of one process each wait on keys of their own: one store
+  // connection each (a connection serves one request at a time).
+  const std::shared_ptr<Store> store =
+      g > 1 && state.world.open_store ? state.world.open_store() : state.world.store;
+  auto comm = createCommunicator(state.job.backend, store, rank, ranks, comm_options);
+  publishRank(*store, rank, options.device, state.job.backend);
   const bool printer = rank == 0;
   BenchJob described;
   if (printer) {
-    described = gatherJob(*state.world.store, state.world, state.job);
+    described = gatherJob(*store, state.world, state.job);
     if (!state.job.json) printNow(state.out, formatCollectiveHeader(options, described));
   }
 
@@ -109,7 +113,7 @@ void runRank(JobState& state, int index) {
       options.dtype = dtype;
       options.op = op;
       // Each row is printed as its size finishes: a sweep to 1 GiB takes minutes.
-      auto rows = runCollectiveBench(*comm, *state.world.store, options, [&](const CollectiveBenchRow& row) {
+      auto rows = runCollectiveBench(*comm, *store, options, [&](const CollectiveBenchRow& row) {
         for (int64_t w : row.wrong) wrong += w > 0 ? w : 0;
         if (printer && !state.job.json) printNow(state.out, formatCollectiveRow(options, row));
       });

@@ -61,10 +61,13 @@ World worldFromEnvironment() {
     etcd.endpoints = parseEtcdEndpoints(launcher_store.substr(7));
     // key_prefix: the default, as the launcher's (etcd_job_store.cc).
     etcd.connect_timeout = client.connect_timeout;
-    std::shared_ptr<Store> store = std::make_shared<EtcdStore>(etcd);
+    world.open_store = [etcd, prefix]() -> std::shared_ptr<Store> {
+      std::shared_ptr<Store> store = std::make_shared<EtcdStore>(etcd);
+      if (!prefix.empty()) store = std::make_shared<PrefixStore>(prefix, store);
+      return store;
+    };
     world.store_address = launcher_store;
-    if (!prefix.empty()) store = std::make_shared<PrefixStore>(prefix, store);
-    world.store = std::move(store);
+    world.store = world.open_store();
     return world;
 #else
     throw ConfigError("DTRAIN_STORE_ADDR='" + launcher_store +
@@ -95,9 +98,12 @@ World worldFromEnvironment() {
     client.host = client.host.substr(1, client.host.size() - 2);
   }
   world.store_address = client.host + ":" + std::to_string(client.port);
-  std::shared_ptr<Store> store = std::make_shared<TcpStore>(client);
-  if (!prefix.empty()) store = std::make_shared<PrefixStore>(prefix, store);
-  world.store = std::move(store);
+  world.open_store = [client, prefix]() -> std::shared_ptr<Store> {
+    std::shared_ptr<Store> store = std::make_shared<TcpStore>(client);
+    if (!prefix.empty()) store = std::make_shared<PrefixStore>(prefix, store);
+    return store;
+  };
+  world.store = world.open_store();
   return world;
 }
 

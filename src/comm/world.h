@@ -6,6 +6,7 @@
 // The store token, if any, comes from DTRAIN_STORE_TOKEN(_FILE).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,9 @@ struct World {
   int local_world_size = 1;  // ranks on this node (LOCAL_WORLD_SIZE)
   std::string store_address;  // host:port, for messages
   std::shared_ptr<Store> store;  // already prefixed for this attempt
+  // A new connection to the same store, prefixed alike: one per thread that
+  // waits on keys of its own (a connection serves one request at a time).
+  std::function<std::shared_ptr<Store>()> open_store;
   std::shared_ptr<TcpStoreServer> server;  // set on the rank that hosts the store
 };
 
