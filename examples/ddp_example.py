@@ -23,7 +23,10 @@ def main():
     args = parser.parse_args()
 
     local_rank = int(os.environ["LOCAL_RANK"])
-    use_cuda = torch.cuda.is_available() and local_rank < torch.cuda.device_count()
+    # Every rank must pick the same backend: NCCL only when each worker of
+    # this node has a GPU of its own.
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    use_cuda = torch.cuda.is_available() and torch.cuda.device_count() >= local_world
     if use_cuda:
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
