@@ -1,13 +1,12 @@
 // A custom training loop with the dtrain library: your own model and loop,
-// dtrain's data-parallel gradients, optimizer and data loader.
+// dtrain's data-parallel gradients, optimizer, data loader and collectives,
+// through the public headers alone (it builds against an installed dtrain).
 //   dtrain launch --nproc-per-node 2 build/examples/custom_loop [steps] [fashion-mnist dir]
 #include <cstdio>
 #include <string>
 
 #include <torch/torch.h>
 
-#include "data/idx_dataset.h"
-#include "data/loader.h"
 #include "dtrain/dtrain.h"
 
 struct Net : torch::nn::Module {
@@ -28,14 +27,7 @@ int main(int argc, char** argv) {
   dtrain::DataParallel dp(net, ctx->communicator());  // broadcasts rank 0's weights
   auto optimizer = dtrain::makeSGD(dp.slabs(), {.lr = 0.1, .momentum = 0.9});
 
-  dtrain::data::LoaderOptions loader_options;
-  loader_options.batch_size = 64;
-  loader_options.rank = ctx->rank();
-  loader_options.world_size = ctx->size();
-  loader_options.mean = {0.2860f};
-  loader_options.std = {0.3530f};
-  loader_options.device = ctx->device();
-  dtrain::data::DataLoader loader(dtrain::data::loadIdxSplit(data_dir), loader_options);
+  dtrain::ImageLoader loader(*ctx, data_dir, {.batch_size = 64, .mean = {0.2860f}, .std = {0.3530f}});
 
   double first_loss = -1, loss_value = 0;
   int64_t step = 0;
@@ -51,6 +43,12 @@ int main(int argc, char** argv) {
       if (++step == max_steps) break;
     }
   }
-  if (ctx->isMain()) std::printf("steps %lld, loss %.4f -> %.4f\n", (long long)step, first_loss, loss_value);
+  // Each rank's last loss, averaged over the ranks with a public collective.
+  torch::Tensor mean_loss = torch::tensor({loss_value}, torch::kFloat64).to(ctx->device());
+  dtrain::dist::allReduce(*ctx, mean_loss, {.op = dtrain::dist::ReduceOp::kAvg});
+  if (ctx->isMain()) {
+    std::printf("steps %lld, loss %.4f -> %.4f (mean of the last over %d ranks %.4f)\n", (long long)step, first_loss,
+                loss_value, ctx->size(), mean_loss.item<double>());
+  }
   return 0;
 }

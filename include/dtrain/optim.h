@@ -145,6 +145,40 @@ std::unique_ptr<Optimizer> makeSGD(std::vector<FlatSlab> slabs, const SGDOptions
 // ConfigError unless lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0.
 std::unique_ptr<Optimizer> makeAdamW(std::vector<FlatSlab> slabs, const AdamWOptions& options);
 
+// libtorch's own optimizers on DataParallel's parameters, where code expects
+// a torch::optim::Optimizer: parameter groups each with their own options
+// (lr, weight decay, betas), libtorch's LR schedulers, state_dict().
+//
+//   dtrain::TorchOptimizer<torch::optim::AdamW> opt(
+//       {torch::optim::OptimizerParamGroup(decay, std::make_unique<torch::optim::AdamWOptions>(3e-4)),
+//        torch::optim::OptimizerParamGroup(no_decay, ...weight_decay(0))},
+//       torch::optim::AdamWOptions(3e-4));
+//   for (...) { opt.zero_grad(); loss.backward(); opt.step(); }
+//
+// DataParallel's gradients are views into its flat buffers, averaged in
+// place: libtorch's zero_grad() cannot keep them (1.13 refuses to detach a
+// view; 2.x sets them to undefined), so this one zeros them in place, like
+// DataParallel::zeroGrad(). Call it on this type, not through a
+// torch::optim::Optimizer& (zero_grad is not virtual there). The flat
+// optimizers above (makeSGD/makeAdamW: one lr, weight decay per slab) are
+// the faster choice; this is the one with parameter groups.
+template <class TorchOpt>
+class TorchOptimizer : public TorchOpt {
+ public:
+  using TorchOpt::TorchOpt;
+  // set_to_none is accepted for libtorch's signature and ignored: the
+  // gradients stay DataParallel's views, zeroed.
+  void zero_grad(bool set_to_none = false) {
+    (void)set_to_none;
+    torch::NoGradGuard no_grad;
+    for (auto& group : this->param_groups()) {
+      for (auto& p : group.params()) {
+        if (p.grad().defined()) p.mutable_grad().zero_();
+      }
+    }
+  }
+};
+
 // ZeRO stage 1 (DeepSpeed's optimizer-state partitioning; FSDP's
 // SHARD_GRAD_OP without the gradient part): each of the communicator's N
 // ranks keeps the optimizer state of, and updates, a contiguous 1/N slice of

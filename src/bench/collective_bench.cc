@@ -1,13 +1,13 @@
 #include "bench/collective_bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
+#include "bench/cuda_graph.h"
 #include "bench/device_memory.h"
 #include "comm/communicator.h"
 #include "comm/dtype_values.h"
@@ -19,8 +19,6 @@ namespace {
 
 constexpr int kOutOfPlace = 0;
 constexpr int kInPlace = 1;
-
-bool isReducing(Collective c) { return c == Collective::kAllreduce || c == Collective::kReduceScatter; }
 
 // Small integers, so every dtype holds every partial result exactly and the
 // reference does not depend on the order of reduction.
@@ -127,12 +125,13 @@ Buffers makeBuffers(const CollectiveBenchOptions& o, int rank, size_t send_count
   return b;
 }
 
-std::shared_ptr<Work> launch(Communicator& comm, const CollectiveBenchOptions& o, const Buffers& b) {
+std::shared_ptr<Work> launch(Communicator& comm, const CollectiveBenchOptions& o, const Buffer& send,
+                             const Buffer& recv) {
   switch (o.collective) {
-    case Collective::kAllreduce: return comm.allreduce(b.sendView, b.recvView, {o.op, o.timeout});
-    case Collective::kAllgather: return comm.allgather(b.sendView, b.recvView, {o.timeout});
-    case Collective::kReduceScatter: return comm.reduceScatter(b.sendView, b.recvView, {o.op, o.timeout});
-    case Collective::kBroadcast: return comm.broadcast(b.recvView, {o.root, o.timeout});
+    case Collective::kAllreduce: return comm.allreduce(send, recv, {o.op, o.timeout});
+    case Collective::kAllgather: return comm.allgather(send, recv, {o.timeout});
+    case Collective::kReduceScatter: return comm.reduceScatter(send, recv, {o.op, o.timeout});
+    case Collective::kBroadcast: return comm.broadcast(recv, {o.root, o.timeout});
   }
   return nullptr;
 }
@@ -140,8 +139,50 @@ std::shared_ptr<Work> launch(Communicator& comm, const CollectiveBenchOptions& o
 void runAndWait(Communicator& comm, const CollectiveBenchOptions& o, const Buffers& b, int n) {
   std::vector<std::shared_ptr<Work>> works;
   works.reserve(n);
-  for (int i = 0; i < n; ++i) works.push_back(launch(comm, o, b));
+  for (int i = 0; i < n; ++i) works.push_back(launch(comm, o, b.sendView, b.recvView));
   for (auto& w : works) w->wait(o.timeout);
+}
+
+void barrier(Communicator& comm, const CollectiveBenchOptions& o) { comm.barrier({o.timeout})->wait(o.timeout); }
+
+double microsecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+}
+
+// -G: the iterations captured into one graph, launched graph_launches times.
+double timeGraphLaunches(Communicator& comm, const CollectiveBenchOptions& o, const Buffers& b) {
+  GraphStream graph(o.device);
+  Buffer send = b.sendView, recv = b.recvView;
+  send.stream = recv.stream = graph.stream();
+  graph.beginCapture();
+  for (int i = 0; i < o.iters; ++i) launch(comm, o, send, recv);
+  graph.endCapture();
+  barrier(comm, o);
+  auto start = std::chrono::steady_clock::now();
+  graph.launch(o.graph_launches);
+  graph.synchronize();
+  return microsecondsSince(start) / (static_cast<double>(o.iters) * o.graph_launches);
+}
+
+// This rank's time of one operation, in microseconds, as -z and -G say.
+double timeOperations(Communicator& comm, const CollectiveBenchOptions& o, const Buffers& b) {
+  runAndWait(comm, o, b, o.warmup);
+  barrier(comm, o);
+  if (o.graph_launches > 0) return timeGraphLaunches(comm, o, b);
+  auto start = std::chrono::steady_clock::now();
+  if (o.blocking == 0) {
+    runAndWait(comm, o, b, o.iters);
+    synchronize(o.device);
+    return microsecondsSince(start) / o.iters;
+  }
+  double operations_us = 0;  // -z 3 leaves the barriers out
+  for (int i = 0; i < o.iters; ++i) {
+    auto op_start = std::chrono::steady_clock::now();
+    launch(comm, o, b.sendView, b.recvView)->wait(o.timeout);
+    operations_us += microsecondsSince(op_start);
+    if (o.blocking != 2) barrier(comm, o);
+  }
+  return (o.blocking == 3 ? operations_us : microsecondsSince(start)) / o.iters;
 }
 
 // Fills the send data (the whole in-place buffer for in-place layouts).
@@ -179,6 +220,8 @@ int64_t checkOnce(Communicator& comm, const CollectiveBenchOptions& o, const Buf
 
 }  // namespace
 
+bool isReducing(Collective c) { return c == Collective::kAllreduce || c == Collective::kReduceScatter; }
+
 const char* collectiveName(Collective c) {
   switch (c) {
     case Collective::kAllreduce: return "allreduce";
@@ -187,6 +230,29 @@ const char* collectiveName(Collective c) {
     case Collective::kBroadcast: return "broadcast";
   }
   return "?";
+}
+
+const char* rankTimeName(RankTime how) {
+  switch (how) {
+    case RankTime::kRank0: return "rank 0";
+    case RankTime::kAverage: return "average";
+    case RankTime::kMin: return "min";
+    case RankTime::kMax: return "max";
+  }
+  return "?";
+}
+
+double combineRankTimes(const std::vector<double>& times, RankTime how) {
+  if (times.empty()) return 0.0;
+  switch (how) {
+    case RankTime::kRank0: return times.front();
+    case RankTime::kMin: return *std::min_element(times.begin(), times.end());
+    case RankTime::kMax: return *std::max_element(times.begin(), times.end());
+    case RankTime::kAverage: break;
+  }
+  double sum = 0;
+  for (double t : times) sum += t;
+  return sum / static_cast<double>(times.size());
 }
 
 double busBandwidthFactor(Collective c, int n) {
@@ -214,7 +280,7 @@ std::vector<uint64_t> benchSizes(const CollectiveBenchOptions& o, int ranks) {
 }
 
 std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& store,
-                                                   const CollectiveBenchOptions& o) {
+                                                   const CollectiveBenchOptions& o, const RowCallback& on_row) {
   std::vector<CollectiveBenchRow> rows;
   const int n = comm.size();
   for (uint64_t bytes : benchSizes(o, n)) {
@@ -225,16 +291,10 @@ std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& st
     for (int place : {kOutOfPlace, kInPlace}) {
       Buffers b = makeBuffers(o, comm.rank(), send_count, recv_count, place);
       fillInputs(o, comm.rank(), b, send_count);
-      runAndWait(comm, o, b, o.warmup);
-      comm.barrier({o.timeout})->wait(o.timeout);
-      auto start = std::chrono::steady_clock::now();
-      runAndWait(comm, o, b, o.iters);
-      synchronize(o.device);
-      double elapsed_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-      double time_us = o.iters > 0 ? elapsed_us / o.iters : 0.0;
+      double time_us = timeOperations(comm, o, b);
       int64_t wrong = o.check ? checkOnce(comm, o, b, send_count, recv_count) : -1;
 
-      // Average the time and sum the errors over ranks, as nccl-tests does.
+      // Combine the times (-a) and sum the errors over ranks, as nccl-tests does.
       std::string key = std::string("bench/") + collectiveName(o.collective) + "/" + dtypeName(o.dtype) + "/" +
                         reduceOpName(o.op) + "/" + std::to_string(bytes) + "/" + std::to_string(place) + "/";
       std::ostringstream mine;
@@ -242,17 +302,15 @@ std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& st
       mine << time_us << " " << wrong;
       store.set(key + std::to_string(comm.rank()), mine.str());
       if (comm.rank() == 0) {
-        double sum_time = 0;
+        std::vector<double> times(n, 0.0);
         int64_t sum_wrong = 0;
         for (int r = 0; r < n; ++r) {
           std::istringstream theirs(store.get(key + std::to_string(r)));
-          double t = 0;
           int64_t w = 0;
-          theirs >> t >> w;
-          sum_time += t;
+          theirs >> times[r] >> w;
           sum_wrong += w;
         }
-        time_us = sum_time / n;
+        time_us = combineRankTimes(times, o.rank_time);
         wrong = o.check ? sum_wrong : -1;
       }
       row.time_us[place] = time_us;
@@ -261,105 +319,9 @@ std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& st
       row.wrong[place] = wrong;
     }
     rows.push_back(row);
+    if (on_row) on_row(row);
   }
   return rows;
-}
-
-std::string formatCollectiveHeader(const CollectiveBenchOptions& o, int ranks,
-                                   const std::vector<std::string>& device_lines) {
-  char line[512];
-  std::ostringstream os;
-  std::snprintf(line, sizeof(line),
-                "# nThread 1 nGpus 1 minBytes %llu maxBytes %llu step: %llu(%s) warmup iters: %d iters: %d "
-                "agg iters: 1 validation: %d graph: 0\n",
-                static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
-                static_cast<unsigned long long>(o.step > 0 ? o.step : o.factor), o.step > 0 ? "bytes" : "factor",
-                o.warmup, o.iters, o.check ? 1 : 0);
-  os << line << "#\n# Using devices\n";
-  for (const auto& d : device_lines) os << d << "\n";
-  os << "#\n";
-  os << "#                                                              out-of-place                       in-place          \n";
-  os << "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
-  os << "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n";
-  (void)ranks;
-  return os.str();
-}
-
-static std::string timeText(double us) {
-  char buf[32];
-  if (us >= 10000.0) std::snprintf(buf, sizeof(buf), "%7.0f", us);
-  else if (us >= 100.0) std::snprintf(buf, sizeof(buf), "%7.1f", us);
-  else std::snprintf(buf, sizeof(buf), "%7.2f", us);
-  return buf;
-}
-
-std::string formatCollectiveRow(const CollectiveBenchOptions& o, const CollectiveBenchRow& row) {
-  char line[256];
-  bool reducing = isReducing(o.collective);
-  int root = o.collective == Collective::kBroadcast ? o.root : -1;
-  std::snprintf(line, sizeof(line), "%12llu  %12llu  %8s  %6s  %6d", static_cast<unsigned long long>(row.bytes),
-                static_cast<unsigned long long>(row.count), dtypeName(o.dtype),
-                reducing ? reduceOpName(o.op) : "none", root);
-  std::string out = line;
-  for (int place : {kOutOfPlace, kInPlace}) {
-    std::string wrong = row.wrong[place] < 0 ? "N/A" : std::to_string(row.wrong[place]);
-    std::snprintf(line, sizeof(line), "  %7s  %6.2f  %6.2f  %5s", timeText(row.time_us[place]).c_str(),
-                  row.algbw[place], row.busbw[place], wrong.c_str());
-    out += line;
-  }
-  return out + "\n";
-}
-
-std::string formatCollectiveFooter(const std::vector<CollectiveBenchRow>& rows, bool check) {
-  double sum = 0;
-  int measured = 0;
-  int64_t wrong = 0;
-  for (const auto& row : rows) {
-    for (int place : {kOutOfPlace, kInPlace}) {
-      sum += row.busbw[place];
-      ++measured;
-      if (row.wrong[place] > 0) wrong += row.wrong[place];
-    }
-  }
-  char line[128];
-  std::ostringstream os;
-  if (check) os << "# Out of bounds values : " << wrong << (wrong == 0 ? " OK" : " FAILED") << "\n";
-  std::snprintf(line, sizeof(line), "# Avg bus bandwidth    : %g \n", measured ? sum / measured : 0.0);
-  os << line << "#\n";
-  return os.str();
-}
-
-std::string collectiveRowsJson(const CollectiveBenchOptions& o, int ranks, const std::string& backend,
-                               const std::vector<CollectiveBenchRow>& rows) {
-  nlohmann::json doc;
-  doc["collective"] = collectiveName(o.collective);
-  doc["backend"] = backend;
-  doc["ranks"] = ranks;
-  doc["dtype"] = dtypeName(o.dtype);
-  doc["op"] = isReducing(o.collective) ? reduceOpName(o.op) : "none";
-  doc["iters"] = o.iters;
-  doc["warmup"] = o.warmup;
-  double sum = 0;
-  nlohmann::json out_rows = nlohmann::json::array();
-  for (const auto& row : rows) {
-    nlohmann::json r;
-    r["size"] = row.bytes;
-    r["count"] = row.count;
-    const char* names[2] = {"out_of_place", "in_place"};
-    for (int place : {kOutOfPlace, kInPlace}) {
-      nlohmann::json m;
-      m["time_us"] = row.time_us[place];
-      m["algbw_gbps"] = row.algbw[place];
-      m["busbw_gbps"] = row.busbw[place];
-      if (row.wrong[place] >= 0) m["wrong"] = row.wrong[place]; else m["wrong"] = nullptr;
-      r[names[place]] = m;
-      sum += row.busbw[place];
-    }
-    out_rows.push_back(r);
-  }
-  doc["rows"] = out_rows;
-  doc["avg_busbw_gbps"] = rows.empty() ? 0.0 : sum / (2.0 * rows.size());
-  return doc.dump(2) + "\n";
 }
 
 }  // namespace dtrain::bench

@@ -1,16 +1,22 @@
 // `dtrain bench allreduce|allgather|reduce_scatter|broadcast`: nccl-tests'
-// measurement and output over dtrain's Communicator.
+// measurement over dtrain's Communicator.
 //
 // For each size from min_bytes to max_bytes (times `factor`, or plus `step`),
-// out-of-place then in-place: `warmup` untimed ops, then `iters` ops timed
-// back to back and waited on together; time = elapsed / iters, averaged over
-// ranks. algbw = size / time; busbw = algbw * the nccl-tests factor:
+// out-of-place then in-place: `warmup` untimed ops, a barrier, then `iters`
+// ops timed back to back and waited on together; time = elapsed / iters,
+// combined over ranks as nccl-tests' -a says (rank 0's, average, min or max).
+// nccl-tests' -z: `blocking` 1 waits for each op and then holds a barrier, 2
+// only waits, 3 waits and holds a barrier but times the ops alone. nccl-tests'
+// -G: with `graph_launches` > 0 the `iters` ops are captured into one CUDA
+// graph that is launched that many times; time = elapsed / (iters * launches).
+// algbw = size / time; busbw = algbw * the nccl-tests factor:
 // allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast 1.
 // With `check`, each size is also run once on patterned data and every
 // element compared with a host reference; #wrong sums over ranks.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,7 +31,15 @@ namespace dtrain::bench {
 
 enum class Collective { kAllreduce, kAllgather, kReduceScatter, kBroadcast };
 const char* collectiveName(Collective collective);
+// allreduce and reduce_scatter take a reduce op; the others do not.
+bool isReducing(Collective collective);
 double busBandwidthFactor(Collective collective, int ranks);
+
+// How one time is made of the ranks' times (nccl-tests' -a 0..3).
+enum class RankTime { kRank0 = 0, kAverage = 1, kMin = 2, kMax = 3 };
+const char* rankTimeName(RankTime how);  // "rank 0", "average", "min", "max"
+// `times` holds rank r's time at index r; empty gives 0.
+double combineRankTimes(const std::vector<double>& times, RankTime how);
 
 struct CollectiveBenchOptions {
   Collective collective = Collective::kAllreduce;
@@ -39,6 +53,9 @@ struct CollectiveBenchOptions {
   int iters = 20;
   int warmup = 5;
   bool check = true;
+  RankTime rank_time = RankTime::kAverage;
+  int blocking = 0;        // nccl-tests -z: 0, 1 wait + barrier, 2 wait, 3 wait + barrier (untimed)
+  int graph_launches = 0;  // nccl-tests -G: 0 = no CUDA graph
   Device device = Device::cpu();
   Milliseconds timeout{std::chrono::minutes(5)};
 };
@@ -56,18 +73,13 @@ struct CollectiveBenchRow {
 // the rank count where the collective needs it (as nccl-tests does).
 std::vector<uint64_t> benchSizes(const CollectiveBenchOptions& options, int ranks);
 
-// Runs the benchmark on every rank. Rank 0's rows hold times averaged over
-// ranks and #wrong summed over ranks (exchanged through `store`); the other
-// ranks' rows hold their own numbers.
+// Runs the benchmark on every rank. Rank 0's rows hold times combined over
+// ranks (options.rank_time) and #wrong summed over ranks (exchanged through
+// `store`); the other ranks' rows hold their own numbers. `on_row`, when set, is called with each
+// row as soon as its size is measured (so a long sweep reports as it goes).
+using RowCallback = std::function<void(const CollectiveBenchRow& row)>;
 std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& store,
-                                                   const CollectiveBenchOptions& options);
-
-// nccl-tests' table, printed by rank 0.
-std::string formatCollectiveHeader(const CollectiveBenchOptions& options, int ranks,
-                                   const std::vector<std::string>& device_lines);
-std::string formatCollectiveRow(const CollectiveBenchOptions& options, const CollectiveBenchRow& row);
-std::string formatCollectiveFooter(const std::vector<CollectiveBenchRow>& rows, bool check);
-std::string collectiveRowsJson(const CollectiveBenchOptions& options, int ranks,
-                               const std::string& backend, const std::vector<CollectiveBenchRow>& rows);
+                                                   const CollectiveBenchOptions& options,
+                                                   const RowCallback& on_row = {});
 
 }  // namespace dtrain::bench

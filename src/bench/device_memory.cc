@@ -101,4 +101,13 @@ std::string deviceDescription(Device device) {
   return "cuda:" + std::to_string(device.index);
 }
 
+std::string deviceName(Device device) {
+  if (device.type == DeviceType::kCpu) return "cpu";
+#ifdef DTRAIN_HAVE_NCCL
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device.index) == cudaSuccess) return prop.name;
+#endif
+  return "cuda:" + std::to_string(device.index);
+}
+
 }  // namespace dtrain::bench

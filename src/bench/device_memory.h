@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "comm/types.h"
@@ -35,5 +36,7 @@ int cudaDeviceCount();  // 0 when CUDA is not built in or no driver
 // Blocks until all work on the device has finished (no-op for the CPU).
 void synchronize(Device device);
 std::string deviceDescription(Device device);
+// "cpu", or the CUDA device's product name ("NVIDIA H100 80GB HBM3").
+std::string deviceName(Device device);
 
 }  // namespace dtrain::bench

@@ -1,22 +1,21 @@
 // `dtrain bench allreduce|allgather|reduce_scatter|broadcast`: nccl-tests'
-// flags and table over dtrain's collectives, one process per GPU (or per CPU
-// rank with gloo), ranks from the launcher's environment.
-#include <unistd.h>
-
+// flags and table over dtrain's collectives, one or more GPUs per process
+// (-g) or one CPU rank per process with gloo, ranks from the launcher's
+// environment (torchrun's variables, or srun's / mpirun's).
 #include <cstdio>
 #include <memory>
 
 #include "bench/collective_bench.h"
+#include "bench/collective_job.h"
 #include "bench/device_memory.h"
+#include "bench/launcher_environment.h"
 #include "cli/commands.h"
 #include "cli/option_binding.h"
 #include "comm/communicator.h"
 #include "comm/world.h"
-#include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/units.h"
-#include "store/store.h"
 
 namespace dtrain::cli {
 namespace {
@@ -26,6 +25,7 @@ struct CollectiveFlags {
   std::string backend = "auto";
   uint64_t factor = 2;
   int root = 0, iters = 20, warmup = 5, check = 1;
+  int average = 1, blocking = 0, cuda_graph = 0, ngpus = 1;
   double timeout_s = 300;
   bool json = false;
 };
@@ -68,71 +68,41 @@ bench::CollectiveBenchOptions toOptions(const CollectiveFlags& f, bench::Collect
   o.iters = f.iters;
   o.warmup = f.warmup;
   o.check = f.check != 0;
+  o.rank_time = static_cast<bench::RankTime>(f.average);
+  o.blocking = f.blocking;
+  o.graph_launches = f.cuda_graph;
+  if (o.blocking > 0 && o.graph_launches > 0) {
+    // As nccl-tests: a captured graph cannot wait for its operations one by one.
+    throw ConfigError("-z/--blocking " + std::to_string(o.blocking) + " cannot be combined with -G/--cudagraph " +
+                      std::to_string(o.graph_launches) + "; expected -z 0 with a CUDA graph");
+  }
   o.timeout = Milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
   return o;
 }
 
 int runCollective(const CollectiveFlags& flags, bench::Collective collective) {
   bench::CollectiveBenchOptions options = toOptions(flags, collective);
-  std::string backend = resolveBackend(flags.backend);
-  World world = worldFromEnvironment();
-  if (options.root < 0 || options.root >= world.size) {
-    throw ConfigError("-r/--root " + std::to_string(options.root) + " is not a rank; expected 0.." +
-                      std::to_string(world.size - 1));
-  }
-  CommunicatorOptions comm_options;
-  comm_options.store_prefix = "bench/comm";
-  comm_options.device = world.local_rank;
-  comm_options.init_timeout = std::chrono::seconds(120);
-  if (backend == "nccl") {
-    bench::selectCudaDevice(world.local_rank);
-    options.device = Device::cuda(world.local_rank);
-  }
-  auto comm = createCommunicator(backend, world.store, world.rank, world.size, comm_options);
-
-  char line[512];
-  std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s %s (%s)", world.rank, getpid(),
-                hostName().c_str(),
-                bench::deviceDescription(options.device).c_str(), backend.c_str());
-  world.store->set("bench/device/" + std::to_string(world.rank), line);
-  if (world.rank == 0 && !flags.json) {
-    std::vector<std::string> lines;
-    for (int r = 0; r < world.size; ++r) lines.push_back(world.store->get("bench/device/" + std::to_string(r)));
-    std::fputs(bench::formatCollectiveHeader(options, world.size, lines).c_str(), stdout);
-    std::fflush(stdout);
-  }
-
+  bench::CollectiveJobOptions job;
+  job.backend = resolveBackend(flags.backend);
+  job.gpus_per_process = flags.ngpus;
+  job.json = flags.json;
   // nccl-tests' "-d all" / "-o all": every dtype and op in one table.
-  std::vector<DType> dtypes = flags.dtype == "all" ? allDTypes() : std::vector<DType>{options.dtype};
-  std::vector<ReduceOp> ops = flags.op == "all" ? allReduceOps() : std::vector<ReduceOp>{options.op};
-  bool reducing = collective == bench::Collective::kAllreduce || collective == bench::Collective::kReduceScatter;
-  if (!reducing) ops.resize(1);
-  std::vector<bench::CollectiveBenchRow> all_rows;
-  int64_t wrong = 0;
-  for (DType dtype : dtypes) {
-    for (ReduceOp op : ops) {
-      options.dtype = dtype;
-      options.op = op;
-      auto rows = bench::runCollectiveBench(*comm, *world.store, options);
-      for (const auto& row : rows) {
-        for (int64_t w : row.wrong) wrong += w > 0 ? w : 0;
-        if (world.rank == 0 && !flags.json) {
-          std::fputs(bench::formatCollectiveRow(options, row).c_str(), stdout);
-          std::fflush(stdout);
-        }
-      }
-      if (world.rank == 0 && flags.json) {
-        std::fputs(bench::collectiveRowsJson(options, world.size, backend, rows).c_str(), stdout);
-      }
-      all_rows.insert(all_rows.end(), rows.begin(), rows.end());
-    }
+  job.dtypes = flags.dtype == "all" ? allDTypes() : std::vector<DType>{options.dtype};
+  job.ops = flags.op == "all" ? allReduceOps() : std::vector<ReduceOp>{options.op};
+  // -g and -G are refused before this rank makes the others wait for it.
+  bench::checkCollectiveJob(options, job);
+  if (auto started = bench::adoptLauncherEnvironment()) {
+    DTRAIN_LOG_INFO("rank " << started->rank << " of " << started->size << " from " << started->launcher
+                            << "'s environment; rendezvous at " << started->master_addr << ":"
+                            << started->master_port);
   }
-  if (world.rank == 0 && !flags.json) {
-    std::fputs(bench::formatCollectiveFooter(all_rows, options.check).c_str(), stdout);
-    std::fflush(stdout);
+  World world = worldFromEnvironment();
+  const int ranks = world.size * flags.ngpus;
+  if (options.root < 0 || options.root >= ranks) {
+    throw ConfigError("-r/--root " + std::to_string(options.root) + " is not a rank; expected 0.." +
+                      std::to_string(ranks - 1));
   }
-  // The communicator reports to the store until it is closed.
-  comm.reset();
+  int64_t wrong = bench::runCollectiveJob(world, options, job, stdout);
   leaveWorld(world, options.timeout);
   if (wrong > 0) {
     DTRAIN_LOG_ERROR(wrong << " wrong elements in the check (-c); see #wrong");
@@ -179,6 +149,15 @@ void declareCollectiveOptions(OptionSet& set, CollectiveFlags& f) {
   set.integer("-n,--iters", f.iters, "Timed iterations per size").range(1, 1 << 24);
   set.integer("-w,--warmup_iters", f.warmup, "Untimed iterations per size").range(0, 1 << 24);
   set.integer("-c,--check", f.check, "Check results against a host reference (0/1)").range(0, 1);
+  set.integer("-a,--average", f.average, "Time across ranks: 0 rank 0's, 1 average, 2 min, 3 max").range(0, 3);
+  set.integer("-z,--blocking", f.blocking,
+              "0 back to back; after each op: 1 wait and barrier, 2 wait, 3 wait and barrier (barrier untimed)")
+      .range(0, 3);
+  set.integer("-G,--cudagraph,--cuda_graph", f.cuda_graph,
+              "Capture the -n iterations into a CUDA graph and launch it this many times (0: no graph)")
+      .range(0, 1 << 20);
+  set.integer("-g,--ngpus", f.ngpus, "GPUs per process: one thread and communicator rank each (nccl)")
+      .range(1, 64);
   set.choice("--backend", f.backend, {"auto", "gloo", "nccl"}, "auto (nccl when GPUs are visible), gloo or nccl");
   set.number("--timeout", f.timeout_s, "Seconds before a collective is declared hung")
       .above(0)
@@ -194,7 +173,8 @@ void registerCollective(CLI::App& bench, ExitCode& exit_code, const char* name, 
   auto bound = bindNew<CollectiveFlags>(*cmd, "dtrain bench allreduce|allgather|reduce_scatter|broadcast",
                                         declareCollectiveOptions);
   cmd->footer("Ranks come from RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/MASTER_PORT (or DTRAIN_STORE_ADDR),\n"
-              "as `dtrain launch` and torchrun set them. One process per GPU.");
+              "as `dtrain launch` and torchrun set them, or from srun (SLURM_PROCID, SLURM_NTASKS) or\n"
+              "mpirun (OMPI_COMM_WORLD_*, PMI_*). -g GPUs per process (default 1).");
   cmd->callback([bound, collective, &exit_code] { exit_code.value = runCollective(bound->options, collective); });
 }
 

@@ -29,6 +29,7 @@ struct ExporterFlags {
   double request_deadline_s = 5;
   bool list_metrics = false;
   bool once = false;
+  std::string root = "/";
 };
 
 void declareExporterOptions(OptionSet& set, ExporterFlags& f) {
@@ -60,6 +61,9 @@ void declareExporterOptions(OptionSet& set, ExporterFlags& f) {
       .unit("seconds");
   set.toggle("--list-metrics", f.list_metrics, "Print every metric name the exporter can export, and exit");
   set.toggle("--once", f.once, "Read the GPUs once, print the /metrics body, and exit");
+  set.path("--root", f.root,
+           "Read /proc (the Slurm job or Kubernetes pod of each GPU process) under this directory instead of /")
+      .existingDirectory();
 }
 
 #if DTRAIN_WITH_EXPORTER_HTTP
@@ -118,6 +122,7 @@ int runExporter(const ExporterFlags& flags) {
   options.interval = std::chrono::milliseconds(static_cast<int64_t>(flags.interval_s * 1000));
   options.slow_interval = std::chrono::milliseconds(static_cast<int64_t>(flags.slow_interval_s * 1000));
   options.history = std::chrono::seconds(flags.history_s);
+  options.system_root = flags.root;
   if (flags.once) {
     exporter::GpuMonitor monitor(options);
     monitor.collectOnce();

@@ -1,6 +1,7 @@
 // dtrain: one binary, one subcommand per file under cli/.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli/commands.h"
 #include "common/error.h"
@@ -8,14 +9,34 @@
 #include "common/log.h"
 #include "common/settings.h"
 
+namespace dtrain::cli {
+const char* versionNumber();  // version_info.cc
+const char* gitRevision();
+}  // namespace dtrain::cli
+
 namespace {
 
-constexpr const char* kVersion = "0.1.0";
+// `dtrain --version`: the version, the commit it was built from, and what
+// this build carries (version_info.cc is written at build time).
+std::string versionText() {
+  std::string text = std::string("dtrain ") + dtrain::cli::versionNumber() + " (git " + dtrain::cli::gitRevision() + ")";
+  std::string parts;
+#ifdef DTRAIN_HAVE_GLOO
+  parts += " gloo";
+#endif
+#ifdef DTRAIN_HAVE_NCCL
+  parts += " nccl";
+#endif
+#if DTRAIN_WITH_TRAIN
+  parts += " libtorch-" DTRAIN_TORCH_VERSION;
+#endif
+  return text + "\nbuilt with:" + (parts.empty() ? std::string(" the launcher and tools only") : parts);
+}
 
 int runMain(int argc, char** argv) {
   CLI::App app{"dtrain: distributed data-parallel training on GPU clusters"};
   app.name("dtrain");
-  app.set_version_flag("--version", kVersion);
+  app.set_version_flag("--version", versionText);
   app.require_subcommand(1);
   dtrain::cli::ExitCode exit_code;
 

@@ -13,14 +13,18 @@
 namespace dtrain::cli {
 
 void* trainingRuntimeSymbol(const std::string& name) {
-  std::vector<std::string> candidates = {DTRAIN_TRAIN_LIBRARY};
+  // An installed binary loads its own tree's runtime first; a build tree's binary the one built beside it.
+  std::vector<std::string> candidates;
   try {
     const std::filesystem::path dir = std::filesystem::path(selfExecutablePath()).parent_path();
     candidates.push_back((dir / DTRAIN_TRAIN_LIBRARY_NAME).string());
+    // An installed tree: <prefix>/bin/dtrain and <prefix>/<libdir>/.
+    candidates.push_back((dir.parent_path() / DTRAIN_INSTALL_LIBDIR / DTRAIN_TRAIN_LIBRARY_NAME).string());
     candidates.push_back((dir.parent_path() / "lib" / DTRAIN_TRAIN_LIBRARY_NAME).string());
   } catch (const IoError&) {
     // Without its own path the binary still finds the runtime where the build put it or on the loader's path.
   }
+  candidates.push_back(DTRAIN_TRAIN_LIBRARY);
   candidates.push_back(DTRAIN_TRAIN_LIBRARY_NAME);
   std::string errors;
   for (const std::string& path : candidates) {

@@ -10,6 +10,7 @@
 // SentencePiece's logging (which writes std::cerr) switched off.
 #include <dlfcn.h>
 
+#include <filesystem>
 #include <mutex>
 
 #include "common/error.h"
@@ -28,19 +29,30 @@ struct Module {
   std::string error;
 };
 
+// Next to this library (the build tree or an installed one), else where the build put it.
+std::string modulePath() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&modulePath), &info) != 0 && info.dli_fname != nullptr) {
+    const auto beside = std::filesystem::path(info.dli_fname).parent_path() /
+                        std::filesystem::path(DTRAIN_SENTENCEPIECE_MODULE).filename();
+    if (std::filesystem::exists(beside)) return beside.string();
+  }
+  return DTRAIN_SENTENCEPIECE_MODULE;
+}
+
 const Module& module() {
   static Module loaded = [] {
     Module m;
-    m.handle = ::dlopen(DTRAIN_SENTENCEPIECE_MODULE, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    const std::string path = modulePath();
+    m.handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (m.handle == nullptr) {
       const char* why = ::dlerror();
-      m.error = std::string("cannot load the SentencePiece module ") + DTRAIN_SENTENCEPIECE_MODULE + ": " +
-                (why != nullptr ? why : "unknown error");
+      m.error = "cannot load the SentencePiece module " + path + ": " + (why != nullptr ? why : "unknown error");
       return m;
     }
     m.make = reinterpret_cast<MakeFn>(::dlsym(m.handle, "dtrain_sentencepiece_tokenizer"));
     m.train = reinterpret_cast<TrainFn>(::dlsym(m.handle, "dtrain_sentencepiece_train"));
-    if (m.make == nullptr || m.train == nullptr) m.error = std::string(DTRAIN_SENTENCEPIECE_MODULE) + " lacks its entry points";
+    if (m.make == nullptr || m.train == nullptr) m.error = path + " lacks its entry points";
     return m;
   }();
   if (!loaded.error.empty()) throw IoError(loaded.error);

@@ -9,6 +9,7 @@
 #include "doctor/gpu_allreduce.h"
 #include "doctor/gpu_expected.h"
 #include "doctor/gpu_health.h"
+#include "doctor/gpu_pci.h"
 #include "doctor/gpu_topology.h"
 #include "doctor/gpu_versions.h"
 #include "metrics/nvml.h"
@@ -18,20 +19,36 @@ namespace {
 
 constexpr const char* kDriverVersionFile = "/proc/driver/nvidia/version";
 
+std::string plural(size_t n, const char* word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+// "; the PCI bus has 2 NVIDIA GPUs (0000:19:00.0, 0000:3b:00.0)", or "".
+std::string gpusOnBusNote(const std::vector<std::string>& on_bus) {
+  if (on_bus.empty()) return "";
+  return "; the PCI bus has " + plural(on_bus.size(), "NVIDIA GPU") + " (" + joinAddresses(on_bus) + ")";
+}
+
+// Without NVML, GPUs on the PCI bus (or expected by --expect-gpus / Slurm)
+// make a broken node, not a node without GPUs: a Slurm health check must
+// drain it.
 CheckResult checkDriver(const DoctorContext& ctx) {
   const char* name = "gpu.driver";
   if (ctx.nvml == nullptr) {
     const bool driver_loaded = ctx.root.exists(kDriverVersionFile);
     const ExpectedGpus expected = expectedGpus(ctx);
     const bool gpus_expected = expected.count.value_or(0) > 0;
-    if (!driver_loaded && !gpus_expected) return skip(name, "no NVIDIA driver on this node");
-    std::string why = ctx.nvml_error.empty() ? "NVML not available" : ctx.nvml_error;
+    const std::vector<std::string> on_bus = nvidiaGpusOnPciBus(ctx.root);
+    if (!driver_loaded && !gpus_expected && on_bus.empty()) return skip(name, "no NVIDIA driver on this node");
+    std::string why = (ctx.nvml_error.empty() ? "NVML not available" : ctx.nvml_error);
     if (!driver_loaded) {
-      return fail(name, why + " (no " + std::string(kDriverVersionFile) + ": the kernel module is not loaded)",
+      return fail(name,
+                  why + " (no " + std::string(kDriverVersionFile) + ": the kernel module is not loaded)" +
+                      gpusOnBusNote(on_bus),
                   "load the driver: `modprobe nvidia`, and read `dmesg | grep -i nvrm` for why it did not load");
     }
     auto version = ctx.root.readLine(kDriverVersionFile);
-    return fail(name, why,
+    return fail(name, why + gpusOnBusNote(on_bus),
                 "the kernel module is loaded (" + version.value_or("?") +
                     ") but NVML failed: install the libnvidia-ml.so.1 of the same driver version, and check `dmesg`",
                 ctx.root.read(kDriverVersionFile).value_or(""));
@@ -64,10 +81,6 @@ std::string modelSummary(metrics::Nvml& nvml) {
   return out;
 }
 
-std::string plural(size_t n, const char* word) {
-  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
-}
-
 CheckResult checkCount(const DoctorContext& ctx) {
   const char* name = "gpu.count";
   const ExpectedGpus expected = expectedGpus(ctx);
@@ -75,8 +88,15 @@ CheckResult checkCount(const DoctorContext& ctx) {
     return fail(name, expected.error, "fix the job's GPU request (--gres=gpu:N) or pass --expect-gpus N");
   }
   if (ctx.nvml == nullptr) {
+    const std::vector<std::string> on_bus = nvidiaGpusOnPciBus(ctx.root);
     if (expected.count.value_or(0) > 0) {
-      return fail(name, "NVML not available, expected " + plural(*expected.count, "GPU") + " (" + expected.source + ")",
+      return fail(name,
+                  "NVML not available, expected " + plural(*expected.count, "GPU") + " (" + expected.source + ")" +
+                      gpusOnBusNote(on_bus),
+                  "see gpu.driver: without the driver no GPU can be used");
+    }
+    if (!on_bus.empty()) {
+      return fail(name, "NVML not available" + gpusOnBusNote(on_bus) + ", none of them usable",
                   "see gpu.driver: without the driver no GPU can be used");
     }
     return skip(name, "NVML not available");

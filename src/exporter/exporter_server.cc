@@ -32,6 +32,9 @@ constexpr int kListenBacklog = 1024;
 // Descriptors kept free for the rest of the process (NVML, the jobs
 // directory, logs) besides one per worker.
 constexpr size_t kReservedDescriptors = 64;
+// Lines about unreadable job status files remembered so that each is
+// logged once; a directory churning new names cannot grow the set forever.
+constexpr size_t kMaxReportedJobLines = 1024;
 
 // httplib runs process_and_close_socket() of each accepted socket on a task
 // queue; this one runs it at once on the accept thread, where HttpServer
@@ -154,8 +157,10 @@ void ExporterServer::routes() {
   server_->Get("/api/status", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(monitor_.statusJson(), kJson);
   });
-  server_->Get("/api/jobs", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics::jobsJson(metrics::jobsDirectory()), kJson);
+  server_->Get("/api/jobs", [this](const httplib::Request&, httplib::Response& res) {
+    metrics::JobList jobs = metrics::listJobs(metrics::jobsDirectory());
+    reportUnreadableJobs(jobs.unreadable);
+    res.set_content(jobs.json, kJson);
   });
 
   // Read-only: every other method is refused on every path.
@@ -224,6 +229,15 @@ int ExporterServer::start() {
   // this start would leave the thread serving: wait for the loop.
   while (!server_->is_running() && !listen_returned_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return port;
+}
+
+void ExporterServer::reportUnreadableJobs(const std::vector<std::string>& unreadable) {
+  std::lock_guard<std::mutex> lock(reported_mutex_);
+  for (const std::string& line : unreadable) {
+    if (reported_jobs_.size() < kMaxReportedJobLines && reported_jobs_.insert(line).second) {
+      DTRAIN_LOG_INFO("exporter: " << line);
+    }
+  }
 }
 
 void ExporterServer::serve(int fd, std::string request) {

@@ -6,7 +6,8 @@
 //   GET /api/gpus     JSON array, one object per GPU, the latest readings
 //   GET /api/history  JSON ring buffer of the last 10 minutes; ?since=<unix s>
 //   GET /api/status   JSON: host, NVML availability and why not, interval
-//   GET /api/jobs     JSON array: the training jobs' status files (job_status.h)
+//   GET /api/jobs     JSON array: the training jobs' status files (job_status.h);
+//                     files it may not read are logged at info level, each once
 //
 // Unknown paths answer 404, other methods 405. Scrapes never call NVML
 // (gpu_monitor.h).
@@ -40,8 +41,11 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "exporter/gpu_monitor.h"
 
@@ -88,6 +92,7 @@ class ExporterServer {
  private:
   void routes();
   void serve(int fd, std::string request);
+  void reportUnreadableJobs(const std::vector<std::string>& unreadable);
 
   GpuMonitor& monitor_;
   ExporterServerOptions options_;
@@ -96,6 +101,8 @@ class ExporterServer {
   std::unique_ptr<RequestIntake> intake_;
   std::thread thread_;
   std::atomic<bool> listen_returned_{false};
+  std::mutex reported_mutex_;
+  std::set<std::string> reported_jobs_;  // guarded by reported_mutex_
 };
 
 }  // namespace dtrain::exporter

@@ -1,6 +1,7 @@
 #include "exporter/gpu_collector.h"
 
 #include <chrono>
+#include <utility>
 
 #include "common/log.h"
 
@@ -22,8 +23,8 @@ std::optional<double> asDouble(const std::optional<T>& value) {
 
 }  // namespace
 
-GpuCollector::GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh)
-    : nvml_(nvml), slow_refresh_(slow_refresh) {
+GpuCollector::GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh, SystemRoot root)
+    : nvml_(nvml), slow_refresh_(slow_refresh), root_(std::move(root)) {
   for (unsigned gpu : nvml_.gpus()) {
     GpuIdentity id;
     id.gpu = gpu;
@@ -34,6 +35,7 @@ GpuCollector::GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_r
     gpus_.push_back(id);
     xid_[gpu].watched = nvml_.watchXidEvents(gpu);
   }
+  activity_ = std::make_unique<GpuActivitySampler>(nvml_, nvml_.gpus());
 }
 
 std::vector<GpuSample> GpuCollector::collect() {
@@ -97,6 +99,17 @@ std::vector<GpuSample> GpuCollector::collect() {
       s.last_xid = static_cast<double>(xid.last);
       s.xid_counts = xid.counts;
     }
+    if (auto activity = activity_->read(gpu)) {
+      s.sm_active = activity->sm_active;
+      s.sm_occupancy = activity->sm_occupancy;
+      s.tensor_active = activity->tensor_active;
+      s.dram_active = activity->dram_active;
+      s.pcie_tx_bytes_per_s = activity->pcie_tx_bytes_per_s;
+      s.pcie_rx_bytes_per_s = activity->pcie_rx_bytes_per_s;
+      s.nvlink_tx_bytes_per_s = activity->nvlink_tx_bytes_per_s;
+      s.nvlink_rx_bytes_per_s = activity->nvlink_rx_bytes_per_s;
+    }
+    if (auto processes = nvml_.computeProcesses(gpu)) s.owners = ownersOf(root_, *processes);
     samples.push_back(std::move(s));
   }
   return samples;

@@ -7,10 +7,14 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/system_root.h"
+#include "exporter/gpu_activity.h"
+#include "exporter/gpu_owners.h"
 #include "metrics/nvml.h"
 
 namespace dtrain::exporter {
@@ -49,13 +53,28 @@ struct GpuSample {
   // before any, as DCGM) and a count per Xid since the exporter started.
   std::optional<double> last_xid;
   std::map<uint64_t, uint64_t> xid_counts;
+  // GPM activity since the previous collection (gpu_activity.h): ratios
+  // 0..1 and bytes/s; absent on a GPU without GPM.
+  std::optional<double> sm_active;
+  std::optional<double> sm_occupancy;
+  std::optional<double> tensor_active;
+  std::optional<double> dram_active;
+  std::optional<double> pcie_tx_bytes_per_s;
+  std::optional<double> pcie_rx_bytes_per_s;
+  std::optional<double> nvlink_tx_bytes_per_s;
+  std::optional<double> nvlink_rx_bytes_per_s;
+  // The Slurm jobs and Kubernetes pods of the GPU's compute processes
+  // (gpu_owners.h); empty when it runs none.
+  std::vector<GpuOwner> owners;
 };
 
 class GpuCollector {
  public:
-  // Reads the GPUs' identities and registers them for Xid events.
-  // slow_refresh: see collect().
-  explicit GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh = std::chrono::seconds(10));
+  // Reads the GPUs' identities, registers them for Xid events and takes
+  // their first GPM sample. slow_refresh: see collect(). The owners of the
+  // GPUs' processes are read from /proc under `root`.
+  explicit GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh = std::chrono::seconds(10),
+                        SystemRoot root = SystemRoot("/"));
 
   // Reads every GPU once, after draining the Xid events queued since the
   // last call. The slow readings are read at the first call and then at
@@ -63,7 +82,9 @@ class GpuCollector {
   // read: the energy counter (NVML spends ~4 ms of CPU per GPU on it, on
   // H200), the PCIe replay counter (~0.15 ms) and the health counters that
   // change rarely (uncorrected ECC, remapped rows). Every other reading
-  // costs a few microseconds.
+  // costs a few microseconds. The GPM activity covers the time since the
+  // last call (GpuActivitySampler::read; the first call may wait up to
+  // 120 ms for it).
   std::vector<GpuSample> collect();
 
   const std::vector<GpuIdentity>& gpus() const { return gpus_; }
@@ -85,6 +106,8 @@ class GpuCollector {
   std::map<unsigned, XidState> xid_;  // by NVML index
   std::map<unsigned, Health> health_;  // by NVML index, the last read
   std::optional<std::chrono::steady_clock::time_point> health_read_;
+  std::unique_ptr<GpuActivitySampler> activity_;
+  SystemRoot root_;
 };
 
 }  // namespace dtrain::exporter

@@ -59,6 +59,24 @@ const std::vector<FieldMetric>& fieldMetrics() {
        &GpuSample::row_remap_failure},
       {"DCGM_FI_DEV_XID_ERRORS", metrics::MetricType::kGauge, "Value of the last XID error encountered.",
        &GpuSample::last_xid},
+      // Profiling metrics from NVML GPM, averaged over the collection interval.
+      {"DCGM_FI_PROF_SM_ACTIVE", metrics::MetricType::kGauge,
+       "The ratio of cycles an SM has at least 1 warp assigned (NVML GPM SM utilization, 0..1).",
+       &GpuSample::sm_active},
+      {"DCGM_FI_PROF_SM_OCCUPANCY", metrics::MetricType::kGauge,
+       "The ratio of resident warps to the maximum an SM can hold (0..1).", &GpuSample::sm_occupancy},
+      {"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", metrics::MetricType::kGauge,
+       "Ratio of cycles any tensor pipe is active (0..1).", &GpuSample::tensor_active},
+      {"DCGM_FI_PROF_DRAM_ACTIVE", metrics::MetricType::kGauge,
+       "Ratio of the device memory bandwidth in use to its peak (0..1).", &GpuSample::dram_active},
+      {"DCGM_FI_PROF_PCIE_TX_BYTES", metrics::MetricType::kGauge,
+       "The rate of data transmitted over the PCIe bus, in bytes per second.", &GpuSample::pcie_tx_bytes_per_s},
+      {"DCGM_FI_PROF_PCIE_RX_BYTES", metrics::MetricType::kGauge,
+       "The rate of data received over the PCIe bus, in bytes per second.", &GpuSample::pcie_rx_bytes_per_s},
+      {"DCGM_FI_PROF_NVLINK_TX_BYTES", metrics::MetricType::kGauge,
+       "The rate of data transmitted over all NVLinks, in bytes per second.", &GpuSample::nvlink_tx_bytes_per_s},
+      {"DCGM_FI_PROF_NVLINK_RX_BYTES", metrics::MetricType::kGauge,
+       "The rate of data received over all NVLinks, in bytes per second.", &GpuSample::nvlink_rx_bytes_per_s},
       {"dtrain_gpu_nvlink_tx_bytes_total", metrics::MetricType::kCounter,
        "NVLink data bytes transmitted over all links since the driver loaded (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX).",
        &GpuSample::nvlink_tx_bytes},
@@ -77,6 +95,21 @@ metrics::Labels gpuLabels(const GpuIdentity& id, const metrics::Labels& host_lab
                    {"modelName", id.model}};
   labels.insert(labels.end(), host_labels.begin(), host_labels.end());
   return labels;
+}
+
+// The label sets of one GPU's series: its own labels, and per owner of its
+// processes a copy with hpc_job and/or pod_uid (dcgm-exporter repeats a
+// series per job the same way).
+std::vector<metrics::Labels> ownerLabelSets(const metrics::Labels& labels, const std::vector<GpuOwner>& owners) {
+  if (owners.empty()) return {labels};
+  std::vector<metrics::Labels> sets;
+  for (const GpuOwner& owner : owners) {
+    metrics::Labels with_owner = labels;
+    if (!owner.hpc_job.empty()) with_owner.emplace_back("hpc_job", owner.hpc_job);
+    if (!owner.pod_uid.empty()) with_owner.emplace_back("pod_uid", owner.pod_uid);
+    sets.push_back(std::move(with_owner));
+  }
+  return sets;
 }
 
 }  // namespace
@@ -135,22 +168,23 @@ std::vector<metrics::MetricFamily> gpuMetricFamilies(const std::vector<GpuSample
   metrics::MetricFamily& clock_events = families[fields.size()];
   metrics::MetricFamily& xid_events = families[fields.size() + 1];
   for (const GpuSample& sample : samples) {
-    metrics::Labels labels = gpuLabels(sample.id, host_labels);
-    for (size_t i = 0; i < fields.size(); ++i) {
-      if (const std::optional<double>& value = sample.*fields[i].field) families[i].add(labels, *value);
-    }
-    if (sample.clock_event_reasons) {
-      auto mask = static_cast<unsigned long long>(*sample.clock_event_reasons);
-      for (const ClockEventReason& reason : clockEventReasons()) {
-        metrics::Labels with_reason = labels;
-        with_reason.emplace_back("reason", reason.label);
-        clock_events.add(std::move(with_reason), (mask & reason.bit) != 0 ? 1 : 0);
+    for (const metrics::Labels& labels : ownerLabelSets(gpuLabels(sample.id, host_labels), sample.owners)) {
+      for (size_t i = 0; i < fields.size(); ++i) {
+        if (const std::optional<double>& value = sample.*fields[i].field) families[i].add(labels, *value);
       }
-    }
-    for (const auto& [xid, count] : sample.xid_counts) {
-      metrics::Labels with_xid = labels;
-      with_xid.emplace_back("xid", std::to_string(xid));
-      xid_events.add(std::move(with_xid), static_cast<double>(count));
+      if (sample.clock_event_reasons) {
+        auto mask = static_cast<unsigned long long>(*sample.clock_event_reasons);
+        for (const ClockEventReason& reason : clockEventReasons()) {
+          metrics::Labels with_reason = labels;
+          with_reason.emplace_back("reason", reason.label);
+          clock_events.add(std::move(with_reason), (mask & reason.bit) != 0 ? 1 : 0);
+        }
+      }
+      for (const auto& [xid, count] : sample.xid_counts) {
+        metrics::Labels with_xid = labels;
+        with_xid.emplace_back("xid", std::to_string(xid));
+        xid_events.add(std::move(with_xid), static_cast<double>(count));
+      }
     }
   }
   return families;

@@ -1,7 +1,9 @@
 // The GPU metrics the exporter serves: dcgm-exporter's names, units and labels
 // (gpu, UUID, pci_bus_id, device, modelName, Hostname; slurm_job_id when the
-// job is known) so existing dashboards and alerts work unchanged, plus a few
-// dtrain_gpu_* series that DCGM has no field for.
+// exporter runs in a Slurm job; hpc_job and pod_uid, one series per owner,
+// when the GPU runs processes of a Slurm job or a Kubernetes pod) so existing
+// dashboards and alerts work unchanged, plus a few dtrain_gpu_* series that
+// DCGM has no field for.
 #pragma once
 
 #include <string>

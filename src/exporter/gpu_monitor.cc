@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/system_root.h"
 #include "exporter/gpu_metrics.h"
 
 namespace dtrain::exporter {
@@ -42,6 +43,11 @@ Json optionalJson(const std::optional<double>& value) { return value ? Json(*val
 Json gpuJson(const GpuSample& s) {
   Json xids = Json::object();
   for (const auto& [xid, count] : s.xid_counts) xids[std::to_string(xid)] = count;
+  Json owners = Json::array();
+  for (const GpuOwner& owner : s.owners) {
+    owners.push_back(Json{{"hpc_job", owner.hpc_job.empty() ? Json(nullptr) : Json(owner.hpc_job)},
+                          {"pod_uid", owner.pod_uid.empty() ? Json(nullptr) : Json(owner.pod_uid)}});
+  }
   Json clock_events = nullptr;
   if (s.clock_event_reasons) {
     clock_events = activeClockEventReasons(static_cast<unsigned long long>(*s.clock_event_reasons));
@@ -74,6 +80,15 @@ Json gpuJson(const GpuSample& s) {
       {"nvlink_rx_bytes", optionalJson(s.nvlink_rx_bytes)},
       {"last_xid", optionalJson(s.last_xid)},
       {"xid_events", s.last_xid ? xids : Json(nullptr)},
+      {"sm_active", optionalJson(s.sm_active)},
+      {"sm_occupancy", optionalJson(s.sm_occupancy)},
+      {"tensor_active", optionalJson(s.tensor_active)},
+      {"dram_active", optionalJson(s.dram_active)},
+      {"pcie_tx_bytes_per_s", optionalJson(s.pcie_tx_bytes_per_s)},
+      {"pcie_rx_bytes_per_s", optionalJson(s.pcie_rx_bytes_per_s)},
+      {"nvlink_tx_bytes_per_s", optionalJson(s.nvlink_tx_bytes_per_s)},
+      {"nvlink_rx_bytes_per_s", optionalJson(s.nvlink_rx_bytes_per_s)},
+      {"owners", owners},
   };
 }
 
@@ -93,6 +108,7 @@ MonitorOptions checked(MonitorOptions options) {
     throw ConfigError("exporter slow interval " + std::to_string(options.slow_interval.count()) + " ms, history " +
                       std::to_string(options.history.count()) + " s: expected a slow interval >= 0 and a history >= 1 s");
   }
+  SystemRoot root(options.system_root);  // a missing directory: ConfigError naming it, now rather than at NVML's open
   return options;
 }
 }  // namespace
@@ -115,7 +131,7 @@ void GpuMonitor::tryOpenNvml() {
   std::string error;
   try {
     nvml_ = metrics::Nvml::open();
-    collector_ = std::make_unique<GpuCollector>(*nvml_, options_.slow_interval);
+    collector_ = std::make_unique<GpuCollector>(*nvml_, options_.slow_interval, SystemRoot(options_.system_root));
     DTRAIN_LOG_INFO("NVML " << nvml_->libraryName() << ": " << collector_->gpus().size() << " GPU(s)");
   } catch (const Error& e) {
     collector_.reset();

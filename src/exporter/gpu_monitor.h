@@ -32,6 +32,9 @@ struct MonitorOptions {
   std::chrono::milliseconds slow_interval{10000};
   // Kept for /api/history: history / interval samples, at most 7200.
   std::chrono::seconds history{600};
+  // Where /proc is read (the owners of the GPUs' processes): "/" or a
+  // fixture tree (SystemRoot).
+  std::string system_root = "/";
 };
 
 struct MonitorSnapshot {

@@ -27,9 +27,9 @@
 #include "launch/launch_flags.h"
 #include "launch/log_router.h"
 #include "launch/slurm.h"
+#include "store/tcp_store.h"
 #if DTRAIN_WITH_ETCD_STORE
 #include "store/etcd_store.h"
-#include "store/tcp_store.h"
 #endif
 
 

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/settings.h"
+#include "metrics/nvml_functions.h"
 
 namespace dtrain::metrics {
 
@@ -36,56 +37,6 @@ bool meansUnsupported(nvmlReturn_t rc) {
   } while (0)
 
 std::string nvmlLibraryName() { return kNvmlLibrary.get(); }
-
-struct Nvml::Functions {
-  // Required.
-  InitFn nvmlInit_v2 = nullptr;
-  ShutdownFn nvmlShutdown = nullptr;
-  ErrorStringFn nvmlErrorString = nullptr;
-  DeviceGetCountFn nvmlDeviceGetCount_v2 = nullptr;
-  DeviceGetHandleByIndexFn nvmlDeviceGetHandleByIndex_v2 = nullptr;
-  // Optional: a missing one leaves its readings out.
-  DeviceGetStringFn nvmlDeviceGetUUID = nullptr;
-  DeviceGetStringFn nvmlDeviceGetName = nullptr;
-  DeviceGetPciInfoFn nvmlDeviceGetPciInfo_v3 = nullptr;
-  DeviceGetUintFn nvmlDeviceGetMinorNumber = nullptr;
-  DeviceGetUtilizationRatesFn nvmlDeviceGetUtilizationRates = nullptr;
-  DeviceGetMemoryInfoV2Fn nvmlDeviceGetMemoryInfo_v2 = nullptr;
-  DeviceGetMemoryInfoFn nvmlDeviceGetMemoryInfo = nullptr;
-  DeviceGetTemperatureFn nvmlDeviceGetTemperature = nullptr;
-  DeviceGetUintFn nvmlDeviceGetPowerUsage = nullptr;
-  DeviceGetUllFn nvmlDeviceGetTotalEnergyConsumption = nullptr;
-  DeviceGetClockInfoFn nvmlDeviceGetClockInfo = nullptr;
-  DeviceGetUllFn nvmlDeviceGetCurrentClocksEventReasons = nullptr;
-  DeviceGetUllFn nvmlDeviceGetCurrentClocksThrottleReasons = nullptr;
-  DeviceGetUintFn nvmlDeviceGetPcieReplayCounter = nullptr;
-  DeviceGetTotalEccErrorsFn nvmlDeviceGetTotalEccErrors = nullptr;
-  DeviceGetRemappedRowsFn nvmlDeviceGetRemappedRows = nullptr;
-  DeviceGetFieldValuesFn nvmlDeviceGetFieldValues = nullptr;
-  EventSetCreateFn nvmlEventSetCreate = nullptr;
-  DeviceRegisterEventsFn nvmlDeviceRegisterEvents = nullptr;
-  EventSetWaitFn nvmlEventSetWait_v2 = nullptr;
-  EventSetFreeFn nvmlEventSetFree = nullptr;
-  // Optional, read by `dtrain doctor`.
-  SystemGetStringFn nvmlSystemGetDriverVersion = nullptr;
-  SystemGetStringFn nvmlSystemGetNVMLVersion = nullptr;
-  SystemGetCudaDriverVersionFn nvmlSystemGetCudaDriverVersion_v2 = nullptr;
-  DeviceGetEnableStateFn nvmlDeviceGetPersistenceMode = nullptr;
-  DeviceGetUintFn nvmlDeviceGetCurrPcieLinkGeneration = nullptr;
-  DeviceGetUintFn nvmlDeviceGetGpuMaxPcieLinkGeneration = nullptr;
-  DeviceGetUintFn nvmlDeviceGetMaxPcieLinkGeneration = nullptr;
-  DeviceGetUintFn nvmlDeviceGetCurrPcieLinkWidth = nullptr;
-  DeviceGetUintFn nvmlDeviceGetMaxPcieLinkWidth = nullptr;
-  DeviceGetLinkIntFn nvmlDeviceGetNvLinkState = nullptr;
-  DeviceGetLinkIntFn nvmlDeviceGetNvLinkRemoteDeviceType = nullptr;
-  DeviceGetNvLinkRemotePciInfoFn nvmlDeviceGetNvLinkRemotePciInfo_v2 = nullptr;
-  DeviceGetTopologyCommonAncestorFn nvmlDeviceGetTopologyCommonAncestor = nullptr;
-  DeviceGetP2PStatusFn nvmlDeviceGetP2PStatus = nullptr;
-  DeviceGetGpuFabricInfoVFn nvmlDeviceGetGpuFabricInfoV = nullptr;
-  DeviceGetGpuFabricInfoFn nvmlDeviceGetGpuFabricInfo = nullptr;
-  DeviceGetProcessesFn nvmlDeviceGetComputeRunningProcesses_v3 = nullptr;
-  DeviceGetProcessesFn nvmlDeviceGetComputeRunningProcesses_v2 = nullptr;
-};
 
 std::unique_ptr<Nvml> Nvml::open() {
   std::string name = nvmlLibraryName();
@@ -155,6 +106,11 @@ void Nvml::init() {
   DTRAIN_NVML_RESOLVE(nvmlDeviceGetGpuFabricInfo);
   DTRAIN_NVML_RESOLVE(nvmlDeviceGetComputeRunningProcesses_v3);
   DTRAIN_NVML_RESOLVE(nvmlDeviceGetComputeRunningProcesses_v2);
+  DTRAIN_NVML_RESOLVE(nvmlGpmQueryDeviceSupport);
+  DTRAIN_NVML_RESOLVE(nvmlGpmSampleAlloc);
+  DTRAIN_NVML_RESOLVE(nvmlGpmSampleFree);
+  DTRAIN_NVML_RESOLVE(nvmlGpmSampleGet);
+  DTRAIN_NVML_RESOLVE(nvmlGpmMetricsGet);
 #undef DTRAIN_NVML_RESOLVE
   for (auto [present, symbol] : {std::pair{fn_->nvmlInit_v2 != nullptr, "nvmlInit_v2"},
                                  std::pair{fn_->nvmlShutdown != nullptr, "nvmlShutdown"},

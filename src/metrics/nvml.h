@@ -68,6 +68,23 @@ struct NvmlProcess {
   std::optional<uint64_t> used_bytes;  // nullopt: NVML_VALUE_NOT_AVAILABLE
 };
 
+// One GPM sample buffer (nvmlGpmSampleAlloc), freed when destroyed; it must
+// not outlive the Nvml that allocated it. Empty when default-constructed.
+class NvmlGpmSample {
+ public:
+  NvmlGpmSample() = default;
+  NvmlGpmSample(NvmlGpmSample&& other) noexcept;
+  NvmlGpmSample& operator=(NvmlGpmSample&& other) noexcept;
+  ~NvmlGpmSample();
+
+  bool empty() const { return handle_ == nullptr; }
+
+ private:
+  friend class Nvml;
+  nvml_abi::GpmSampleFreeFn free_ = nullptr;
+  nvml_abi::nvmlGpmSample_t handle_ = nullptr;
+};
+
 class Nvml {
  public:
   // dlopen + nvmlInit_v2 + device enumeration. Throws IoError
@@ -129,6 +146,20 @@ class Nvml {
   std::optional<NvmlFabricInfo> fabricInfo(unsigned gpu);
   // Compute processes on the GPU (_v3, else _v2).
   std::optional<std::vector<NvmlProcess>> computeProcesses(unsigned gpu);
+
+  // GPU Performance Monitoring (nvml_gpm.cc). gpmSupported: the GPU has GPM
+  // (nvmlGpmQueryDeviceSupport; Hopper and later); false also when the
+  // library lacks the GPM functions (a driver older than R520).
+  bool gpmSupported(unsigned gpu);
+  // A sample buffer; nullopt without GPM functions or when NVML refuses.
+  std::optional<NvmlGpmSample> gpmAllocSample();
+  // Reads the GPU's counters into `sample`; false on failure (logged once).
+  bool gpmTakeSample(unsigned gpu, NvmlGpmSample& sample);
+  // The metrics (NVML_GPM_METRIC_*) over the interval between two samples of
+  // one GPU, taken more than 100 ms apart: one value per id, in NVML's units
+  // (percent, MiB/s), nullopt where NVML failed for that metric.
+  std::vector<std::optional<double>> gpmMetrics(unsigned gpu, const NvmlGpmSample& earlier,
+                                                const NvmlGpmSample& later, const std::vector<unsigned>& metric_ids);
 
   // NVML's own text for a return code ("Not Supported").
   std::string errorString(nvml_abi::nvmlReturn_t rc) const;

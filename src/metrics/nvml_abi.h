@@ -200,6 +200,52 @@ struct nvmlProcessInfo_t {
 static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t layout");
 constexpr unsigned long long NVML_VALUE_NOT_AVAILABLE = ~0ULL;
 
+// GPU Performance Monitoring (GPM, Hopper and later): counters sampled twice,
+// NVML computes the metrics over the interval between the two samples (more
+// than 100 ms apart).
+using nvmlGpmSample_t = struct nvmlGpmSample_st*;
+
+struct nvmlGpmMetric_t {
+  unsigned int metricId;    // IN: NVML_GPM_METRIC_*
+  nvmlReturn_t nvmlReturn;  // OUT: value is valid only when NVML_SUCCESS
+  double value;
+  struct {
+    char* shortName;
+    char* longName;
+    char* unit;
+  } metricInfo;  // OUT: may be null
+};
+static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t layout");
+
+// nvml.h sizes metrics[] by NVML_GPM_METRIC_MAX, which grew over releases
+// (98, 210, 333) under the same struct version; NVML reads numMetrics
+// entries. The array here has the largest size known so far.
+constexpr unsigned kNvmlGpmMetricsCapacity = 333;
+struct nvmlGpmMetricsGet_t {
+  unsigned int version;  // NVML_GPM_METRICS_GET_VERSION
+  unsigned int numMetrics;
+  nvmlGpmSample_t sample1;  // the earlier sample
+  nvmlGpmSample_t sample2;  // the later one
+  nvmlGpmMetric_t metrics[kNvmlGpmMetricsCapacity];
+};
+constexpr unsigned int NVML_GPM_METRICS_GET_VERSION = 1;
+
+struct nvmlGpmSupport_t {
+  unsigned int version;  // NVML_GPM_SUPPORT_VERSION
+  unsigned int isSupportedDevice;
+};
+constexpr unsigned int NVML_GPM_SUPPORT_VERSION = 1;
+
+// nvmlGpmMetricId_t values dtrain reads: percentages 0..100, rates in MiB/s.
+constexpr unsigned int NVML_GPM_METRIC_SM_UTIL = 2;
+constexpr unsigned int NVML_GPM_METRIC_SM_OCCUPANCY = 3;
+constexpr unsigned int NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5;
+constexpr unsigned int NVML_GPM_METRIC_DRAM_BW_UTIL = 10;
+constexpr unsigned int NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20;
+constexpr unsigned int NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21;
+constexpr unsigned int NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60;
+constexpr unsigned int NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61;
+
 // Function pointer types, one per symbol looked up.
 using InitFn = nvmlReturn_t (*)();                                   // nvmlInit_v2
 using ShutdownFn = nvmlReturn_t (*)();                               // nvmlShutdown
@@ -237,5 +283,10 @@ using DeviceGetGpuFabricInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpuFabricInf
 using DeviceGetGpuFabricInfoVFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpuFabricInfo_v2_t*);
 // nvmlDeviceGetComputeRunningProcesses_v3 and _v2.
 using DeviceGetProcessesFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*);
+using GpmQueryDeviceSupportFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpmSupport_t*);
+using GpmSampleAllocFn = nvmlReturn_t (*)(nvmlGpmSample_t*);
+using GpmSampleFreeFn = nvmlReturn_t (*)(nvmlGpmSample_t);
+using GpmSampleGetFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpmSample_t);
+using GpmMetricsGetFn = nvmlReturn_t (*)(nvmlGpmMetricsGet_t*);
 
 }  // namespace dtrain::metrics::nvml_abi

@@ -173,19 +173,24 @@ void TrainMetrics::logInterval(double samples_per_s, double loss, const Backward
 }
 
 void TrainMetrics::writeStatusFile() const {
+  // The process's identity lets the exporter drop the file of a rank that
+  // was killed before it could remove it.
+  static const metrics::ProcessIdentity self = metrics::thisProcess();
   nlohmann::json status{{"job", job_},          {"world_size", world_size_}, {"samples_per_s", samples_per_s_},
                         {"step_ms", last_step_ms_}, {"loss", loss_},            {"steps", step_count_},
-                        {"t", unixSeconds()},   {"pid", ::getpid()},         {"restarts", restarts_}};
+                        {"t", unixSeconds()},   {"pid", self.pid},           {"start_time", self.start_time},
+                        {"pid_ns", self.pid_namespace}, {"restarts", restarts_}};
   if (tokens_per_s_ > 0) status["tokens_per_s"] = tokens_per_s_;
   if (mfu_ >= 0) status["mfu"] = mfu_;
-  if (!metrics::writeJobStatus(status_path_, status.dump())) {
-    DTRAIN_LOG_DEBUG("cannot write the job status file " << status_path_);
+  std::string why;
+  if (!metrics::writeJobStatus(status_path_, status.dump(), &why)) {
+    DTRAIN_LOG_DEBUG("cannot write the job status file: " << why);
   }
 }
 
 std::string TrainMetrics::render() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const Labels labels{{"job", job_}, {"rank", std::to_string(rank_)}};
+  const Labels labels{{"dtrain_job", job_}, {"rank", std::to_string(rank_)}};
   std::vector<MetricFamily> families;
   auto add = [&](const char* name, const char* help, MetricType type, double value) {
     families.emplace_back(name, help, type).add(labels, value);
@@ -194,13 +199,16 @@ std::string TrainMetrics::render() const {
       static_cast<double>(step_count_));
   add("dtrain_train_samples_total", "Samples trained on by this rank.", MetricType::kCounter,
       static_cast<double>(sample_count_));
-  add("dtrain_train_samples_per_second", "Samples per second of the whole job over the last log interval.",
-      MetricType::kGauge, samples_per_s_);
+  // samples_per_s_ is the job's (the loop counts this rank's batches times
+  // the world size); the series is this rank's share, as every other series
+  // here is per rank, so that sum() over the ranks is the job's rate.
+  add("dtrain_train_samples_per_second", "Samples per second this rank trained on over the last log interval.",
+      MetricType::kGauge, samples_per_s_ / world_size_);
   add("dtrain_train_loss", "Mean training loss over the last log interval.", MetricType::kGauge, loss_);
   if (tokens_per_s_ > 0) {
-    add("dtrain_train_tokens_per_second", "Tokens per second of the whole job over the last log interval "
+    add("dtrain_train_tokens_per_second", "Tokens per second this rank trained on over the last log interval "
                                           "(language models).",
-        MetricType::kGauge, tokens_per_s_);
+        MetricType::kGauge, tokens_per_s_ / world_size_);
   }
   if (mfu_ >= 0) {
     add("dtrain_train_mfu", "Model FLOPs utilisation of the last log interval: the model's training FLOPs per "
@@ -242,7 +250,7 @@ std::string TrainMetrics::render() const {
   // The step-time histogram, in the exposition format's histogram layout.
   std::ostringstream h;
   const std::string base = "dtrain_train_step_seconds";
-  const std::string label_text = "job=\"" + metrics::escapeLabelValue(job_) + "\",rank=\"" +
+  const std::string label_text = "dtrain_job=\"" + metrics::escapeLabelValue(job_) + "\",rank=\"" +
                                  std::to_string(rank_) + "\"";
   h << "# HELP " << base << " Host time between the starts of consecutive training steps.\n";
   h << "# TYPE " << base << " histogram\n";

@@ -3,23 +3,27 @@
 //
 // - `dtrain train --metrics-port P`: rank r serves Prometheus text at
 //   http://<host>:(P + LOCAL_RANK)/metrics (and /healthz), labels rank and
-//   job: dtrain_train_steps_total, dtrain_train_samples_total,
+//   dtrain_job (not `job`, which Prometheus keeps for its scrape job):
+//   every series is this rank's own, so sum by (dtrain_job) gives the job's
+//   figure. dtrain_train_steps_total, dtrain_train_samples_total,
 //   dtrain_train_step_seconds (histogram of the host's time between step
 //   starts; with the GPU kept busy that is the GPU's step time),
-//   dtrain_train_samples_per_second and dtrain_train_loss (the last log
-//   interval), dtrain_train_allreduce_bytes_total (exact),
+//   dtrain_train_samples_per_second (this rank's) and dtrain_train_loss (the
+//   last log interval), dtrain_train_allreduce_bytes_total (exact),
 //   dtrain_train_allreduce_seconds_total and dtrain_train_overlap_ratio
 //   (from one backward sampled per log interval, eager steps only),
 //   dtrain_train_data_wait_seconds_total, dtrain_train_gpu_memory_bytes
 //   (used on the device), dtrain_train_restarts_total; language models also
-//   dtrain_train_tokens_per_second and dtrain_train_mfu (when the GPU's
-//   peak is known), and every task dtrain_train_eval_loss (the last
-//   evaluation: per token for language models, per sample for classifiers).
-// - Rank 0 keeps a status file of the job in the jobs directory
-//   (DTRAIN_JOBS_DIR, default /tmp/dtrain-jobs): <job>.json with job, world
-//   size, samples/s, step time, loss, time and pid, rewritten atomically at
-//   each log interval and removed at the end; `dtrain exporter` lists those
-//   files on its live page.
+//   dtrain_train_tokens_per_second (this rank's) and dtrain_train_mfu
+//   (when the GPU's peak is known), and every task dtrain_train_eval_loss
+//   (the last evaluation: per token for language models, per sample for
+//   classifiers).
+// - Rank 0 keeps a status file of the job in its user's folder of the jobs
+//   directory (DTRAIN_JOBS_DIR, default /tmp/dtrain-jobs; metrics/
+//   job_status.h): <uid>/<job>.json with job, world size, samples/s (the
+//   job's), step time, loss, time and the process's identity, rewritten
+//   atomically at each log interval and removed at the end; `dtrain
+//   exporter` lists those files on its live page.
 // - Thread-safe: the training thread updates, the HTTP thread renders.
 #pragma once
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -74,6 +75,12 @@ TEST(MetricNamesTest, FindsMetricsButNotStringsFunctionsOrLabels) {
   EXPECT_EQ(metricNamesIn(R"(label_values(dtrain_train_samples_per_second, job))"),
             std::set<std::string>{"dtrain_train_samples_per_second"});
   EXPECT_TRUE(metricNamesIn(R"(up{job="dtrain-train", note="a \" dtrain_z"})").empty());
+  // Label names are no metrics, even with dtrain's prefix.
+  EXPECT_EQ(metricNamesIn(R"(sum by (dtrain_job, le) (rate(dtrain_a{dtrain_job=~"$dtrain_job"}[5m])) )"
+                          R"(/ on (dtrain_job) group_left (dtrain_rank) dtrain_b)"),
+            (std::set<std::string>{"dtrain_a", "dtrain_b"}));
+  EXPECT_EQ(metricNamesIn(R"(label_values(dtrain_c{dtrain_job=~"$dtrain_job"}, dtrain_job))"),
+            std::set<std::string>{"dtrain_c"});
 }
 
 TEST(DashboardTest, IsAGrafanaDashboardWithItsVariables) {
@@ -87,7 +94,7 @@ TEST(DashboardTest, IsAGrafanaDashboardWithItsVariables) {
   ASSERT_TRUE(variables.count("datasource"));
   EXPECT_EQ(variables["datasource"]["type"], "datasource");
   EXPECT_EQ(variables["datasource"]["query"], "prometheus");
-  for (const char* name : {"Hostname", "gpu", "job"}) {
+  for (const char* name : {"Hostname", "gpu", "dtrain_job"}) {
     ASSERT_TRUE(variables.count(name)) << "no variable " << name;
     EXPECT_EQ(variables[name]["type"], "query") << name;
     EXPECT_EQ(variables[name]["datasource"]["uid"], "${datasource}") << name;
@@ -129,6 +136,28 @@ TEST(DashboardTest, StepTimeQuantilesComeFromTheHistogram) {
   }
   EXPECT_TRUE(quantiles.count("histogram_quantile(0.5")) << joined(quantiles);
   EXPECT_TRUE(quantiles.count("histogram_quantile(0.99")) << joined(quantiles);
+}
+
+// The ranks' series carry dtrain_job; `job` is Prometheus' scrape job
+// ("dtrain-train" for every training run), so a query matching or grouping
+// on it would lump all runs together or find nothing.
+TEST(DashboardTest, TrainingQueriesSelectAndGroupByDtrainJob) {
+  const std::regex job_label(R"((^|[^A-Za-z0-9_])job\s*(=~|!~|!=|=|,|\)))");
+  int training = 0;
+  for (const auto& e : promqlExpressions(loadDashboard())) {
+    bool is_training = false;
+    for (const auto& name : metricNamesIn(e.promql)) is_training |= trainingMetricNames().count(name) > 0;
+    if (!is_training) continue;
+    ++training;
+    EXPECT_FALSE(std::regex_search(e.promql, job_label)) << e.where << " uses the `job` label: " << e.promql;
+  }
+  EXPECT_GT(training, 10);
+  for (const auto& panel : allPanels(loadDashboard())) {
+    for (const auto& target : panel.value("targets", json::array())) {
+      const std::string legend = target.value("legendFormat", "");
+      EXPECT_EQ(legend.find("{{job}}"), std::string::npos) << panel.value("title", "?") << ": " << legend;
+    }
+  }
 }
 
 TEST(DashboardTest, EveryExpressionUsesOnlyKnownMetricsAndEveryMetricIsCharted) {

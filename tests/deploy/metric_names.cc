@@ -23,6 +23,10 @@ const std::set<std::string>& exporterMetricNames() {
       "DCGM_FI_DEV_XID_ERRORS",         "dtrain_gpu_xid_events_total",
       "dtrain_gpu_nvlink_tx_bytes_total", "dtrain_gpu_nvlink_rx_bytes_total",
       "dtrain_gpu_clock_event_active",
+      "DCGM_FI_PROF_SM_ACTIVE",         "DCGM_FI_PROF_SM_OCCUPANCY",
+      "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+      "DCGM_FI_PROF_PCIE_TX_BYTES",     "DCGM_FI_PROF_PCIE_RX_BYTES",
+      "DCGM_FI_PROF_NVLINK_TX_BYTES",   "DCGM_FI_PROF_NVLINK_RX_BYTES",
   };
   return names;
 }
@@ -46,9 +50,32 @@ const std::set<std::string>& trainingMetricNames() {
 
 std::set<std::string> metricNamesIn(const std::string& expr) {
   std::set<std::string> names;
+  int braces = 0;                 // inside {...}: label names
+  int parens = 0;
+  int label_list_parens = -1;     // the depth of a by (...) list, or -1
+  int label_values_parens = -1;   // the depth of label_values(...)'s arguments, or -1
+  bool label_values_second = false;
+  bool expect_label_list = false;  // a grouping keyword was just read
   for (size_t i = 0; i < expr.size();) {
     char c = expr[i];
-    if (c == '"' || c == '\'' || c == '`') {
+    if (c == '{' || c == '}') {
+      braces += c == '{' ? 1 : -1;
+      ++i;
+    } else if (c == '(' || c == ')') {
+      if (c == '(') {
+        ++parens;
+        if (expect_label_list) label_list_parens = parens;
+      } else {
+        if (parens == label_list_parens) label_list_parens = -1;
+        if (parens == label_values_parens) label_values_parens = -1;
+        --parens;
+      }
+      expect_label_list = false;
+      ++i;
+    } else if (c == ',' && parens == label_values_parens && braces == 0) {
+      label_values_second = true;
+      ++i;
+    } else if (c == '"' || c == '\'' || c == '`') {
       // PromQL strings: "..." and '...' take backslash escapes, `...` does not.
       for (++i; i < expr.size() && expr[i] != c; ++i) {
         if (expr[i] == '\\' && c != '`') ++i;
@@ -58,7 +85,14 @@ std::set<std::string> metricNamesIn(const std::string& expr) {
       size_t begin = i;
       while (i < expr.size() && isIdentifierChar(expr[i])) ++i;
       std::string word = expr.substr(begin, i - begin);
-      if (word.starts_with("DCGM_FI_") || word.starts_with("dtrain_")) names.insert(word);
+      const bool label = braces > 0 || label_list_parens >= 0 || (label_values_parens >= 0 && label_values_second);
+      expect_label_list = word == "by" || word == "without" || word == "on" || word == "ignoring" ||
+                          word == "group_left" || word == "group_right";
+      if (word == "label_values") {
+        label_values_parens = parens + 1;
+        label_values_second = false;
+      }
+      if (!label && (word.starts_with("DCGM_FI_") || word.starts_with("dtrain_"))) names.insert(word);
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       while (i < expr.size() && (isIdentifierChar(expr[i]) || expr[i] == '.')) ++i;  // 1e6, 5m, 0x1f
     } else {

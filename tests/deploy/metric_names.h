@@ -14,7 +14,10 @@ const std::set<std::string>& exporterMetricNames();
 const std::set<std::string>& trainingMetricNames();
 
 // Identifiers in `expr` that look like dtrain's metric names (DCGM_FI_*,
-// dtrain_*), outside quoted strings, so label values and legends never count.
+// dtrain_*), outside quoted strings, so label values and legends never count,
+// and not label names (dtrain_job): those inside {...} matchers, in the lists
+// of by/without/on/ignoring/group_left/group_right, and label_values()'s
+// second argument.
 std::set<std::string> metricNamesIn(const std::string& expr);
 
 }  // namespace dtrain::testing

@@ -50,12 +50,13 @@ TEST(PrometheusConfigTest, ScrapesTheExporterOnEveryNode) {
   EXPECT_EQ(job.value("metrics_path", "/metrics"), "/metrics");
 }
 
-TEST(PrometheusConfigTest, ScrapesTrainingJobsKeepingTheirJobLabel) {
+TEST(PrometheusConfigTest, ScrapesTrainingJobsUnderTheirOwnLabels) {
   json job = scrapeJob(loadConfig(), "dtrain-train");
   ASSERT_FALSE(job.empty());
-  // Without honor_labels the ranks' job="<name>" would become exported_job
-  // and the dashboard's job variable would list only "dtrain-train".
-  EXPECT_EQ(job.value("honor_labels", false), true);
+  // The ranks label their series dtrain_job, apart from the target labels
+  // Prometheus adds (job, instance): honor_labels would let a target
+  // overwrite those, and nothing needs it.
+  EXPECT_EQ(job.value("honor_labels", false), false);
   EXPECT_FALSE(job.value("static_configs", json::array()).empty());
   EXPECT_FALSE(job.value("file_sd_configs", json::array()).empty());
 }

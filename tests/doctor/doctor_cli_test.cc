@@ -116,6 +116,38 @@ TEST(DoctorCli, AFailureExitsTwo) {
   EXPECT_EQ(doc["summary"]["fail"], 1);
 }
 
+// A node whose GPUs sit on the PCI bus while the driver or NVML is broken
+// fails without --expect-gpus, naming the GPUs' addresses, so a Slurm
+// health check drains it; NVIDIA's audio function of the same card and
+// another vendor's display controller count for nothing.
+TEST(DoctorCli, GpusOnThePciBusWithoutNvmlFail) {
+  FixtureTree tree;
+  tree.writeGoodNode();
+  auto pciDevice = [&tree](const std::string& address, const std::string& vendor, const std::string& device_class) {
+    tree.write("/sys/bus/pci/devices/" + address + "/vendor", vendor + "\n");
+    tree.write("/sys/bus/pci/devices/" + address + "/class", device_class + "\n");
+  };
+  pciDevice("0000:03:00.0", "0x1a03", "0x030000");  // the BMC's VGA
+  pciDevice("0000:19:00.1", "0x10de", "0x040300");  // a GPU's HDMI audio
+  const std::string checks = " --check gpu.driver,gpu.count --json";
+  CommandResult none = doctor("--root " + tree.root() + checks);
+  ASSERT_EQ(none.exit_code, 0) << "no NVIDIA GPU on the bus: nothing to fail\n" << none.output;
+  EXPECT_EQ((*findCheck(jsonOf(none.output), "gpu.driver"))["status"], "SKIP") << none.output;
+
+  pciDevice("0000:19:00.0", "0x10de", "0x030200");  // 3D controller
+  pciDevice("0000:3b:00.0", "0x10de", "0x030200");
+  CommandResult r = doctor("--root " + tree.root() + checks);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  nlohmann::json doc = jsonOf(r.output);
+  for (const char* name : {"gpu.driver", "gpu.count"}) {
+    const nlohmann::json& check = *findCheck(doc, name);
+    EXPECT_EQ(check["status"], "FAIL") << check.dump();
+    EXPECT_TRUE(contains(check["reason"], "the PCI bus has 2 NVIDIA GPUs (0000:19:00.0, 0000:3b:00.0)"))
+        << check.dump();
+  }
+  EXPECT_TRUE(contains((*findCheck(doc, "gpu.driver"))["hint"], "modprobe nvidia")) << doc.dump(1);
+}
+
 TEST(DoctorCli, NcclEnvironmentComesFromTheProcess) {
   FixtureTree tree;
   tree.writeGoodNode();

@@ -169,11 +169,15 @@ TEST_F(ExporterServerTest, ApiJobsListsTheTrainingJobsStatusFiles) {
   std::string jobs = makeTempDir("dtrain_jobs");
   start(DTRAIN_FAKE_NVML, "0.1", {{"DTRAIN_JOBS_DIR", jobs}});
   EXPECT_EQ(httpGet(port_, "/api/jobs").body, "[]");
-  std::ofstream(jobs + "/resnet.json") << R"({"job":"resnet","world_size":8,"samples_per_s":9000.5,"step_ms":113.8,)"
+  // This user's folder; files without a process identity are listed as they are.
+  const std::string mine = jobs + "/" + std::to_string(::geteuid());
+  std::filesystem::create_directory(mine);
+  std::ofstream(mine + "/resnet.json") << R"({"job":"resnet","world_size":8,"samples_per_s":9000.5,"step_ms":113.8,)"
                                        << R"("loss":1.25,"steps":40,"t":1700000000.5,"pid":4242,"restarts":0})";
-  std::ofstream(jobs + "/mlp.json") << R"({"job":"mlp","rank":0,"samples_per_s":100,"step_ms":5,"t":1700000001})";
-  std::ofstream(jobs + "/half.json.tmp") << R"({"job":"half")";  // a write in progress
-  std::ofstream(jobs + "/broken.json") << "{not json";
+  std::ofstream(mine + "/mlp.json") << R"({"job":"mlp","rank":0,"samples_per_s":100,"step_ms":5,"t":1700000001})";
+  std::ofstream(mine + "/half.json.tmp") << R"({"job":"half")";  // a write in progress
+  std::ofstream(mine + "/broken.json") << "{not json";
+  std::ofstream(jobs + "/loose.json") << R"({"job":"loose"})";  // in no user's folder
   auto r = httpGet(port_, "/api/jobs");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.header("Content-Type"), "application/json");
@@ -184,7 +188,8 @@ TEST_F(ExporterServerTest, ApiJobsListsTheTrainingJobsStatusFiles) {
   EXPECT_EQ(listed[1]["rank"], 0);
   EXPECT_EQ(listed[1]["world_size"], 8);
   EXPECT_EQ(listed[1]["samples_per_s"], 9000.5);
-  std::filesystem::remove(jobs + "/resnet.json");
+  EXPECT_EQ(listed[1]["uid"], ::geteuid());
+  std::filesystem::remove(mine + "/resnet.json");
   EXPECT_EQ(json::parse(httpGet(port_, "/api/jobs").body).size(), 1u);
   std::filesystem::remove_all(jobs);
   EXPECT_EQ(httpGet(port_, "/api/jobs").body, "[]");

@@ -136,7 +136,6 @@ TEST(PrometheusServerTest, ScrapesATrainingRunAndTheExporterListsTheJob) {
               "  scrape_timeout: 1s\n"
               "scrape_configs:\n"
               "  - job_name: dtrain-train\n"
-              "    honor_labels: true\n"
               "    static_configs:\n"
               "      - targets: ['127.0.0.1:"
            << train_port << "']\n";
@@ -149,7 +148,11 @@ TEST(PrometheusServerTest, ScrapesATrainingRunAndTheExporterListsTheJob) {
 
   json steps = queryUntil(prometheus_port, "dtrain_train_steps_total > 20", 1, 90);
   ASSERT_EQ(steps.size(), 1u) << steps.dump() << "\n" << training.log() << server.log();
-  EXPECT_EQ(steps[0]["metric"]["job"], "prom-train");
+  // The training job's own label beside Prometheus' scrape job, neither
+  // renamed (a rank's `job` label would have become exported_job).
+  EXPECT_EQ(steps[0]["metric"]["dtrain_job"], "prom-train") << steps.dump();
+  EXPECT_EQ(steps[0]["metric"]["job"], "dtrain-train") << steps.dump();
+  EXPECT_FALSE(steps[0]["metric"].contains("exported_job")) << steps.dump();
   EXPECT_EQ(steps[0]["metric"]["rank"], "0");
   json rate = queryUntil(prometheus_port, "dtrain_train_samples_per_second > 0", 1, 30);
   ASSERT_EQ(rate.size(), 1u) << rate.dump();

@@ -5,7 +5,8 @@
 //   - the library lacks nvmlDeviceGetPcieReplayCounter and
 //     nvmlDeviceGetCurrentClocksEventReasons (an older driver), so the
 //     exporter must leave PCIe replays out and fall back to ...ThrottleReasons;
-//   - one Xid 79 on GPU 0 is queued once, at the first event wait.
+//   - one Xid 79 on GPU 0 is queued once, at the first event wait;
+//   - GPM (fake_nvml_gpm.cc, the same library) on GPU 0 only.
 // Counters (energy, NVLink) advance by a fixed step per read.
 // FAKE_NVML_INIT_ERROR=<code> makes nvmlInit_v2 fail with that code.
 // The functions `dtrain doctor` adds answer as a healthy node would, unless
@@ -15,7 +16,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "metrics/nvml_abi.h"
 #include "fake_nvml_values.h"
@@ -372,16 +375,21 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
                                                      nvmlProcessInfo_t* infos) {
   if (!valid(device) || count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  unsigned have = scenario("degraded") && device->index == 1 ? 1 : 0;
-  if (*count < have) {
-    *count = have;
+  std::vector<unsigned> pids;
+  if (scenario("degraded") && device->index == 1) pids.push_back(fake::kForeignPid);
+  if (scenario("owners")) {
+    if (device->index == 0) pids.assign(std::begin(fake::kOwnerPids0), std::end(fake::kOwnerPids0));
+    if (device->index == 1) pids.assign(std::begin(fake::kOwnerPids1), std::end(fake::kOwnerPids1));
+  }
+  if (*count < pids.size()) {
+    *count = static_cast<unsigned>(pids.size());
     return NVML_ERROR_INSUFFICIENT_SIZE;
   }
-  *count = have;
-  if (have == 1) {
-    infos[0].pid = fake::kForeignPid;
-    infos[0].usedGpuMemory = fake::kForeignMiB << 20;
-    infos[0].gpuInstanceId = infos[0].computeInstanceId = UINT_MAX;
+  *count = static_cast<unsigned>(pids.size());
+  for (size_t i = 0; i < pids.size(); ++i) {
+    infos[i].pid = pids[i];
+    infos[i].usedGpuMemory = fake::kForeignMiB << 20;
+    infos[i].gpuInstanceId = infos[i].computeInstanceId = UINT_MAX;
   }
   return NVML_SUCCESS;
 }

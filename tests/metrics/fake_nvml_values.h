@@ -30,6 +30,19 @@ constexpr unsigned long long kNvlinkRxStartKiB = 2000000;
 constexpr unsigned long long kNvlinkStepKiB = 4096;
 constexpr unsigned long long kXid = 79;  // GPU 0, once
 
+// GPM (fake_nvml_gpm.cc): GPU 0 has it, GPU 1 does not. Metrics in NVML's
+// units (percent, MiB/s); nvmlGpmMetricsGet refuses two samples less than
+// kGpmMinWindowMs apart or taken in the wrong order.
+constexpr double kGpmSmUtil0 = 83.5;
+constexpr double kGpmSmOccupancy0 = 41.25;
+constexpr double kGpmAnyTensorUtil0 = 62.5;
+constexpr double kGpmDramBwUtil0 = 37.5;
+constexpr double kGpmPcieTxMiBps0 = 512;
+constexpr double kGpmPcieRxMiBps0 = 1536;
+constexpr double kGpmNvlinkTxMiBps0 = 20480;
+constexpr double kGpmNvlinkRxMiBps0 = 10240;
+constexpr int kGpmMinWindowMs = 100;
+
 // Readings `dtrain doctor` adds. Without FAKE_NVML_SCENARIO they are those of
 // a healthy node (the readings above stay as the exporter's tests expect).
 constexpr const char* kDriverVersion = "580.95.05";
@@ -57,6 +70,8 @@ constexpr unsigned kFabricClique = 7;  // "nvswitch"
 //   power_cap      SW power cap on both GPUs (with healthy: at idle);
 //   remap_failure  row remapping failed on GPU 0;
 //   fabric_error   fabric registration completed with an error;
+//   owners         compute processes kOwnerPids0 on GPU 0 and kOwnerPids1 on
+//                  GPU 1 (their /proc/<pid>/cgroup is the test's fixture);
 //   no_gpus        NVML sees no GPU.
 constexpr unsigned kDegradedWidth1 = 8;
 constexpr unsigned kDegradedGen0 = 1;
@@ -66,5 +81,7 @@ constexpr unsigned long long kForeignMiB = 1536;
 constexpr unsigned long long kDegradedClockReasons[kGpus] = {0x9, 0x5};  // idle + hw_slowdown; idle + sw_power_cap
 constexpr unsigned kBusyUtil = 95;
 constexpr unsigned kBusyGen = 3;
+constexpr unsigned kOwnerPids0[2] = {5101, 5102};
+constexpr unsigned kOwnerPids1[3] = {5201, 5202, 5203};
 
 }  // namespace dtrain::testing::fake_nvml

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/error.h"
 #include "common/settings.h"
 #include "fake_nvml_library.h"
@@ -77,6 +80,30 @@ TEST_F(NvmlTest, NotSupportedAndMissingFunctionsGiveNoReading) {
   EXPECT_EQ(fields[0], std::nullopt);  // memory temperature: NOT_SUPPORTED on GPU 1
   EXPECT_TRUE(fields[1].has_value());
   EXPECT_EQ(fields[2], std::nullopt);  // one link: not modelled
+}
+
+TEST_F(NvmlTest, GpmGivesTheMetricsBetweenTwoSamplesOnTheGpuThatHasIt) {
+  auto nvml = Nvml::open();
+  EXPECT_TRUE(nvml->gpmSupported(0));
+  EXPECT_FALSE(nvml->gpmSupported(1));
+  auto earlier = nvml->gpmAllocSample();
+  auto later = nvml->gpmAllocSample();
+  ASSERT_TRUE(earlier && later);
+  ASSERT_TRUE(nvml->gpmTakeSample(0, *earlier));
+  std::this_thread::sleep_for(std::chrono::milliseconds(fake::kGpmMinWindowMs + 20));
+  ASSERT_TRUE(nvml->gpmTakeSample(0, *later));
+  const unsigned kUnknownMetric = 250;
+  auto values = nvml->gpmMetrics(0, *earlier, *later,
+                                 {nvml_abi::NVML_GPM_METRIC_SM_UTIL, nvml_abi::NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+                                  nvml_abi::NVML_GPM_METRIC_PCIE_RX_PER_SEC,
+                                  nvml_abi::NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, kUnknownMetric});
+  EXPECT_EQ(values, (std::vector<std::optional<double>>{fake::kGpmSmUtil0, fake::kGpmAnyTensorUtil0,
+                                                         fake::kGpmPcieRxMiBps0, fake::kGpmNvlinkTxMiBps0,
+                                                         std::nullopt}));
+  // The samples in the wrong order: NVML refuses, no value is made up.
+  auto reversed = nvml->gpmMetrics(0, *later, *earlier, {nvml_abi::NVML_GPM_METRIC_SM_UTIL});
+  EXPECT_EQ(reversed, (std::vector<std::optional<double>>{std::nullopt}));
+  EXPECT_FALSE(nvml->gpmTakeSample(1, *later));  // no GPM on GPU 1
 }
 
 TEST_F(NvmlTest, AMissingLibraryNamesDlerror) {

@@ -237,6 +237,7 @@ INSTANTIATE_TEST_SUITE_P(
                       EquivalenceCase{"nesterov_three_ranks", "--optimizer nesterov --bucket-mb 0.01", 3},
                       EquivalenceCase{"adamw_many_buckets", "--optimizer adamw --bucket-mb 0.004", 2},
                       EquivalenceCase{"adamw_three_ranks", "--optimizer adamw --bucket-mb 1", 3},
+                      EquivalenceCase{"torch_adamw_param_groups", "--optimizer torch-adamw-groups --bucket-mb 0.004", 2},
                       EquivalenceCase{"sgd_accumulation", "--optimizer sgd --bucket-mb 0.004 --accum 2", 2},
                       EquivalenceCase{"adamw_accumulation", "--optimizer adamw --bucket-mb 0.01 --accum 4", 3},
                       EquivalenceCase{"gpt2_adamw", "--model gpt2 --optimizer adamw --bucket-mb 0.01", 2},

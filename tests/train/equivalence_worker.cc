@@ -123,12 +123,32 @@ int main(int argc, char** argv) {
       options.shard_gradients
           ? dtrain::makeShardedOptimizer(dp.shardLayout(), ctx->communicator(), make, ctx->collectiveTimeout())
           : make(dp.slabs());
+  // --optimizer torch-adamw-groups: libtorch's AdamW with two parameter
+  // groups of their own lr and weight decay (the first module's parameters,
+  // then the rest), through dtrain::TorchOptimizer.
+  std::unique_ptr<dtrain::TorchOptimizer<torch::optim::AdamW>> torch_optimizer;
+  if (optimizer_name == "torch-adamw-groups") {
+    std::vector<torch::Tensor> first, rest;
+    const auto params = subject.module->parameters();
+    for (size_t i = 0; i < params.size(); ++i) (i < 2 ? first : rest).push_back(params[i]);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(first, std::make_unique<torch::optim::AdamWOptions>(
+                                   torch::optim::AdamWOptions(1e-2).weight_decay(0.05)));
+    groups.emplace_back(rest, std::make_unique<torch::optim::AdamWOptions>(
+                                  torch::optim::AdamWOptions(3e-3).weight_decay(0)));
+    torch_optimizer = std::make_unique<dtrain::TorchOptimizer<torch::optim::AdamW>>(
+        std::move(groups), torch::optim::AdamWOptions(1e-3));
+  }
   const int64_t local = global_batch / ctx->size();
   for (int s = 0; s < steps; ++s) {
     auto [x, y] = subject.batch(global_batch, s);
     x = x.narrow(0, ctx->rank() * local, local).to(ctx->device());
     y = y.narrow(0, ctx->rank() * local, local).to(ctx->device());
-    optimizer->zeroGrad();
+    if (torch_optimizer) {
+      torch_optimizer->zero_grad();
+    } else {
+      optimizer->zeroGrad();
+    }
     const int64_t micro = local / accum;
     for (int m = 0; m < accum; ++m) {
       auto loss = subject.loss(x.narrow(0, m * micro, micro), y.narrow(0, m * micro, micro)) / accum;
@@ -144,7 +164,11 @@ int main(int argc, char** argv) {
     } else if (clip > 0) {
       dtrain::clipGradNorm(dp.slabs(), clip);
     }
-    optimizer->step();
+    if (torch_optimizer) {
+      torch_optimizer->step();
+    } else {
+      optimizer->step();
+    }
   }
   if (ctx->rank() == 0 && !out.empty()) {
     std::vector<torch::Tensor> flat;

@@ -401,6 +401,7 @@ TEST(TrainCliTest, TimelineIsOneChromeTraceWithEveryRank) {
 // trains, and rank 0 keeps the job's status file until the end.
 TEST(TrainCliTest, MetricsPortServesEachRankWhileTraining) {
   const std::string jobs = freshDir("jobs");
+  const std::string status_file = jobs + "/" + std::to_string(::geteuid()) + "/metrics-test.json";
   const int port = freePort();
   std::thread training([&] {
     auto r = runCommand("DTRAIN_JOB_ID=metrics-test DTRAIN_JOBS_DIR=" + jobs + " " + launch(2) +
@@ -419,12 +420,12 @@ TEST(TrainCliTest, MetricsPortServesEachRankWhileTraining) {
       auto res = client.Get("/metrics");
       if (!res || res->status != 200) continue;
       // After the first log interval: a rate above zero.
-      const std::string key = "dtrain_train_samples_per_second{job=\"metrics-test\",rank=\"" + std::to_string(rank) + "\"} ";
+      const std::string key = "dtrain_train_samples_per_second{dtrain_job=\"metrics-test\",rank=\"" + std::to_string(rank) + "\"} ";
       const auto at = res->body.find(key);
       if (at != std::string::npos && std::atof(res->body.c_str() + at + key.size()) > 0) seen[rank] = res->body;
     }
-    if (!status_seen && fs::exists(jobs + "/metrics-test.json")) {
-      std::ifstream in(jobs + "/metrics-test.json");
+    if (!status_seen && fs::exists(status_file)) {
+      std::ifstream in(status_file);
       const auto status = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
       status_seen = !status.is_discarded() && status["world_size"] == 2 && status["samples_per_s"].get<double>() > 0;
     }
@@ -440,7 +441,7 @@ TEST(TrainCliTest, MetricsPortServesEachRankWhileTraining) {
     }
   }
   EXPECT_TRUE(status_seen) << "no job status file in " << jobs;
-  EXPECT_FALSE(fs::exists(jobs + "/metrics-test.json")) << "the status file outlived the job";
+  EXPECT_FALSE(fs::exists(status_file)) << "the status file outlived the job";
 }
 #endif
 

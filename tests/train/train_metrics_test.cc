@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -44,23 +45,24 @@ TEST(TrainMetricsTest, RendersCountersGaugesAndACumulativeHistogram) {
     metrics.logInterval(1234.5, 0.75, &backward, 200, 5);
     const std::string text = metrics.render();
     EXPECT_TRUE(contains(text, "# TYPE dtrain_train_steps_total counter")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_steps_total{job=\"job \\\"x\\\"\",rank=\"0\"} 5")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_samples_total{job=\"job \\\"x\\\"\",rank=\"0\"} 160")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_samples_per_second{job=\"job \\\"x\\\"\",rank=\"0\"} 1234.5")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_loss{job=\"job \\\"x\\\"\",rank=\"0\"} 0.75")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_allreduce_bytes_total{job=\"job \\\"x\\\"\",rank=\"0\"} 1000")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_steps_total{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 5")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_samples_total{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 160")) << text;
+    // This rank's share of the job's 1234.5 samples/s (2 ranks).
+    EXPECT_TRUE(contains(text, "dtrain_train_samples_per_second{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 617.25")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_loss{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 0.75")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_allreduce_bytes_total{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 1000")) << text;
     // 8 ms of all-reduce per sampled backward, 5 steps; 5 of the 8 ms before backward ended.
-    EXPECT_TRUE(contains(text, "dtrain_train_allreduce_seconds_total{job=\"job \\\"x\\\"\",rank=\"0\"} 0.04")) << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_overlap_ratio{job=\"job \\\"x\\\"\",rank=\"0\"} 0.625")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_allreduce_seconds_total{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 0.04")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_overlap_ratio{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 0.625")) << text;
     EXPECT_TRUE(contains(text, "# TYPE dtrain_train_step_seconds histogram")) << text;
     // 4 intervals between 5 step starts, each 3 ms or more.
-    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_bucket{job=\"job \\\"x\\\"\",rank=\"0\",le=\"0.001\"} 0"))
+    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_bucket{dtrain_job=\"job \\\"x\\\"\",rank=\"0\",le=\"0.001\"} 0"))
         << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_bucket{job=\"job \\\"x\\\"\",rank=\"0\",le=\"+Inf\"} 4"))
+    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_bucket{dtrain_job=\"job \\\"x\\\"\",rank=\"0\",le=\"+Inf\"} 4"))
         << text;
-    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_count{job=\"job \\\"x\\\"\",rank=\"0\"} 4")) << text;
+    EXPECT_TRUE(contains(text, "dtrain_train_step_seconds_count{dtrain_job=\"job \\\"x\\\"\",rank=\"0\"} 4")) << text;
 
-    status_file = dir + "/job__x_.json";
+    status_file = dir + "/" + std::to_string(::geteuid()) + "/job__x_.json";
     std::ifstream in(status_file);
     ASSERT_TRUE(in) << "no status file " << status_file;
     const auto status = nlohmann::json::parse(in);
@@ -69,6 +71,8 @@ TEST(TrainMetricsTest, RendersCountersGaugesAndACumulativeHistogram) {
     EXPECT_DOUBLE_EQ(status["samples_per_s"].get<double>(), 1234.5);
     EXPECT_GT(status["step_ms"].get<double>(), 2.9);
     EXPECT_EQ(status["pid"], ::getpid());
+    EXPECT_GT(status["start_time"].get<unsigned long long>(), 0u) << "the process's start time, for the exporter";
+    EXPECT_TRUE(status["pid_ns"].get<std::string>().starts_with("pid:[")) << status.dump();
   }
   EXPECT_FALSE(fs::exists(status_file)) << "the status file outlived the job";
   ::unsetenv("DTRAIN_JOBS_DIR");
@@ -80,7 +84,7 @@ TEST(TrainMetricsTest, OnlyRankZeroWritesTheStatusFile) {
   ::setenv("DTRAIN_JOBS_DIR", dir.c_str(), 1);
   TrainMetrics metrics(1, 2, "j", torch::kCPU);
   metrics.logInterval(1, 1, nullptr, 0, 1);
-  EXPECT_FALSE(fs::exists(dir + "/j.json"));
+  EXPECT_FALSE(fs::exists(dir + "/" + std::to_string(::geteuid()) + "/j.json"));
   EXPECT_FALSE(contains(metrics.render(), "dtrain_train_overlap_ratio")) << "no sampled backward, no ratio";
   ::unsetenv("DTRAIN_JOBS_DIR");
 }
@@ -94,7 +98,7 @@ TEST(TrainMetricsTest, ServesMetricsAndHealthOverHttp) {
   auto res = client.Get("/metrics");
   ASSERT_TRUE(res) << "no answer on port " << port;
   EXPECT_EQ(res->status, 200);
-  EXPECT_TRUE(contains(res->body, "dtrain_train_samples_total{job=\"served\",rank=\"0\"} 8")) << res->body;
+  EXPECT_TRUE(contains(res->body, "dtrain_train_samples_total{dtrain_job=\"served\",rank=\"0\"} 8")) << res->body;
   auto health = client.Get("/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->body, "ok\n");
