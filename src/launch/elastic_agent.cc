@@ -57,6 +57,22 @@ std::string secondsSince(std::chrono::steady_clock::time_point since) {
   return std::to_string(ms.count() / 1000) + "." + std::to_string(ms.count() % 1000 / 100);
 }
 
+// torchrun's layout: a folder of its own for every run,
+// <log-dir>/<run-id>_<random>/, so that a run never reads (or quotes in its
+// failure summary) the error files an earlier run left in the same --log-dir.
+std::string makeRunLogDirectory(const std::string& base, const std::string& run_id) {
+  std::error_code ec;
+  std::filesystem::create_directories(base, ec);
+  if (ec) throw IoError("could not create --log-dir " + base + ": " + ec.message());
+  std::string name = run_id;
+  std::replace(name.begin(), name.end(), '/', '_');
+  std::string pattern = base + "/" + name + "_XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw errnoError("mkdtemp", errno, "cannot create the run's log folder " + pattern + " (--log-dir)");
+  }
+  return pattern;
+}
+
 void sleepFor(std::chrono::milliseconds duration, const std::atomic<int>& stop) {
   auto until = std::chrono::steady_clock::now() + duration;
   while (stop.load() == 0 && std::chrono::steady_clock::now() < until) {
@@ -67,19 +83,19 @@ void sleepFor(std::chrono::milliseconds duration, const std::atomic<int>& stop) 
 }  // namespace
 
 ElasticAgent::ElasticAgent(LaunchConfig config) : config_(std::move(config)), host_(hostName()) {
-  std::string base = config_.log_dir;
-  if (base.empty()) {
-    base = makeTemporaryDirectory("dtrain_launch");
-  }
-  log_dir_ = base + "/" + config_.rendezvous.run_id;
-  std::error_code ec;
-  std::filesystem::create_directories(log_dir_, ec);
-  if (ec) throw IoError("could not create --log-dir " + log_dir_ + ": " + ec.message());
+  const std::string base = config_.log_dir.empty() ? makeTemporaryDirectory("dtrain_launch") : config_.log_dir;
+  log_dir_ = makeRunLogDirectory(base, config_.rendezvous.run_id);
+  DTRAIN_LOG_INFO("log directory: " << log_dir_);
 }
 
 ElasticAgent::~ElasticAgent() = default;
 
+std::string ElasticAgent::attemptLogDir(int restart_count) const {
+  return log_dir_ + "/attempt_" + std::to_string(restart_count);
+}
+
 std::string ElasticAgent::masterPort(const RendezvousResult& round) {
+  if (config_.worker_master_port > 0) return std::to_string(config_.worker_master_port);
   if (round.group_rank == 0) {
     std::string port = freePort();
     round.store->set("agent/master_port", port);
@@ -89,7 +105,7 @@ std::string ElasticAgent::masterPort(const RendezvousResult& round) {
 }
 
 std::vector<std::map<std::string, std::string>> ElasticAgent::workerEnvironments(
-    const RendezvousResult& round, int restart_count, int attempt, const std::string& master_port) {
+    const RendezvousResult& round, int restart_count, const std::string& master_port) {
   std::vector<std::map<std::string, std::string>> envs;
   const auto base = currentEnvironment();
   const int nproc = config_.nproc_per_node;
@@ -113,11 +129,11 @@ std::vector<std::map<std::string, std::string>> ElasticAgent::workerEnvironments
     // Our store does not speak PyTorch's TCPStore protocol: rank 0 of a
     // PyTorch job hosts its own store at MASTER_PORT.
     env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
-    const std::string rank_dir = log_dir_ + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(local);
+    const std::string rank_dir = attemptLogDir(restart_count) + "/" + std::to_string(local);
     std::error_code ec;
     std::filesystem::create_directories(rank_dir, ec);
     env["TORCHELASTIC_ERROR_FILE"] = rank_dir + "/error.json";
-    if (nproc > 1 && base.find("OMP_NUM_THREADS") == base.end()) env["OMP_NUM_THREADS"] = "1";
+    if (config_.default_omp_num_threads) env["OMP_NUM_THREADS"] = "1";
     env["DTRAIN_STORE_ADDR"] =
         round.store_url.empty() ? round.store_host + ":" + std::to_string(round.store_port) : round.store_url;
     env["DTRAIN_STORE_PREFIX"] = "/run/" + config_.rendezvous.run_id + "/gen/" +
@@ -238,7 +254,12 @@ int ElasticAgent::run() {
   rendezvous_ = createRendezvousHandler(config_.rendezvous);
   const std::string restart_key = "/run/" + config_.rendezvous.run_id + "/restart_count";
   const std::string me = host_ + ":" + std::to_string(::getpid());
-  for (int attempt = 0;; ++attempt) {
+  if (config_.default_omp_num_threads) {
+    DTRAIN_LOG_WARN("setting OMP_NUM_THREADS=1 for each of the " << config_.nproc_per_node << " workers, as "
+                    "torchrun does when a node runs more than one and the variable is unset, so that they do "
+                    "not overload the machine; set OMP_NUM_THREADS to tune it");
+  }
+  while (true) {
     RendezvousResult round;
     int restart_count = 0;
     try {
@@ -256,13 +277,19 @@ int ElasticAgent::run() {
     spec.role = config_.role;
     spec.host = host_;
     spec.log_dir = log_dir_;
-    spec.attempt = attempt;
+    // Named by the restart count, as torchrun's attempt_<n>; a round that
+    // consumed no restart (a node joined, a port was taken) starts afresh in
+    // the same folder, so no error file of the last round is read as this one's.
+    spec.attempt = restart_count;
+    std::error_code ec;
+    std::filesystem::remove_all(attemptLogDir(restart_count), ec);
     spec.redirects = config_.redirects;
     spec.tees = config_.tees;
     spec.local_ranks_filter = config_.local_ranks_filter;
     spec.line_prefix_template = config_.log_line_prefix_template;
     spec.shutdown_timeout = config_.shutdown_timeout;
-    WorkerGroup group(spec, workerEnvironments(round, restart_count, attempt, masterPort(round)));
+    const std::string master_port = masterPort(round);
+    WorkerGroup group(spec, workerEnvironments(round, restart_count, master_port));
     has_workers_.store(true);
     try {
       group.start();
@@ -274,7 +301,7 @@ int ElasticAgent::run() {
     }
 
     try {
-      last_attempt_ = attempt;
+      last_attempt_ = restart_count;
       Outcome outcome = monitor(group, round);
       struct ClearWorkers {
         std::atomic<bool>& flag;
@@ -326,11 +353,18 @@ int ElasticAgent::run() {
       if ((outcome == Outcome::kFailedHere || outcome == Outcome::kPeerLost) &&
           round.store->compareSet("agent/failed", "", me) == me) {
         // First to see this generation fail: count it, once for all nodes.
-        bool port_collision = !failures.empty() && mentionsPortCollision(failures.front()) &&
-                              port_retries_ < kMaxPortRetries;
-        if (port_collision) {
+        // Only a port this agent chose is replaced: one the user gave
+        // (--master-port) is the one their firewall opens.
+        const bool port_collision = !failures.empty() && mentionsPortCollision(failures.front());
+        if (port_collision && config_.worker_master_port > 0) {
+          DTRAIN_LOG_WARN("MASTER_PORT " << config_.worker_master_port << " (--master-port) is in use on this "
+                          "host; the workers keep the port they were given: free it or choose another");
+        }
+        if (port_collision && config_.worker_master_port == 0 && port_retries_ < kMaxPortRetries) {
           ++port_retries_;
-          DTRAIN_LOG_WARN("MASTER_PORT was taken before the workers bound it; retrying with a new port");
+          DTRAIN_LOG_WARN("MASTER_PORT " << master_port << ", which this agent chose, "
+                          "was taken before the workers bound it; retrying on another port (no restart used, "
+                          << port_retries_ << "/" << kMaxPortRetries << ")");
           restarts_after = restart_count;
         } else {
           restarts_after = static_cast<int>(round.root_store->add(restart_key, 1));
@@ -341,8 +375,10 @@ int ElasticAgent::run() {
             parseInt64(round.store->get("agent/failed_restart_count"), "failed_restart_count"));
       }
       if (!failures.empty()) {
-        std::fputs(formatFailureSummary(failures, host_, attempt).c_str(), stderr);
-        std::ofstream(log_dir_ + "/failure.json") << failureSummaryJson(failures, host_, attempt);
+        std::fputs(formatFailureSummary(failures, host_, restart_count).c_str(), stderr);
+        std::fputs(missingModuleHint(failures.front(), config_.python_path, config_.python_origin).c_str(), stderr);
+        std::fprintf(stderr, "Logs: %s/\n", attemptLogDir(restart_count).c_str());
+        std::ofstream(log_dir_ + "/failure.json") << failureSummaryJson(failures, host_, restart_count);
       }
       if (restarts_after > config_.max_restarts) {
         rendezvous_->shutdown();

@@ -69,8 +69,10 @@ class ElasticAgent {
   };
   Outcome monitor(WorkerGroup& group, const RendezvousResult& round);
   std::vector<std::map<std::string, std::string>> workerEnvironments(const RendezvousResult& round,
-                                                                      int restart_count, int attempt,
+                                                                      int restart_count,
                                                                       const std::string& master_port);
+  // <log_dir_>/attempt_<restart_count>: the workers' logs and error files.
+  std::string attemptLogDir(int restart_count) const;
   std::string masterPort(const RendezvousResult& round);
   // monitor(): true once the store has been out of reach for longer than
   // the keep-alive's dead-after (the first failure starts the clock).
@@ -81,7 +83,7 @@ class ElasticAgent {
 
   LaunchConfig config_;
   std::string host_;
-  std::string log_dir_;  // <log-dir>/<run-id>
+  std::string log_dir_;  // <log-dir>/<run-id>_<random>: this run's own folder
   std::unique_ptr<RendezvousHandler> rendezvous_;
   std::atomic<int> stop_signal_{0};
   std::atomic<bool> has_workers_{false};

@@ -126,6 +126,26 @@ std::string formatFailureSummary(const std::vector<WorkerFailure>& failures, con
   return out.str();
 }
 
+std::string missingModuleHint(const WorkerFailure& root_cause, const std::string& python_path,
+                              const std::string& python_origin) {
+  if (python_path.empty()) return "";
+  const std::string marker = "ModuleNotFoundError: No module named '";
+  std::vector<std::string> texts = root_cause.stderr_tail;
+  texts.push_back(root_cause.error_message);
+  for (const std::string& text : texts) {
+    const size_t at = text.find(marker);
+    if (at == std::string::npos) continue;
+    const size_t begin = at + marker.size();
+    const std::string module = text.substr(begin, text.find('\'', begin) - begin);
+    std::string hint = "Hint: the workers ran " + python_path + " (" + python_origin;
+    if (python_origin != "PYTHON_EXEC") hint += "; torchrun runs its own interpreter, sys.executable";
+    hint += "), which cannot import '" + module + "'.\n"
+            "  To run them with another Python, name it: PYTHON_EXEC=/path/to/python3 dtrain launch ...\n";
+    return hint;
+  }
+  return "";
+}
+
 std::string failureSummaryJson(const std::vector<WorkerFailure>& failures, const std::string& host,
                                int attempt) {
   nlohmann::json list = nlohmann::json::array();

@@ -4,6 +4,7 @@
 // expected. The grammar (flags, spellings, PET_ names) is in launch_flags.
 #include "launch/launch_config.h"
 
+#include "common/process.h"
 #include "common/socket.h"
 
 #include <arpa/inet.h>
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <fstream>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <thread>
 
@@ -338,6 +340,11 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
   std::set<std::string> given;
   for (const auto& [name, value] : parsed.values) given.insert(name);
   applySlurmEnvironment(config, env, given, device_root);
+  // torchrun's default "none" would let two jobs on one host share their
+  // log folder names, status files (TORCHELASTIC_RUN_ID) and store keys.
+  if (!get("rdzv-id") && !config.standalone && rdzv.run_id == "none" && rdzv.max_nodes == 1) {
+    rdzv.run_id = localRunId();
+  }
 
   if (rdzv.backend == "static") {
     if (rdzv.min_nodes != rdzv.max_nodes) {
@@ -347,8 +354,22 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
       config.master_addr = rdzv.endpoint_host;
       config.master_port = endpoint_port.value_or(config.master_port);
     }
-    rdzv.endpoint_host = config.master_addr;
-    rdzv.endpoint_port = static_cast<uint16_t>(config.master_port);
+    // The workers' rank 0 (a PyTorch job's TCPStore) listens on the master
+    // port, as under torchrun; the agents' store cannot share it.
+    config.worker_master_port = config.master_port;
+    if (rdzv.max_nodes == 1 && rdzv.is_host != 0) {
+      rdzv.endpoint_host = "127.0.0.1";
+      rdzv.endpoint_port = freeTcpPort(/*loopback_only=*/true, "the agent's store");
+    } else {
+      if (config.master_port == 65535) {
+        const std::string expected = "expected a port 1-65534: the agents' store of a static job of several "
+                                     "nodes listens on the port after it";
+        if (auto* v = get("master-port")) v->fail(expected);
+        throw ConfigError("master port 65535: " + expected);
+      }
+      rdzv.endpoint_host = config.master_addr;
+      rdzv.endpoint_port = static_cast<uint16_t>(config.master_port + 1);
+    }
     if (rdzv.node_rank >= rdzv.max_nodes) {
       const std::string expected = "expected a node rank below the number of nodes (" + std::to_string(rdzv.max_nodes) + ")";
       if (auto* v = get("node-rank")) v->fail(expected);
@@ -392,12 +413,32 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args, const Env& en
     config.worker_argv.clear();
   } else if (!no_python) {
     auto python = env.find("PYTHON_EXEC");
-    config.worker_argv = {python != env.end() && !python->second.empty() ? python->second : "python3", "-u"};
+    const bool from_env = python != env.end() && !python->second.empty();
+    const std::string interpreter = from_env ? python->second : "python3";
+    config.worker_argv = {interpreter, "-u"};
     if (module) config.worker_argv.push_back("-m");
+    config.python_origin = from_env ? "PYTHON_EXEC" : "python3 on PATH";
+    config.python_path = interpreter;
+    try {
+      auto path = env.find("PATH");
+      config.python_path = resolveExecutable(interpreter, path == env.end() ? "" : path->second);
+    } catch (const ConfigError&) {
+      // Starting the workers says it, naming the command.
+    }
   }
+  config.default_omp_num_threads = config.nproc_per_node > 1 && env.count("OMP_NUM_THREADS") == 0;
   config.worker_argv.insert(config.worker_argv.end(), args.begin() + static_cast<long>(parsed.script_index),
                             args.end());
   return config;
+}
+
+std::string localRunId() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
+  return "job-" + std::string(stamp) + "-" + std::to_string(::getpid());
 }
 
 bool isElfExecutable(const std::string& path) {

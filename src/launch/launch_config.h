@@ -41,7 +41,25 @@ struct LaunchConfig {
   std::vector<std::string> worker_argv;
   std::string master_addr;  // static rendezvous (defaults 127.0.0.1)
   int master_port = 29500;
+  // The MASTER_PORT the workers get. Static rendezvous: --master-port, as
+  // under torchrun (a firewall may open only that port), so the agents'
+  // own store listens elsewhere: a free loopback port on a single node,
+  // --master-port + 1 across nodes. 0 (c10d, etcd, --standalone): the
+  // agent picks a free port each round, and another one when the workers
+  // find it taken before they bound it.
+  int worker_master_port = 0;
+  // The workers' Python, for the failure summary: its full path (PYTHON_EXEC,
+  // else python3 on PATH, resolved as exec will) and where it came from
+  // ("PYTHON_EXEC" or "python3 on PATH"); both "" when no python runs.
+  std::string python_path;
+  std::string python_origin;
+  // torchrun's rule: more than one worker on this node and OMP_NUM_THREADS
+  // unset: the workers get OMP_NUM_THREADS=1 and the agent says so once.
+  bool default_omp_num_threads = false;
   bool standalone = false;  // --standalone: c10d on 127.0.0.1, a free port, a fresh run id
+  // rendezvous.run_id: --rdzv-id, else Slurm's job id, else (a single node,
+  // which shares its id with no other) a fresh one, localRunId(); a job of
+  // several nodes keeps torchrun's "none" (every node must name the same).
   // -h/--help before the script: parseLaunchArgs returns at once with only
   // this set (nothing else parsed or validated); print launchUsage().
   bool help_requested = false;
@@ -62,6 +80,9 @@ struct LaunchConfig {
 LaunchConfig parseLaunchArgs(const std::vector<std::string>& args,
                              const std::map<std::string, std::string>& env,
                              const std::string& device_root = "");
+
+// A run id unique on this host: "job-<UTC yyyymmdd-HHMMSS>-<pid>".
+std::string localRunId();
 
 // `dtrain launch --help`: every flag with its default and one line of help.
 std::string launchUsage();

@@ -18,7 +18,9 @@ const std::vector<LaunchFlag> kLaunchFlags = {
     {"nproc-per-node", 0, "N", "1", "workers on this node: a number, gpu, cpu, or auto (GPUs, else CPUs)"},
     {"node-rank", 0, "RANK", "0", "this node's rank (static rendezvous)"},
     {"master-addr", 0, "ADDR", "127.0.0.1", "address of node 0, which hosts the store (static rendezvous)"},
-    {"master-port", 0, "PORT", "29500", "port of the store on node 0 (static rendezvous)"},
+    {"master-port", 0, "PORT", "29500",
+     "the workers' MASTER_PORT on node 0 (static rendezvous); the agents' store takes the next port when there "
+     "are several nodes"},
     {"local-addr", 0, "ADDR", "", "this node's address as the other nodes reach it (default: found)"},
     {"rdzv-backend", 0, "BACKEND", "static",
      "rendezvous backend: static, c10d (an agent hosts the store), or etcd (alias etcd-v3: the store is an etcd "
@@ -26,7 +28,9 @@ const std::vector<LaunchFlag> kLaunchFlags = {
     {"rdzv-endpoint", 0, "HOST[:PORT]", "",
      "c10d rendezvous store, [IPv6] in brackets, port 29400 by default; etcd: the members, HOST:PORT[,HOST:PORT...], "
      "port 2379 by default"},
-    {"rdzv-id", 0, "ID", "none", "run id shared by every node of the job"},
+    {"rdzv-id", 0, "ID", "none",
+     "run id shared by every node of the job; without it, Slurm's job id, or a fresh job-<time>-<pid> for a "
+     "single node"},
     {"rdzv-conf", 0, "KEY=VALUE,...", "",
      "join_timeout, last_call_timeout, close_timeout, keep_alive_interval (seconds), "
      "keep_alive_max_attempt, is_host"},
@@ -38,7 +42,9 @@ const std::vector<LaunchFlag> kLaunchFlags = {
     {"module", 'm', nullptr, "", "run the script as a Python module (python -u -m MODULE)"},
     {"no-python", 0, nullptr, "", "run the script as an executable, without python"},
     {"run-path", 0, nullptr, "", "accepted; the script runs as python -u SCRIPT, as by default"},
-    {"log-dir", 0, "DIR", "", "directory for the workers' log files (default: a new one under $TMPDIR)"},
+    {"log-dir", 0, "DIR", "",
+     "directory for the workers' log files, in a folder <run-id>_<random> of each run's own (default: a new one "
+     "under $TMPDIR)"},
     {"redirects", 'r', "STD", "0",
      "streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:1,1:2"},
     {"tee", 't', "STD", "0", "streams to log files and the console, as --redirects"},

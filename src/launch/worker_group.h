@@ -108,6 +108,13 @@ std::string formatFailureSummary(const std::vector<WorkerFailure>& failures, con
                                  int attempt);
 std::string failureSummaryJson(const std::vector<WorkerFailure>& failures, const std::string& host,
                                int attempt);
+// When the root cause died of a Python module it could not import
+// ("ModuleNotFoundError: No module named 'torch'" in its stderr or error
+// file), lines that name the interpreter that ran it (`python_path`, from
+// `python_origin`: "PYTHON_EXEC" or "python3 on PATH") and how to choose
+// another; "" otherwise, or when no python ran (python_path "").
+std::string missingModuleHint(const WorkerFailure& root_cause, const std::string& python_path,
+                              const std::string& python_origin);
 // "SIGKILL", "SIGSEGV", ... ; "signal 42" for unnamed ones.
 std::string signalName(int signal);
 // The exit code the launcher returns for a root cause: its exit code, or

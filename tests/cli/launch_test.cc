@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -216,9 +217,11 @@ if [ $RANK = 0 ] && [ ! -e "$(dirname "$0")/once" ]; then
 fi
 sleep 0.3
 )");
-  auto r = runCommand(launch() + " --nproc-per-node 2 --max-restarts 0 --master-port " + std::to_string(freePort()) +
-                      " --no-python sh " + script, 60);
+  // --standalone: the port is one dtrain chose (a given --master-port is kept).
+  auto r = runCommand(launch() + " --standalone --nproc-per-node 2 --max-restarts 0 --no-python sh " + script, 60);
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("which this agent chose, was taken before the workers bound it; retrying on another port"),
+            std::string::npos) << r.output;
   std::regex port_line("PORT 0 (\\d+) restart=0");
   std::set<std::string> ports;
   for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), port_line); it != std::sregex_iterator(); ++it) {
@@ -233,15 +236,21 @@ TEST(LaunchTest, FailureSummaryIsWrittenAsJsonInTheLogDir) {
   auto r = runCommand(launch() + " --nproc-per-node 2 --rdzv-id jobj --log-dir " + dir + " --master-port " +
                       std::to_string(freePort()) + " --no-python sh " + script, 60);
   EXPECT_TRUE(r.exit_code == 3 || r.exit_code == 4) << r.output;
-  std::ifstream json(dir + "/jobj/failure.json");
-  ASSERT_TRUE(json.good()) << "no " << dir << "/jobj/failure.json\n" << r.output;
+  // The run's own folder: <log-dir>/<run-id>_<random>.
+  std::string run_dir;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind("jobj_", 0) == 0) run_dir = entry.path().string();
+  }
+  ASSERT_FALSE(run_dir.empty()) << "no " << dir << "/jobj_*\n" << r.output;
+  std::ifstream json(run_dir + "/failure.json");
+  ASSERT_TRUE(json.good()) << "no " << run_dir << "/failure.json\n" << r.output;
   std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("oops"), std::string::npos) << text;
   // The rank that failed first wrote its line; the other may have been
   // stopped before it ran `echo` (the group ends at the first failure).
   std::string logs[2];
   for (int rank = 0; rank < 2; ++rank) {
-    std::ifstream stderr_log(dir + "/jobj/attempt_0/" + std::to_string(rank) + "/stderr.log");
+    std::ifstream stderr_log(run_dir + "/attempt_0/" + std::to_string(rank) + "/stderr.log");
     ASSERT_TRUE(stderr_log.good()) << "no stderr.log for rank " << rank;
     logs[rank].assign(std::istreambuf_iterator<char>(stderr_log), std::istreambuf_iterator<char>());
     EXPECT_TRUE(logs[rank].empty() || logs[rank] == "oops\n") << "rank " << rank << ": " << logs[rank];

@@ -45,6 +45,25 @@ TEST(LauncherExitCodeTest, ExitCodeOrOneHundredTwentyEightPlusSignal) {
   EXPECT_EQ(launcherExitCode(failure(0, 0, SIGSEGV)), 139);
 }
 
+TEST(MissingModuleHintTest, NamesTheInterpreterAndPythonExecOnlyForAMissingModule) {
+  auto root = failure(0, 1, 0);
+  root.stderr_tail = {"Traceback (most recent call last):", "  File \"train.py\", line 1, in <module>",
+                      "ModuleNotFoundError: No module named 'torch'"};
+  EXPECT_EQ(missingModuleHint(root, "/home/u/.pyenv/shims/python3", "python3 on PATH"),
+            "Hint: the workers ran /home/u/.pyenv/shims/python3 (python3 on PATH; torchrun runs its own "
+            "interpreter, sys.executable), which cannot import 'torch'.\n"
+            "  To run them with another Python, name it: PYTHON_EXEC=/path/to/python3 dtrain launch ...\n");
+  EXPECT_EQ(missingModuleHint(root, "/opt/py/bin/python", "PYTHON_EXEC"),
+            "Hint: the workers ran /opt/py/bin/python (PYTHON_EXEC), which cannot import 'torch'.\n"
+            "  To run them with another Python, name it: PYTHON_EXEC=/path/to/python3 dtrain launch ...\n");
+  EXPECT_EQ(missingModuleHint(root, "", ""), "") << "no python ran (--no-python)";
+  root.stderr_tail = {"RuntimeError: CUDA out of memory"};
+  EXPECT_EQ(missingModuleHint(root, "/usr/bin/python3", "python3 on PATH"), "");
+  root.error_message = "ModuleNotFoundError: No module named 'torchvision.models'";
+  EXPECT_NE(missingModuleHint(root, "/usr/bin/python3", "python3 on PATH").find("cannot import 'torchvision.models'"),
+            std::string::npos) << "the error file counts too";
+}
+
 TEST(FailureSummaryTest, RootCauseBlockForAnExitCode) {
   auto root = failure(5, 3, 0);
   root.error_message = "ValueError: bad batch\n  raised at line 7";

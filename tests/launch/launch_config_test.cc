@@ -11,10 +11,12 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "common/error.h"
 #include "launch/log_router.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
 namespace dtrain {
@@ -43,9 +45,12 @@ TEST(LaunchConfigTest, TorchrunDefaults) {
   EXPECT_EQ(c.rendezvous.node_rank, 0);
   EXPECT_EQ(c.master_addr, "127.0.0.1");
   EXPECT_EQ(c.master_port, 29500);
-  EXPECT_EQ(c.rendezvous.endpoint_host, "127.0.0.1") << "static: the endpoint is master-addr:master-port";
-  EXPECT_EQ(c.rendezvous.endpoint_port, 29500);
-  EXPECT_EQ(c.rendezvous.run_id, "none");
+  EXPECT_EQ(c.worker_master_port, 29500) << "static: the workers get master-port, as under torchrun";
+  EXPECT_EQ(c.rendezvous.endpoint_host, "127.0.0.1") << "one node: the agent's store on loopback";
+  EXPECT_NE(c.rendezvous.endpoint_port, 29500) << "the workers' rank 0 listens there";
+  EXPECT_TRUE(std::regex_match(c.rendezvous.run_id, std::regex("job-\\d{8}-\\d{6}-\\d+")))
+      << "one node: a run id of its own, not torchrun's none: " << c.rendezvous.run_id;
+  EXPECT_FALSE(c.default_omp_num_threads) << "one worker";
   EXPECT_EQ(c.rendezvous.join_timeout, seconds(600));
   EXPECT_EQ(c.rendezvous.local_world_size, 1);
   EXPECT_EQ(c.rendezvous.is_host, -1);
@@ -82,7 +87,9 @@ TEST(LaunchConfigTest, EveryFlagReachesItsField) {
   EXPECT_EQ(c.rendezvous.local_world_size, 2);
   EXPECT_EQ(c.rendezvous.node_rank, 2);
   EXPECT_EQ(c.rendezvous.endpoint_host, "head");
-  EXPECT_EQ(c.rendezvous.endpoint_port, 1234);
+  EXPECT_EQ(c.rendezvous.endpoint_port, 1235) << "several nodes: the agents' store on master-port + 1";
+  EXPECT_EQ(c.worker_master_port, 1234);
+  EXPECT_TRUE(c.default_omp_num_threads) << "two workers, OMP_NUM_THREADS unset";
   EXPECT_EQ(c.rendezvous.local_address, "10.0.0.7");
   EXPECT_EQ(c.rendezvous.run_id, "job7");
   EXPECT_EQ(c.rendezvous.join_timeout, seconds(20));
@@ -120,7 +127,8 @@ TEST(LaunchConfigTest, PetVariablesFillFlagsNotGivenAndFlagsWin) {
   EXPECT_EQ(c.nproc_per_node, 4);
   EXPECT_EQ(c.rendezvous.node_rank, 1);
   EXPECT_EQ(c.master_addr, "pet-host");
-  EXPECT_EQ(c.rendezvous.endpoint_port, 2222);
+  EXPECT_EQ(c.rendezvous.endpoint_port, 2223);
+  EXPECT_EQ(c.worker_master_port, 2222);
   EXPECT_EQ(c.rendezvous.run_id, "pet-id");
   EXPECT_EQ(c.rendezvous.join_timeout, seconds(7));
   EXPECT_EQ(c.max_restarts, 5);
@@ -163,6 +171,19 @@ TEST(LaunchConfigTest, WorkerCommand) {
             (Args{"/opt/py/bin/python", "-u", "train.py"}));
 }
 
+TEST(LaunchConfigTest, ThePythonThatRunsIsKnownByItsFullPath) {
+  const std::string dir = testing::makeTempDir("dtrain-launch-config");
+  testing::writeFile(dir + "/python3", "#!/bin/sh\n");
+  ::chmod((dir + "/python3").c_str(), 0755);
+  LaunchConfig c = parse({"t.py"}, {{"PATH", "/nonexistent:" + dir}});
+  EXPECT_EQ(c.python_path, dir + "/python3") << "as exec finds it, like torchrun's sys.executable";
+  EXPECT_EQ(c.python_origin, "python3 on PATH");
+  c = parse({"t.py"}, {{"PYTHON_EXEC", "/opt/py/bin/python"}});
+  EXPECT_EQ(c.python_path, "/opt/py/bin/python");
+  EXPECT_EQ(c.python_origin, "PYTHON_EXEC");
+  EXPECT_EQ(parse({"--no-python", "worker.sh"}).python_path, "");
+}
+
 // A compiled program runs as is (python could only fail on it); a script
 // that merely exists stays a python script, as under torchrun.
 TEST(LaunchConfigTest, ElfProgramRunsWithoutPython) {
@@ -203,11 +224,18 @@ TEST(LaunchConfigTest, RendezvousEndpoints) {
   EXPECT_EQ(endpoint("[fe80::1%eth0]:29401"), "fe80::1%eth0 29401");
   EXPECT_EQ(endpoint("[::1]"), "::1 29400");
   EXPECT_EQ(endpoint(""), "127.0.0.1 29400") << "torchrun: empty is the default";
-  c = parse({"--rdzv-endpoint", "store:7000", "--master-addr", "ignored", "t.py"});
+  c = parse({"--rdzv-endpoint", "store:7000", "--master-addr", "ignored", "--nnodes", "2", "t.py"});
   EXPECT_EQ(c.rendezvous.endpoint_host, "store") << "static: an endpoint given beats master-addr";
   EXPECT_EQ(c.master_addr, "store");
   EXPECT_EQ(c.master_port, 7000);
-  EXPECT_EQ(parse({"--rdzv-endpoint", "store", "--master-port", "6000", "t.py"}).rendezvous.endpoint_port, 6000);
+  EXPECT_EQ(c.worker_master_port, 7000);
+  EXPECT_EQ(c.rendezvous.endpoint_port, 7001);
+  EXPECT_EQ(parse({"--rdzv-endpoint", "store", "--master-port", "6000", "t.py"}).worker_master_port, 6000);
+  EXPECT_EQ(c.rendezvous.run_id, "none") << "several nodes must name one id; torchrun's default";
+  EXPECT_EQ(parse({"--rdzv-backend", "c10d", "t.py"}).worker_master_port, 0) << "c10d: the agent picks it";
+  EXPECT_EQ(parseError({"--nnodes", "2", "--master-port", "65535", "t.py"}),
+            "--master-port 65535: expected a port 1-65534: the agents' store of a static job of several nodes "
+            "listens on the port after it");
 }
 
 TEST(LaunchConfigTest, Standalone) {

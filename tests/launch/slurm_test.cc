@@ -127,7 +127,8 @@ TEST(SlurmPrecedenceTest, SlurmFillsTheStaticRendezvous) {
   EXPECT_EQ(config.rendezvous.max_nodes, 4);
   EXPECT_EQ(config.rendezvous.node_rank, 2);
   EXPECT_EQ(config.rendezvous.endpoint_host, "gpu007");
-  EXPECT_EQ(config.rendezvous.endpoint_port, 29500);
+  EXPECT_EQ(config.rendezvous.endpoint_port, 29501) << "the agents' store: master-port + 1";
+  EXPECT_EQ(config.worker_master_port, 29500);
   EXPECT_EQ(config.rendezvous.run_id, "4242");
   EXPECT_EQ(config.nproc_per_node, 8);
   EXPECT_EQ(config.rendezvous.local_world_size, 8);
