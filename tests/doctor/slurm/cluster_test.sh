@@ -268,8 +268,16 @@ if wait_until 120 "job $job training" training; then
   # Restarts is 1 as soon as `scontrol requeue` runs, while the first run is
   # still ending (its JobState reads FAILED for a moment, as the batch script
   # exits with the step's code): wait for PENDING, then for the second run.
+  # The hold exists because slurmd revokes the first run's credential when it
+  # ends, and a credential made in the same second is revoked with it: a
+  # restart in that second fails at once (FAILED, ExitCode=1:0, no output).
+  # Start it 2 s after the first run has left the node instead.
   requeued() { [[ $(job_field "$job" Restarts) == 1 && $(job_field "$job" JobState) == PENDING ]]; }
-  wait_until 60 "job $job requeued" requeued && scontrol update JobId="$job" StartTime=now
+  if wait_until 60 "job $job requeued" requeued; then
+    wait_until 60 "node $node idle after job $job" node_idle
+    sleep 2
+    scontrol update JobId="$job" StartTime=now
+  fi
   restarted() { grep -q "job $job (restart 1)" "$out" 2> /dev/null; }
   wait_until 120 "job $job restarted" restarted || fail "job $job did not start again 120 s after its requeue: $(scontrol show job "$job")"
   wait_until 120 "job $job finished after its requeue" job_done "$job" || fail "job $job not finished 120 s after its requeue"
