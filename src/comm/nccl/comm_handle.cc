@@ -3,6 +3,7 @@
 #include "comm/nccl/poll_backoff.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <thread>
 
 #include "comm/nccl/nccl_check.h"
@@ -11,8 +12,9 @@
 
 namespace dtrain {
 NcclCommHandle::NcclCommHandle(const ncclUniqueId& id, int rank, int size, const std::string& name,
-                               Milliseconds timeout)
+                               Milliseconds timeout, bool blocking)
     : name_(name) {
+  const auto deadline = Clock::now() + timeout;
   const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(size);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
@@ -29,7 +31,7 @@ NcclCommHandle::NcclCommHandle(const ncclUniqueId& id, int rank, int size, const
   }
   ncclResult_t state = ncclInProgress;
   try {
-    state = awaitNotInProgress(Clock::now() + timeout);
+    state = awaitNotInProgress(deadline);
   } catch (...) {
     abort();
     throw;
@@ -46,6 +48,13 @@ NcclCommHandle::NcclCommHandle(const ncclUniqueId& id, int rank, int size, const
     abort();
     throw CommError("NCCL communicator '" + name_ + "' (" + who + ") failed to initialize: " + reason);
   }
+  if (!blocking || !blockingSupported()) return;
+  try {
+    splitIntoBlocking(rank, who, deadline);
+  } catch (...) {
+    abort();
+    throw;
+  }
 }
 
 NcclCommHandle::~NcclCommHandle() { abort(); }
@@ -54,29 +63,57 @@ void NcclCommHandle::issue(const std::string& what, const std::function<ncclResu
                            Clock::time_point deadline) {
   ncclResult_t rc;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_lock<std::shared_mutex> lock(mutex_);
     if (!comm_) throw CommError(what + ": the NCCL communicator was aborted");
+    calls_in_nccl_.fetch_add(1);
     rc = call(comm_);
+    calls_in_nccl_.fetch_sub(1);
   }
   if (rc == ncclInProgress) rc = awaitNotInProgress(deadline);
   if (rc == ncclInProgress) {
     throw CommError(what + " was still being enqueued by NCCL when its deadline passed "
                            "(a peer never connected?)");
   }
-  if (rc != ncclSuccess) throw CommError(what + " failed: " + describe(rc, nullptr));
+  if (rc != ncclSuccess) {
+    if (!alive()) throw CommError(what + ": the NCCL communicator was aborted while the call was in NCCL");
+    throw CommError(what + " failed: " + describe(rc, nullptr));
+  }
 }
 
 ncclResult_t NcclCommHandle::asyncError() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_lock<std::shared_mutex> lock(mutex_);
   if (!comm_) return ncclSuccess;
   ncclResult_t state = ncclSuccess;
   const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
   return rc != ncclSuccess ? rc : state;
 }
 
+bool NcclCommHandle::blockingSupported() {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  return true;
+#else
+  return false;
+#endif
+}
+
+void NcclCommHandle::revokeLocked(ncclComm_t comm) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  const ncclResult_t rc = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    DTRAIN_LOG_WARN("ncclCommRevoke of '" << name_ << "' returned " << describe(rc, nullptr));
+  }
+#else
+  (void)comm;
+#endif
+}
+
 void NcclCommHandle::abort() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> abort_lock(abort_mutex_);
   if (!comm_) return;
+  // A call blocked inside NCCL holds mutex_ shared until NCCL lets it go:
+  // revoke first, which stops in-flight work and makes it return.
+  if (blocking_ && calls_in_nccl_.load() > 0) revokeLocked(comm_);
+  std::unique_lock<std::shared_mutex> lock(mutex_);
   const ncclResult_t rc = ncclCommAbort(comm_);
   if (rc != ncclSuccess) {
     DTRAIN_LOG_WARN("ncclCommAbort of '" << name_ << "' returned " << describe(rc, nullptr));
@@ -86,15 +123,38 @@ void NcclCommHandle::abort() {
 
 bool NcclCommHandle::finalizeAndDestroy(Milliseconds timeout) {
   try {
+    std::unique_lock<std::mutex> abort_lock(abort_mutex_);
+    if (!comm_) return false;
     ncclResult_t rc;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!comm_) return false;
-      rc = ncclCommFinalize(comm_);
+    if (blocking_) {
+      // A blocking finalize waits inside NCCL for the other ranks: a timer
+      // revokes the communicator if they do not come, so that it returns.
+      std::mutex timer_mutex;
+      std::condition_variable timer_cv;
+      bool finalized = false;
+      std::thread timer([&] {
+        std::unique_lock<std::mutex> timer_lock(timer_mutex);
+        if (!timer_cv.wait_for(timer_lock, timeout, [&] { return finalized; })) revokeLocked(comm_);
+      });
+      {
+        std::shared_lock<std::shared_mutex> lock(mutex_);
+        rc = ncclCommFinalize(comm_);
+      }
+      {
+        std::lock_guard<std::mutex> timer_lock(timer_mutex);
+        finalized = true;
+      }
+      timer_cv.notify_all();
+      timer.join();
+    } else {
+      {
+        std::shared_lock<std::shared_mutex> lock(mutex_);
+        rc = ncclCommFinalize(comm_);
+      }
+      if (rc == ncclInProgress) rc = awaitNotInProgress(Clock::now() + timeout);
     }
-    if (rc == ncclInProgress) rc = awaitNotInProgress(Clock::now() + timeout);
     if (rc == ncclSuccess) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::unique_lock<std::shared_mutex> lock(mutex_);
       const ncclResult_t destroyed = ncclCommDestroy(comm_);
       comm_ = nullptr;
       if (destroyed != ncclSuccess) {
@@ -113,8 +173,64 @@ bool NcclCommHandle::finalizeAndDestroy(Milliseconds timeout) {
 }
 
 bool NcclCommHandle::alive() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_lock<std::shared_mutex> lock(mutex_);
   return comm_ != nullptr;
+}
+
+void NcclCommHandle::splitIntoBlocking(int rank, const std::string& who, Clock::time_point deadline) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  config.commName = name_.c_str();
+  config.splitShare = 0;  // its own resources: the parent is finalized below
+  ncclComm_t child = nullptr;
+  ncclResult_t rc;
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    rc = ncclCommSplit(comm_, 0, rank, &child, &config);
+  }
+  // The parent is non-blocking, so the split is too: its state says when
+  // the child is ready (and aborting the parent stops the child's init).
+  if (rc == ncclInProgress) rc = awaitNotInProgress(deadline);
+  if (rc == ncclInProgress) {
+    throw TimeoutError("NCCL communicator '" + name_ + "' (" + who +
+                       ") was not split into a blocking communicator before the initialisation deadline "
+                       "(a rank stopped during start-up?)");
+  }
+  if (rc != ncclSuccess || child == nullptr) {
+    const ncclResult_t reported = rc == ncclSuccess ? ncclInternalError : rc;
+    throw CommError("ncclCommSplit of NCCL communicator '" + name_ + "' (" + who +
+                    ") into a blocking communicator failed: " + describe(reported, nullptr));
+  }
+  // The parent has done its work: finalize it (bounded), keep the child.
+  ncclComm_t parent = comm_;
+  {
+    std::lock_guard<std::mutex> abort_lock(abort_mutex_);
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    comm_ = child;
+    blocking_ = true;
+  }
+  const auto parent_state = [parent] {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t got = ncclCommGetAsyncError(parent, &state);
+    return got != ncclSuccess ? got : state;
+  };
+  ncclResult_t finalized = ncclCommFinalize(parent);
+  PollBackoff backoff;
+  while (finalized == ncclInProgress && Clock::now() < deadline) {
+    backoff.pause();
+    finalized = parent_state();
+  }
+  if (finalized == ncclSuccess) {
+    const ncclResult_t destroyed = ncclCommDestroy(parent);
+    if (destroyed != ncclSuccess) {
+      DTRAIN_LOG_WARN("ncclCommDestroy of the non-blocking parent of '" << name_ << "' returned "
+                                                                        << describe(destroyed, nullptr));
+    }
+    return;
+  }
+  DTRAIN_LOG_WARN("the non-blocking parent of NCCL communicator '"
+                  << name_ << "' did not finalize (" << describe(finalized, nullptr) << "); aborting it");
+  ncclCommAbort(parent);
 }
 
 std::string NcclCommHandle::describe(ncclResult_t result, ncclComm_t comm) {
@@ -130,7 +246,7 @@ ncclResult_t NcclCommHandle::awaitNotInProgress(Clock::time_point deadline) {
   while (true) {
     ncclResult_t state = ncclSuccess;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::shared_lock<std::shared_mutex> lock(mutex_);
       if (!comm_) throw CommError("the NCCL communicator was aborted");
       DTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
     }
