@@ -19,7 +19,11 @@ over rounds:
 | GPUs | dtrain samples/s | dtrain step ms | dtrain scaling | DDP samples/s | DDP step ms | DDP scaling | dtrain/DDP |
 
 scaling = samples/s(G) / (G * samples/s(1)) from the medians, when G=1 was
-measured; dtrain/DDP is the ratio of the median samples/s. --configs seed
+measured; dtrain/DDP is the ratio of the median samples/s. --compiled-peer
+adds the peer under torch.compile (bench/peers/torch_ddp_bench.py --compile:
+reduce-overhead on 1 GPU, max-autotune-no-cudagraphs under DDP), run in the
+same rounds, with its own columns and dtrain/compiled ratio; goals marked
+"vs": "compiled" (the --configs cnn* set) are judged against it. --configs seed
 adds a goal column (met/missed). Every raw JSON result, the commands and the
 versions go to --out. NCCL_NVLS_ENABLE defaults to 0 for both sides. A
 failed command ends the run (exit 1) with the command and its output's tail.
@@ -49,7 +53,22 @@ SEED = {
     "c": {"label": "(c) resnet50 224x224, batch 128/GPU, bf16, channels-last", "model": "resnet50",
           "image_size": 224, "batch_size": 128, "precision": "bf16", "channels_last": True,
           "steps": 30, "warmup": 10, "goal": {"ratio": 1.1, "scaling": 0.97, "at": 4}},
+    # Against torch.compile (run with --compiled-peer).
+    "cnn224": {"label": "ResNet-50 224x224, batch 128/GPU, bf16, channels-last", "model": "resnet50",
+               "image_size": 224, "batch_size": 128, "precision": "bf16", "channels_last": True,
+               "steps": 30, "warmup": 10, "goal": {"ratio": 1.1, "scaling": 0.98, "at": 2, "vs": "compiled"}},
+    "cnn32b": {"label": "ResNet-50 32x32, batch 256/GPU, bf16, channels-last", "model": "resnet50",
+               "image_size": 32, "batch_size": 256, "precision": "bf16", "channels_last": True,
+               "goal": {"ratio": 1.3, "vs": "compiled"}},
+    "cnn32a": {"label": "ResNet-50 32x32, batch 64/GPU, fp32", "model": "resnet50", "image_size": 32,
+               "batch_size": 64, "precision": "fp32", "channels_last": False,
+               "goal": {"ratio": 1.5, "vs": "compiled"}},
 }
+PEER_NAMES = {"ddp": "DDP", "compiled": "compiled"}
+
+
+def compile_mode(gpus):
+    return "reduce-overhead" if gpus == 1 else "max-autotune-no-cudagraphs"
 
 
 def joined_pass_through(args, flags=("--dtrain-args", "--peer-args")):
@@ -127,7 +146,10 @@ def commands(a, cfg, gpus):
     dtrain = [a.dtrain, "bench", "train", "--gpus", str(gpus)] + common + shlex.split(a.dtrain_args)
     peer = (shlex.split(a.torchrun) + ["--standalone", "--nproc-per-node", str(gpus), shown_path(PEER)]
             + common + shlex.split(a.peer_args))
-    return dtrain, peer
+    cmds = {"dtrain": dtrain, "ddp": peer}
+    if a.compiled_peer:
+        cmds["compiled"] = peer + ["--compile", compile_mode(gpus)]
+    return cmds
 
 
 def measure(impl, cmd, gpus, env, state, a):
@@ -155,7 +177,8 @@ def measure(impl, cmd, gpus, env, state, a):
 
 def summarize(cfg, runs, gpus_list):
     med = {}
-    for impl in ("dtrain", "ddp"):
+    impls = [i for i in ("dtrain", "ddp", "compiled") if any(r["impl"] == i for r in runs)]
+    for impl in impls:
         for g in gpus_list:
             xs = [r for r in runs if r["impl"] == impl and r["gpus"] == g]
             if xs:
@@ -166,17 +189,26 @@ def summarize(cfg, runs, gpus_list):
         if ("dtrain", g) not in med or ("ddp", g) not in med:
             continue
         row = {"gpus": g, "rounds": sum(1 for r in runs if r["impl"] == "dtrain" and r["gpus"] == g)}
-        for impl in ("dtrain", "ddp"):
+        for impl in impls:
+            if (impl, g) not in med:
+                continue
             sps, ms = med[impl, g]
             one = med.get((impl, 1))
             row[impl] = {"samples_per_s": sps, "step_ms": ms,
                          "scaling": sps / (g * one[0]) if one and one[0] else None}
         row["ratio"] = row["dtrain"]["samples_per_s"] / row["ddp"]["samples_per_s"]
+        if "compiled" in row:
+            row["ratio_compiled"] = row["dtrain"]["samples_per_s"] / row["compiled"]["samples_per_s"]
         goal = cfg.get("goal")
-        if goal:
+        vs = goal.get("vs", "ddp") if goal else "ddp"
+        if goal and vs == "compiled" and "compiled" not in row:
+            row["goal_met"] = None
+            row["goal"] = "not decided (no compiled peer: --compiled-peer)"
+        elif goal:
             missed = []
-            if row["ratio"] < goal["ratio"]:
-                missed.append(f"{row['ratio']:.2f}x < {goal['ratio']:g}x")
+            ratio = row["ratio_compiled"] if vs == "compiled" else row["ratio"]
+            if ratio < goal["ratio"]:
+                missed.append(f"{ratio:.2f}x < {goal['ratio']:g}x")
             note = ""
             if goal.get("scaling") is not None and g == goal["at"]:
                 s = row["dtrain"]["scaling"]
@@ -191,7 +223,7 @@ def summarize(cfg, runs, gpus_list):
 
 
 def goal_text(goal):
-    t = f"dtrain/DDP >= {goal['ratio']:g}x at every GPU count"
+    t = f"dtrain/{PEER_NAMES[goal.get('vs', 'ddp')]} >= {goal['ratio']:g}x at every GPU count"
     if goal.get("scaling") is not None:
         t += f" and dtrain scaling >= {100 * goal['scaling']:g}% at {goal['at']} GPUs"
     return t
@@ -201,7 +233,7 @@ def versions_of(runs):
     keys = ("torch", "cuda", "nccl", "device", "model_impl", "cudnn_benchmark")
     seen = []
     for r in runs:
-        if r["impl"] == "ddp":
+        if r["impl"] != "dtrain":
             v = {k: r["result"].get(k) for k in keys}
             if v not in seen:
                 seen.append(v)
@@ -218,6 +250,8 @@ def report(cfg, entry, gpus_list):
         c = entry["commands"][str(g)]
         print(f"# dtrain ({g} GPU{'s' if g > 1 else ''}): {c['dtrain']}")
         print(f"# DDP    ({g} GPU{'s' if g > 1 else ''}): {c['ddp']}")
+        if "compiled" in c:
+            print(f"# compiled ({g} GPU{'s' if g > 1 else ''}): {c['compiled']}")
     for v in versions_of(runs):
         print(f"# peer: torch {v['torch']}, CUDA {v['cuda']}, NCCL {v['nccl']}, {v['device']} "
               f"(model {v['model_impl']}, cudnn.benchmark {v['cudnn_benchmark']})")
@@ -229,13 +263,21 @@ def report(cfg, entry, gpus_list):
         print(f"# goal: {goal_text(goal)}")
     print()
     pct = lambda s: "-" if s is None else f"{100 * s:.1f}%"  # noqa: E731
+    compiled = any("compiled" in r for r in rows)
     head = "| GPUs | dtrain samples/s | dtrain step ms | dtrain scaling | DDP samples/s | DDP step ms | DDP scaling | dtrain/DDP |"
+    if compiled:
+        head += " compiled samples/s | compiled step ms | compiled scaling | dtrain/compiled |"
     print(head + (" goal |" if goal else ""))
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---|" if goal else ""))
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if compiled else "")
+          + ("---|" if goal else ""))
     for r in rows:
         d, t = r["dtrain"], r["ddp"]
         line = (f"| {r['gpus']} | {d['samples_per_s']:,.0f} | {d['step_ms']:.2f} | {pct(d['scaling'])} | "
                 f"{t['samples_per_s']:,.0f} | {t['step_ms']:.2f} | {pct(t['scaling'])} | {r['ratio']:.2f}x |")
+        if compiled:
+            c = r.get("compiled")
+            line += (f" {c['samples_per_s']:,.0f} | {c['step_ms']:.2f} | {pct(c['scaling'])} | "
+                     f"{r['ratio_compiled']:.2f}x |" if c else " - | - | - | - |")
         print(line + (f" {r['goal']} |" if goal else ""))
     if goal:
         measured = {r["gpus"] for r in rows}
@@ -266,7 +308,7 @@ def configurations(a, p):
                  "precision": a.precision, "channels_last": a.channels_last}]
         names = ["custom"]
     else:
-        names = list(SEED) if a.configs == "seed" else [n.strip() for n in a.configs.split(",")]
+        names = ["a", "b", "c"] if a.configs == "seed" else [n.strip() for n in a.configs.split(",")]
         if any(n not in SEED for n in names):
             p.error(f"--configs: 'custom', 'seed', or a comma list of {', '.join(SEED)}")
         cfgs = [dict(SEED[n]) for n in names]
@@ -302,6 +344,9 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dtrain-args", default="", help="extra flags for `dtrain bench train`, one string")
     p.add_argument("--peer-args", default="", help="extra flags for the peer, e.g. '--cudnn-benchmark'")
+    p.add_argument("--compiled-peer", action="store_true",
+                   help="also run the peer under torch.compile (reduce-overhead on 1 GPU, "
+                        "max-autotune-no-cudagraphs under DDP)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per command, 0 = none (default 1800)")
     p.add_argument("--out", default="", help="write every raw JSON result, the commands and versions here")
     p.add_argument("--label", default="", help="title of the configuration (prefix for --configs seed)")
@@ -320,16 +365,16 @@ def main():
     for cfg in cfgs:
         cmds = {g: commands(a, cfg, g) for g in gpus_list}
         entry = {"config": {k: v for k, v in cfg.items()}, "env": {"NCCL_NVLS_ENABLE": env["NCCL_NVLS_ENABLE"]},
-                 "commands": {str(g): {"dtrain": shlex.join(d), "ddp": shlex.join(t)} for g, (d, t) in cmds.items()},
+                 "commands": {str(g): {impl: shlex.join(c) for impl, c in per.items()} for g, per in cmds.items()},
                  "runs": [], "rows": []}
         state["configs"].append(entry)
         for rnd in range(a.rounds):
             for g in gpus_list:
-                order = [("dtrain", cmds[g][0]), ("ddp", cmds[g][1])]
+                order = list(cmds[g].items())
                 if rnd % 2:
                     order.reverse()
                 for impl, cmd in order:
-                    doc, res, wall = measure(impl, cmd, g, env, state, a)
+                    doc, res, wall = measure("dtrain" if impl == "dtrain" else "peer", cmd, g, env, state, a)
                     entry["runs"].append({"round": rnd, "gpus": g, "impl": impl, "wall_s": wall,
                                           "samples_per_s": res["samples_per_s"], "step_ms": res["step_ms"],
                                           "result": doc})

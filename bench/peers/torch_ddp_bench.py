@@ -8,6 +8,14 @@ default bucket_cap_mb (25). PyTorch's default TF32 and cudnn.benchmark
 settings are left alone; --cudnn-benchmark turns cudnn.benchmark on for an
 extra comparison.
 
+--compile MODE runs the same step through torch.compile the way a user
+would: on one GPU without DDP, the model, its autocast and the loss in one
+compiled function (MODE reduce-overhead: CUDA graphs); on several GPUs the
+DDP-wrapped model compiled (MODE max-autotune-no-cudagraphs, since CUDA
+graphs do not work under DDP), the loss eager. A compiled peer steps a fused
+SGD (fused=True) where this PyTorch has one; the eager peer keeps the
+default (foreach) SGD.
+
     torchrun --standalone --nproc-per-node 4 bench/peers/torch_ddp_bench.py \
         --model resnet50 --image-size 32 --batch-size 64 --precision fp32 \
         --steps 100 --warmup 20 --json
@@ -103,6 +111,9 @@ def main():
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--cudnn-benchmark", action="store_true",
                    help="set torch.backends.cudnn.benchmark = True (default: PyTorch's default)")
+    p.add_argument("--compile", default="none",
+                   choices=["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                   help="torch.compile mode of the step (default none: eager)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     if a.steps < 1 or a.warmup < 0:
@@ -120,8 +131,19 @@ def main():
     model, impl = build_model(a.model, a.classes)
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
     model = model.to(device).to(memory_format=fmt)
-    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[local])
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    compiled = a.compile != "none"
+    # One GPU and compiled: no DDP wrapper (a single-GPU user has none).
+    ddp = model if compiled and world == 1 else nn.parallel.DistributedDataParallel(model, device_ids=[local])
+    optimizer = "foreach"
+    opt = None
+    if compiled:
+        try:
+            opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, fused=True)
+            optimizer = "fused"
+        except (TypeError, RuntimeError):
+            opt = None
+    if opt is None:
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
 
     # One fixed batch per rank, made on the GPU once.
     g = torch.Generator(device=device).manual_seed(1 + rank)
@@ -134,11 +156,29 @@ def main():
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def step():
-        opt.zero_grad(set_to_none=True)
+    def forward_loss(x, y):
         with autocast():
-            logits = ddp(images)
-        loss = F.cross_entropy(logits.float(), labels)
+            logits = ddp(x)
+        return F.cross_entropy(logits.float(), y)
+
+    if compiled and world == 1:
+        forward_loss = torch.compile(forward_loss, mode=a.compile)
+    elif compiled:
+        net = torch.compile(ddp, mode=a.compile)
+
+        def forward_loss(x, y):  # noqa: F811
+            with autocast():
+                logits = net(x)
+            return F.cross_entropy(logits.float(), y)
+
+    mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+    graphs = compiled and "cudagraphs" not in a.compile and a.compile in ("reduce-overhead", "max-autotune")
+
+    def step():
+        if graphs and mark_step is not None:
+            mark_step()
+        opt.zero_grad(set_to_none=True)
+        loss = forward_loss(images, labels)
         loss.backward()
         opt.step()
         return loss
@@ -159,7 +199,8 @@ def main():
     slowest = max(per_rank)
     final_loss = loss.item()
     if rank == 0:
-        out = {"peer": "torch-ddp", "model": a.model, "model_impl": impl, "image_size": a.image_size,
+        out = {"peer": "torch-ddp" if not compiled else f"torch-compile-{a.compile}", "compile": a.compile,
+               "ddp": ddp is not model, "optimizer": optimizer, "model": a.model, "model_impl": impl, "image_size": a.image_size,
                "batch_size": a.batch_size, "precision": a.precision, "channels_last": a.channels_last,
                "gpus": world, "steps": a.steps, "warmup": a.warmup,
                "step_ms": slowest / a.steps * 1e3,
@@ -172,7 +213,7 @@ def main():
         if a.json:
             print(json.dumps(out), flush=True)
         else:
-            print(f"torch-ddp {a.model} ({impl}) {a.image_size}x{a.image_size} batch {a.batch_size}/GPU "
+            print(f"{out['peer']} {a.model} ({impl}) {a.image_size}x{a.image_size} batch {a.batch_size}/GPU "
                   f"{a.precision}{' channels-last' if a.channels_last else ''} on {world} GPU(s): "
                   f"{out['step_ms']:.2f} ms/step, {out['samples_per_s']:,.0f} samples/s "
                   f"({a.steps} steps after {a.warmup} warm-up; torch {torch.__version__}, "
