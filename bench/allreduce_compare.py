@@ -2,10 +2,11 @@
 """Side-by-side table of `dtrain bench <collective> --json` and the PyTorch
 peer's `--json` (bench/peers/torch_allreduce.py), with busbw ratios.
 
-    bench/allreduce_compare.py dtrain.json torch.json [--min-bytes 64M]
+    bench/allreduce_compare.py dtrain.json torch.json [--min-bytes 64M] [--max-bytes 1G]
 
-Prints a Markdown table: size, dtrain and torch out-of-place/in-place busbw,
-and dtrain/torch; then the mean ratio over sizes >= --min-bytes.
+Prints a Markdown table: size, dtrain and torch out-of-place/in-place time
+and busbw, and dtrain/torch busbw; then the mean ratio over sizes from
+--min-bytes to --max-bytes.
 """
 import argparse
 import json
@@ -42,11 +43,13 @@ def main():
     p.add_argument("dtrain")
     p.add_argument("torch")
     p.add_argument("--min-bytes", type=size_arg, default=64 << 20)
+    p.add_argument("--max-bytes", type=size_arg, default=None)
     a = p.parse_args()
     d, t = load(a.dtrain), load(a.torch)
     trows = {r["size"]: r for r in t["rows"]}
-    print(f"| size | dtrain busbw out / in (GB/s) | torch busbw out / in (GB/s) | ratio out / in |")
-    print("|---:|---:|---:|---:|")
+    print("| size | dtrain time out / in (us) | torch time out / in (us) "
+          "| dtrain busbw out / in (GB/s) | torch busbw out / in (GB/s) | ratio out / in |")
+    print("|---:|---:|---:|---:|---:|---:|")
     ratios = []
     for r in d["rows"]:
         q = trows.get(r["size"])
@@ -56,12 +59,16 @@ def main():
         to, ti = q["out_of_place"]["busbw_gbps"], q["in_place"]["busbw_gbps"]
         ro = do / to if to else float("nan")
         ri = di / ti if ti else float("nan")
-        if r["size"] >= a.min_bytes:
+        if r["size"] >= a.min_bytes and (a.max_bytes is None or r["size"] <= a.max_bytes):
             ratios += [ro, ri]
-        print(f"| {fmt_size(r['size'])} | {do:.2f} / {di:.2f} | {to:.2f} / {ti:.2f} | {ro:.3f} / {ri:.3f} |")
+        times = (f"{r['out_of_place']['time_us']:.1f} / {r['in_place']['time_us']:.1f} | "
+                 f"{q['out_of_place']['time_us']:.1f} / {q['in_place']['time_us']:.1f}")
+        print(f"| {fmt_size(r['size'])} | {times} | {do:.2f} / {di:.2f} | {to:.2f} / {ti:.2f} | {ro:.3f} / {ri:.3f} |")
     if ratios:
         mean = sum(ratios) / len(ratios)
-        print(f"\nmean dtrain/torch busbw ratio at >= {fmt_size(a.min_bytes)}: {mean:.3f} "
+        span = f">= {fmt_size(a.min_bytes)}" if a.max_bytes is None else \
+            f"{fmt_size(a.min_bytes)} - {fmt_size(a.max_bytes)}"
+        print(f"\nmean dtrain/torch busbw ratio at {span}: {mean:.3f} "
               f"(min {min(ratios):.3f}, max {max(ratios):.3f}, {len(ratios)} measurements)")
 
 
