@@ -188,18 +188,44 @@ void NcclCommHandle::splitIntoBlocking(int rank, const std::string& who, Clock::
     std::shared_lock<std::shared_mutex> lock(mutex_);
     rc = ncclCommSplit(comm_, 0, rank, &child, &config);
   }
-  // The parent is non-blocking, so the split is too: its state says when
-  // the child is ready (and aborting the parent stops the child's init).
-  if (rc == ncclInProgress) rc = awaitNotInProgress(deadline);
+  // The parent is non-blocking, so the split is too: NCCL answers at once
+  // (ncclSuccess or ncclInProgress) and makes the child on its own thread,
+  // storing it into `child` when done. Wait for that, then for the child's
+  // own state (aborting the parent stops the child's init).
+  const std::atomic_ref<ncclComm_t> made(child);
+  PollBackoff backoff;
+  while (rc == ncclSuccess || rc == ncclInProgress) {
+    if (made.load(std::memory_order_acquire) != nullptr) break;
+    rc = asyncError();
+    if (rc != ncclSuccess && rc != ncclInProgress) break;
+    if (Clock::now() >= deadline) {
+      rc = ncclInProgress;
+      break;
+    }
+    backoff.pause();
+  }
+  if (rc == ncclSuccess || rc == ncclInProgress) {
+    child = made.load(std::memory_order_acquire);
+    while (child != nullptr) {
+      ncclResult_t state = ncclSuccess;
+      rc = ncclCommGetAsyncError(child, &state);
+      if (rc == ncclSuccess) rc = state;
+      if (rc != ncclInProgress || Clock::now() >= deadline) break;
+      backoff.pause();
+    }
+    if (child == nullptr) rc = ncclInProgress;
+  }
   if (rc == ncclInProgress) {
+    if (child != nullptr) ncclCommAbort(child);
     throw TimeoutError("NCCL communicator '" + name_ + "' (" + who +
                        ") was not split into a blocking communicator before the initialisation deadline "
                        "(a rank stopped during start-up?)");
   }
-  if (rc != ncclSuccess || child == nullptr) {
-    const ncclResult_t reported = rc == ncclSuccess ? ncclInternalError : rc;
+  if (rc != ncclSuccess) {
+    const std::string reason = describe(rc, child);
+    if (child != nullptr) ncclCommAbort(child);
     throw CommError("ncclCommSplit of NCCL communicator '" + name_ + "' (" + who +
-                    ") into a blocking communicator failed: " + describe(reported, nullptr));
+                    ") into a blocking communicator failed: " + reason);
   }
   // The parent has done its work: finalize it (bounded), keep the child.
   ncclComm_t parent = comm_;
@@ -215,7 +241,6 @@ void NcclCommHandle::splitIntoBlocking(int rank, const std::string& who, Clock::
     return got != ncclSuccess ? got : state;
   };
   ncclResult_t finalized = ncclCommFinalize(parent);
-  PollBackoff backoff;
   while (finalized == ncclInProgress && Clock::now() < deadline) {
     backoff.pause();
     finalized = parent_state();
