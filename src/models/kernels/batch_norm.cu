@@ -1,0 +1,474 @@
+// Fused batch norm (+ residual add) (+ ReLU) over channels-last rows,
+// forward and backward (batch_norm.h).
+#include <algorithm>
+#include <initializer_list>
+#include <type_traits>
+
+#include "models/kernels/batch_norm.h"
+#include "models/kernels/column_partials.cuh"
+
+namespace dtrain::kernels {
+namespace detail {
+namespace {
+
+constexpr int kBnThreads = 256;
+// Blocks of the reductions over rows (statistics, backward sums): a bound
+// that is not read off the device, so the number of partials, hence the
+// summation order and the bits, depend on the shape alone. 1056 = 8 blocks
+// of 256 threads on each of the 132 multiprocessors of an H100/H200.
+constexpr int kBnReduceBlocks = 1056;
+// Blocks of the elementwise passes (apply, dx): each thread walks a few rows
+// with its channels' coefficients in registers.
+constexpr int kBnApplyBlocks = 2112;
+
+// A block is `tcols` threads across the channels (VEC channels each) times
+// `brows` rows; gx blocks cover the channels, and a block row y (of gy)
+// walks rows y * brows + ty, stepping gy * brows. Small channel counts (64
+// bf16 channels: 8 vectors) put several rows in one warp, so a warp still
+// reads contiguous 16-byte vectors.
+struct ChannelTiles {
+  int vec = 1;
+  int tcols = 32;
+  int brows = 8;
+  int gx = 1;
+};
+
+ChannelTiles channel_tiles(int channels, int vec) {
+  ChannelTiles t;
+  t.vec = vec;
+  const int cvecs = ceil_div(channels, vec);
+  t.tcols = 1;
+  while (t.tcols < cvecs && t.tcols < 32) t.tcols *= 2;
+  t.brows = kBnThreads / t.tcols;
+  t.gx = ceil_div(cvecs, t.tcols);
+  return t;
+}
+
+// A pure function of the shape (and the vector width).
+int row_groups(int64_t rows, const ChannelTiles& t, int max_blocks) {
+  const int64_t g = std::min<int64_t>(ceil_div(rows, t.brows), 65535);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(g, std::max(1, max_blocks / t.gx))));
+}
+
+// Merges the (count, mean, M2) of a set b into a (Chan et al.): no
+// difference of large sums, so no cancellation when |mean| >> std.
+__device__ __forceinline__ void chan_merge(float& n, float& mean, float& m2, float nb, float mean_b, float m2_b) {
+  if (nb == 0.f) return;
+  const float total = n + nb;
+  const float delta = mean_b - mean;
+  const float fb = nb / total;
+  mean += delta * fb;
+  m2 += m2_b + delta * delta * n * fb;
+  n = total;
+}
+
+// Statistics, first level: each thread sums its rows shifted by its first
+// value (so the squares stay small next to the variance), turns that into
+// (n, mean, M2), and the block merges its threads in row order; one (mean,
+// M2) partial per channel goes to partials[blockIdx.y][2 * channels] (means
+// first). The partial's count follows from the shape (bn_partial_count).
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kBnThreads)
+    bn_stats_kernel(const T* x, int64_t rows, int channels, int tcols, float* partials) {
+  __shared__ float sh_mean[kBnThreads * VEC], sh_m2[kBnThreads * VEC], sh_n[kBnThreads];
+  const int tx = threadIdx.x % tcols, ty = threadIdx.x / tcols;
+  const int brows = kBnThreads / tcols;
+  const int c = (blockIdx.x * tcols + tx) * VEC;
+  const bool in = c < channels;
+  float shift[VEC], s1[VEC], s2[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) shift[j] = s1[j] = s2[j] = 0.f;
+  int n = 0;
+  const int64_t step = static_cast<int64_t>(gridDim.y) * brows;
+  int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty;
+  if (in && r < rows) {
+    load_floats<T, VEC>(x + r * channels + c, shift);
+#pragma unroll 4
+    for (; r < rows; r += step) {
+      float v[VEC];
+      load_floats<T, VEC>(x + r * channels + c, v);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        const float d = v[j] - shift[j];
+        s1[j] += d;
+        s2[j] += d * d;
+      }
+      ++n;
+    }
+  }
+  const float nf = static_cast<float>(n);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    sh_mean[threadIdx.x * VEC + j] = n ? shift[j] + s1[j] / nf : 0.f;
+    sh_m2[threadIdx.x * VEC + j] = n ? fmaxf(s2[j] - s1[j] * s1[j] / nf, 0.f) : 0.f;
+  }
+  sh_n[threadIdx.x] = nf;
+  __syncthreads();
+  if (ty != 0 || !in) return;
+  float cnt[VEC], mean[VEC], m2[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) cnt[j] = mean[j] = m2[j] = 0.f;
+  for (int i = 0; i < brows; ++i) {
+    const int t = i * tcols + tx;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) chan_merge(cnt[j], mean[j], m2[j], sh_n[t], sh_mean[t * VEC + j], sh_m2[t * VEC + j]);
+  }
+  float* out = partials + static_cast<int64_t>(blockIdx.y) * 2 * channels;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    if (c + j >= channels) break;
+    out[c + j] = mean[j];
+    out[channels + c + j] = m2[j];
+  }
+}
+
+constexpr int kStatColumns = 32;  // channels per block of the final merge
+constexpr int kStatLanes = 16;    // partials merged in parallel per channel
+
+// Rows of block row p: those r with (r / brows) % num_partials == p.
+__device__ __forceinline__ float bn_partial_count(int p, int num_partials, int64_t rows, int brows) {
+  const int64_t cycle = static_cast<int64_t>(num_partials) * brows;
+  const int64_t full = rows / cycle;
+  int64_t rem = rows - full * cycle - static_cast<int64_t>(p) * brows;
+  rem = rem < 0 ? 0 : (rem > brows ? brows : rem);
+  return static_cast<float>(full * brows + rem);
+}
+
+// Statistics, second level: lane l of each channel merges partials l, l +
+// 16, ... in order, then lane 0 merges the lanes in order; writes the saved
+// statistics and updates the running ones as torch does.
+__global__ void __launch_bounds__(kStatColumns* kStatLanes)
+    bn_stats_finalize_kernel(const float* partials, int num_partials, int brows, int64_t rows, int channels,
+                             float eps, float momentum, float* save_mean, float* save_invstd, float* running_mean,
+                             float* running_var) {
+  __shared__ float sh[3][kStatLanes][kStatColumns + 1];
+  const int c = blockIdx.x * kStatColumns + threadIdx.x;
+  float n = 0.f, mean = 0.f, m2 = 0.f;
+  if (c < channels) {
+    for (int p = threadIdx.y; p < num_partials; p += kStatLanes) {
+      const float* part = partials + static_cast<int64_t>(p) * 2 * channels;
+      chan_merge(n, mean, m2, bn_partial_count(p, num_partials, rows, brows), part[c], part[channels + c]);
+    }
+  }
+  sh[0][threadIdx.y][threadIdx.x] = n;
+  sh[1][threadIdx.y][threadIdx.x] = mean;
+  sh[2][threadIdx.y][threadIdx.x] = m2;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= channels) return;
+  n = mean = m2 = 0.f;
+#pragma unroll
+  for (int l = 0; l < kStatLanes; ++l) chan_merge(n, mean, m2, sh[0][l][threadIdx.x], sh[1][l][threadIdx.x], sh[2][l][threadIdx.x]);
+  const float m = static_cast<float>(rows);
+  save_mean[c] = mean;
+  save_invstd[c] = rsqrtf(m2 / m + eps);
+  if (running_mean) running_mean[c] = (1.f - momentum) * running_mean[c] + momentum * mean;
+  if (running_var) running_var[c] = (1.f - momentum) * running_var[c] + momentum * (m2 / (m - 1.f));
+}
+
+template <int VEC>
+__device__ __forceinline__ void load_params(const float* p, int c, int channels, float (&out)[VEC]) {
+  if (VEC == 1 || c + VEC <= channels) {
+    load_floats<float, VEC>(p + c, out);
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out[j] = c + j < channels ? p[c + j] : 0.f;
+  }
+}
+
+// y = act(weight (x - mean) invstd + bias [+ residual]). stat is invstd, or
+// the running variance when stat_is_var (eval: invstd = 1/sqrt(var + eps));
+// with save_mean/save_invstd, the block row 0 writes the mean and invstd it used.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kBnThreads)
+    bn_apply_kernel(const T* x, const T* residual, T* y, const float* weight, const float* bias, const float* mean,
+                    const float* stat, bool stat_is_var, float eps, int64_t rows, int channels, int tcols, bool relu,
+                    float* save_mean, float* save_invstd) {
+  const int tx = threadIdx.x % tcols, ty = threadIdx.x / tcols;
+  const int brows = kBnThreads / tcols;
+  const int c = (blockIdx.x * tcols + tx) * VEC;
+  if (c >= channels) return;
+  float m[VEC], inv[VEC], s[VEC], b[VEC];
+  load_params<VEC>(mean, c, channels, m);
+  load_params<VEC>(stat, c, channels, inv);
+  load_params<VEC>(weight, c, channels, s);
+  load_params<VEC>(bias, c, channels, b);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    if (stat_is_var) inv[j] = rsqrtf(inv[j] + eps);
+    s[j] *= inv[j];
+  }
+  if (save_mean && blockIdx.y == 0 && ty == 0) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      if (c + j < channels) {
+        save_mean[c + j] = m[j];
+        save_invstd[c + j] = inv[j];
+      }
+    }
+  }
+  const int64_t step = static_cast<int64_t>(gridDim.y) * brows;
+  for (int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty; r < rows; r += step) {
+    const int64_t off = r * channels + c;
+    float v[VEC], out[VEC];
+    load_floats<T, VEC>(x + off, v);
+    if (residual) {
+      float res[VEC];
+      load_floats<T, VEC>(residual + off, res);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) out[j] = (v[j] - m[j]) * s[j] + b[j] + res[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) out[j] = (v[j] - m[j]) * s[j] + b[j];
+    }
+    if (relu) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) out[j] = out[j] < 0.f ? 0.f : out[j];  // NaN stays NaN, as torch's relu
+    }
+    store_floats<T, VEC>(y + off, out);
+  }
+}
+
+// g = dy, masked by y > 0 with ReLU.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_masked_grad(const T* dy, const T* y, int64_t off, bool relu, float (&g)[VEC]) {
+  load_floats<T, VEC>(dy + off, g);
+  if (relu) {
+    float out[VEC];
+    load_floats<T, VEC>(y + off, out);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) g[j] = out[j] > 0.f ? g[j] : 0.f;
+  }
+}
+
+// Backward, first pass: per channel sum(g xhat) and sum(g) over the block's
+// rows (each thread in row order, then the block's threads in row order),
+// to partials[blockIdx.y][2 * channels] (the dweight sums first, then dbias).
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kBnThreads)
+    bn_backward_reduce_kernel(const T* dy, const T* y, const T* x, const float* mean, const float* invstd,
+                              int64_t rows, int channels, int tcols, bool relu, float* partials) {
+  __shared__ float sh_gx[kBnThreads * VEC], sh_g[kBnThreads * VEC];
+  const int tx = threadIdx.x % tcols, ty = threadIdx.x / tcols;
+  const int brows = kBnThreads / tcols;
+  const int c = (blockIdx.x * tcols + tx) * VEC;
+  const bool in = c < channels;
+  float sg[VEC], sgx[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) sg[j] = sgx[j] = 0.f;
+  if (in) {
+    float m[VEC], inv[VEC];
+    load_params<VEC>(mean, c, channels, m);
+    load_params<VEC>(invstd, c, channels, inv);
+    const int64_t step = static_cast<int64_t>(gridDim.y) * brows;
+#pragma unroll 2
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty; r < rows; r += step) {
+      const int64_t off = r * channels + c;
+      float g[VEC], v[VEC];
+      load_masked_grad<T, VEC>(dy, y, off, relu, g);
+      load_floats<T, VEC>(x + off, v);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        sg[j] += g[j];
+        sgx[j] += g[j] * ((v[j] - m[j]) * inv[j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    sh_gx[threadIdx.x * VEC + j] = sgx[j];
+    sh_g[threadIdx.x * VEC + j] = sg[j];
+  }
+  __syncthreads();
+  if (ty != 0 || !in) return;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) sg[j] = sgx[j] = 0.f;
+  for (int i = 0; i < brows; ++i) {
+    const int t = i * tcols + tx;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      sgx[j] += sh_gx[t * VEC + j];
+      sg[j] += sh_g[t * VEC + j];
+    }
+  }
+  float* out = partials + static_cast<int64_t>(blockIdx.y) * 2 * channels;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    if (c + j >= channels) break;
+    out[c + j] = sgx[j];
+    out[channels + c + j] = sg[j];
+  }
+}
+
+// Backward, second pass: dx = weight invstd (g - dbias/M - xhat dweight/M)
+// (training; eval: weight invstd g), and dresidual = g.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kBnThreads)
+    bn_backward_dx_kernel(const T* dy, const T* y, const T* x, const float* weight, const float* mean,
+                          const float* invstd, const float* dweight, const float* dbias, bool training, int64_t rows,
+                          int channels, int tcols, bool relu, T* dx, T* dresidual) {
+  const int tx = threadIdx.x % tcols, ty = threadIdx.x / tcols;
+  const int brows = kBnThreads / tcols;
+  const int c = (blockIdx.x * tcols + tx) * VEC;
+  if (c >= channels) return;
+  float m[VEC], inv[VEC], a[VEC], kb[VEC], kw[VEC];
+  load_params<VEC>(mean, c, channels, m);
+  load_params<VEC>(invstd, c, channels, inv);
+  load_params<VEC>(weight, c, channels, a);
+  load_params<VEC>(dbias, c, channels, kb);
+  load_params<VEC>(dweight, c, channels, kw);
+  const float inv_rows = 1.f / static_cast<float>(rows);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    a[j] *= inv[j];
+    kb[j] = training ? kb[j] * inv_rows : 0.f;
+    kw[j] = training ? kw[j] * inv_rows : 0.f;
+  }
+  const int64_t step = static_cast<int64_t>(gridDim.y) * brows;
+  for (int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty; r < rows; r += step) {
+    const int64_t off = r * channels + c;
+    float g[VEC], v[VEC], out[VEC];
+    load_masked_grad<T, VEC>(dy, y, off, relu, g);
+    load_floats<T, VEC>(x + off, v);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out[j] = a[j] * (g[j] - kb[j] - (v[j] - m[j]) * inv[j] * kw[j]);
+    store_floats<T, VEC>(dx + off, out);
+    if (dresidual) store_floats<T, VEC>(dresidual + off, g);
+  }
+}
+
+// The vector width for these pointers: 16-byte accesses when channels and
+// every (non-null) pointer allow, else 1.
+template <typename T>
+bool vector_path(int channels, std::initializer_list<const void*> ptrs) {
+  if (channels % kVec16<T> != 0) return false;
+  for (const void* p : ptrs) {
+    if (!aligned16(p)) return false;
+  }
+  return true;
+}
+
+// Calls f(std::integral_constant<int, VEC>) with the vector width.
+template <typename T, typename F>
+cudaError_t with_vec(bool vec, F&& f) {
+  if (vec) return f(std::integral_constant<int, kVec16<T>>{});
+  return f(std::integral_constant<int, 1>{});
+}
+
+size_t workspace_bytes_for(int64_t rows, int channels) {
+  if (rows <= 0 || channels <= 0) return 0;
+  int groups = 0;
+  for (int vec : {1, 4, 8}) {
+    if (channels % vec == 0) groups = std::max(groups, row_groups(rows, channel_tiles(channels, vec), kBnReduceBlocks));
+  }
+  return static_cast<size_t>(groups) * 2 * channels * sizeof(float);
+}
+
+cudaError_t forward(const BatchNormForwardArgs& a, cudaStream_t stream) {
+  if (!a.x || !a.y || !a.weight || !a.bias || a.rows < 0 || a.channels <= 0) return cudaErrorInvalidValue;
+  if (a.training) {
+    if (a.rows < 2 || !a.save_mean || !a.save_invstd || !a.workspace || !aligned16(a.workspace) ||
+        a.workspace_bytes < workspace_bytes_for(a.rows, a.channels)) {
+      return cudaErrorInvalidValue;
+    }
+  } else {
+    if (!a.running_mean || !a.running_var || (!a.save_mean != !a.save_invstd)) return cudaErrorInvalidValue;
+    if (a.rows == 0) return cudaSuccess;
+  }
+  return dispatch_act(a.act_dtype, [&](auto act) -> cudaError_t {
+    using T = typename decltype(act)::type;
+    const T* x = static_cast<const T*>(a.x);
+    if (a.training) {
+      float* partials = static_cast<float*>(a.workspace);
+      int groups = 0, brows = 0;
+      cudaError_t rc = with_vec<T>(vector_path<T>(a.channels, {a.x}), [&](auto vec_tag) -> cudaError_t {
+        constexpr int kV = decltype(vec_tag)::value;
+        const ChannelTiles t = channel_tiles(a.channels, kV);
+        groups = row_groups(a.rows, t, kBnReduceBlocks);
+        brows = t.brows;
+        bn_stats_kernel<T, kV><<<dim3(t.gx, groups), kBnThreads, 0, stream>>>(x, a.rows, a.channels, t.tcols, partials);
+        return launch_status();
+      });
+      if (rc != cudaSuccess) return rc;
+      bn_stats_finalize_kernel<<<ceil_div(a.channels, kStatColumns), dim3(kStatColumns, kStatLanes), 0, stream>>>(
+          partials, groups, brows, a.rows, a.channels, a.eps, a.momentum, a.save_mean, a.save_invstd, a.running_mean,
+          a.running_var);
+      rc = launch_status();
+      if (rc != cudaSuccess) return rc;
+    }
+    const float* mean = a.training ? a.save_mean : a.running_mean;
+    const float* stat = a.training ? a.save_invstd : a.running_var;
+    const bool vec = vector_path<T>(a.channels, {a.x, a.residual, a.y, a.weight, a.bias, mean, stat, a.save_mean,
+                                                 a.save_invstd});
+    return with_vec<T>(vec, [&](auto vec_tag) -> cudaError_t {
+      constexpr int kV = decltype(vec_tag)::value;
+      const ChannelTiles t = channel_tiles(a.channels, kV);
+      bn_apply_kernel<T, kV><<<dim3(t.gx, row_groups(a.rows, t, kBnApplyBlocks)), kBnThreads, 0, stream>>>(
+          x, static_cast<const T*>(a.residual), static_cast<T*>(a.y), a.weight, a.bias, mean, stat, !a.training,
+          a.eps, a.rows, a.channels, t.tcols, a.relu, a.training ? nullptr : a.save_mean,
+          a.training ? nullptr : a.save_invstd);
+      return launch_status();
+    });
+  });
+}
+
+cudaError_t backward(const BatchNormBackwardArgs& a, cudaStream_t stream) {
+  if (!a.dy || !a.x || !a.weight || !a.mean || !a.invstd || !a.dx || !a.dweight || !a.dbias ||
+      (a.relu && !a.y) || a.rows < 0 || a.channels <= 0 || (a.training && a.rows < 2)) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.rows > 0 && (!a.workspace || !aligned16(a.workspace) ||
+                     a.workspace_bytes < workspace_bytes_for(a.rows, a.channels))) {
+    return cudaErrorInvalidValue;
+  }
+  if (a.rows == 0) {  // eval over no rows: zero parameter gradients
+    cudaError_t rc = cudaMemsetAsync(a.dweight, 0, sizeof(float) * a.channels, stream);
+    if (rc != cudaSuccess) return rc;
+    return cudaMemsetAsync(a.dbias, 0, sizeof(float) * a.channels, stream);
+  }
+  return dispatch_act(a.act_dtype, [&](auto act) -> cudaError_t {
+    using T = typename decltype(act)::type;
+    const T* dy = static_cast<const T*>(a.dy);
+    const T* y = a.relu ? static_cast<const T*>(a.y) : nullptr;
+    const T* x = static_cast<const T*>(a.x);
+    float* partials = static_cast<float*>(a.workspace);
+    int groups = 0;
+    const bool reduce_vec = vector_path<T>(a.channels, {a.dy, y, a.x, a.mean, a.invstd});
+    cudaError_t rc = with_vec<T>(reduce_vec, [&](auto vec_tag) -> cudaError_t {
+      constexpr int kV = decltype(vec_tag)::value;
+      const ChannelTiles t = channel_tiles(a.channels, kV);
+      groups = row_groups(a.rows, t, kBnReduceBlocks);
+      bn_backward_reduce_kernel<T, kV><<<dim3(t.gx, groups), kBnThreads, 0, stream>>>(
+          dy, y, x, a.mean, a.invstd, a.rows, a.channels, t.tcols, a.relu, partials);
+      return launch_status();
+    });
+    if (rc != cudaSuccess) return rc;
+    rc = launch_reduce_column_partials<float>(partials, groups, 2 * a.channels, a.channels, a.dweight, a.dbias, false,
+                                              stream);
+    if (rc != cudaSuccess) return rc;
+    const bool vec = vector_path<T>(a.channels, {a.dy, y, a.x, a.weight, a.mean, a.invstd, a.dweight, a.dbias, a.dx,
+                                                 a.dresidual});
+    return with_vec<T>(vec, [&](auto vec_tag) -> cudaError_t {
+      constexpr int kV = decltype(vec_tag)::value;
+      const ChannelTiles t = channel_tiles(a.channels, kV);
+      bn_backward_dx_kernel<T, kV><<<dim3(t.gx, row_groups(a.rows, t, kBnApplyBlocks)), kBnThreads, 0, stream>>>(
+          dy, y, x, a.weight, a.mean, a.invstd, a.dweight, a.dbias, a.training, a.rows, a.channels, t.tcols, a.relu,
+          static_cast<T*>(a.dx), static_cast<T*>(a.dresidual));
+      return launch_status();
+    });
+  });
+}
+
+}  // namespace
+}  // namespace detail
+
+size_t batch_norm_workspace_size(int64_t rows, int channels) { return detail::workspace_bytes_for(rows, channels); }
+
+cudaError_t batch_norm_forward(const BatchNormForwardArgs& args, cudaStream_t stream) {
+  return detail::forward(args, stream);
+}
+
+cudaError_t batch_norm_backward(const BatchNormBackwardArgs& args, cudaStream_t stream) {
+  return detail::backward(args, stream);
+}
+
+}  // namespace dtrain::kernels
