@@ -73,6 +73,84 @@ NormBackward norm_backward(bool rms, const std::vector<float>& dy, const std::ve
   return out;
 }
 
+BatchNormForward batch_norm_forward(const std::vector<float>& x, const std::vector<float>& residual,
+                                    const std::vector<float>& weight, const std::vector<float>& bias,
+                                    const std::vector<float>& running_mean, const std::vector<float>& running_var,
+                                    int64_t rows, int channels, bool training, double momentum, double eps,
+                                    bool relu) {
+  BatchNormForward out;
+  out.mean.assign(channels, 0.0);
+  out.invstd.assign(channels, 0.0);
+  out.running_mean.assign(running_mean.begin(), running_mean.end());
+  out.running_var.assign(running_var.begin(), running_var.end());
+  for (int c = 0; c < channels; ++c) {
+    if (!training) {
+      out.mean[c] = running_mean[c];
+      out.invstd[c] = 1.0 / std::sqrt(double(running_var[c]) + eps);
+      continue;
+    }
+    double sum = 0;
+    for (int64_t r = 0; r < rows; ++r) sum += x[r * channels + c];
+    const double mean = sum / rows;
+    double sq = 0;
+    for (int64_t r = 0; r < rows; ++r) sq += (x[r * channels + c] - mean) * (x[r * channels + c] - mean);
+    out.mean[c] = mean;
+    out.invstd[c] = 1.0 / std::sqrt(sq / rows + eps);
+    out.running_mean[c] = (1 - momentum) * running_mean[c] + momentum * mean;
+    out.running_var[c] = (1 - momentum) * running_var[c] + momentum * sq / (rows - 1);
+  }
+  out.y.resize(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int c = 0; c < channels; ++c) {
+      const size_t i = r * channels + c;
+      double v = (x[i] - out.mean[c]) * out.invstd[c] * weight[c] + bias[c] + (residual.empty() ? 0.0 : residual[i]);
+      if (relu && v < 0) v = 0;
+      out.y[i] = v;
+    }
+  }
+  return out;
+}
+
+BatchNormBackward batch_norm_backward(const std::vector<float>& dy, const std::vector<float>& y,
+                                      const std::vector<float>& x, const std::vector<float>& weight,
+                                      const std::vector<float>& mean, const std::vector<float>& invstd, int64_t rows,
+                                      int channels, bool training, bool relu) {
+  BatchNormBackward out;
+  out.dweight.assign(channels, 0.0);
+  out.dbias.assign(channels, 0.0);
+  out.dweight_abs.assign(channels, 0.0);
+  out.dbias_abs.assign(channels, 0.0);
+  out.dresidual.resize(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int c = 0; c < channels; ++c) {
+      const size_t i = r * channels + c;
+      const double g = relu && !(y[i] > 0) ? 0.0 : double(dy[i]);
+      const double xhat = (double(x[i]) - mean[c]) * invstd[c];
+      out.dresidual[i] = g;
+      out.dbias[c] += g;
+      out.dweight[c] += g * xhat;
+      out.dbias_abs[c] += std::fabs(g);
+      out.dweight_abs[c] += std::fabs(g * xhat);
+    }
+  }
+  out.dx.resize(x.size());
+  out.dx_scale.resize(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int c = 0; c < channels; ++c) {
+      const size_t i = r * channels + c;
+      const double g = out.dresidual[i];
+      const double xhat = (double(x[i]) - mean[c]) * invstd[c];
+      const double a = double(weight[c]) * invstd[c];
+      const double kb = training ? out.dbias[c] / rows : 0.0, kw = training ? out.dweight[c] / rows : 0.0;
+      out.dx[i] = a * (g - kb - xhat * kw);
+      out.dx_scale[i] = std::fabs(a) * (std::fabs(g) + (training ? out.dbias_abs[c] / rows +
+                                                                      std::fabs(xhat) * out.dweight_abs[c] / rows
+                                                                : 0.0));
+    }
+  }
+  return out;
+}
+
 namespace {
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kGeluCoeff = 0.044715;

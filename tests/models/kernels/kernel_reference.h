@@ -29,6 +29,30 @@ NormBackward norm_backward(bool rms, const std::vector<float>& dy, const std::ve
                            const std::vector<float>& weight, const std::vector<float>& dresidual, int64_t rows,
                            int cols, double eps);
 
+// Batch norm (+ residual) (+ ReLU) over [rows, channels] (batch_norm.h).
+// Training: the batch's statistics (biased variance), and the running ones
+// updated from running_mean/running_var as torch does; eval: the running
+// ones. y before rounding to the activation dtype.
+struct BatchNormForward {
+  std::vector<double> y, mean, invstd, running_mean, running_var;
+};
+BatchNormForward batch_norm_forward(const std::vector<float>& x, const std::vector<float>& residual,
+                                    const std::vector<float>& weight, const std::vector<float>& bias,
+                                    const std::vector<float>& running_mean, const std::vector<float>& running_var,
+                                    int64_t rows, int channels, bool training, double momentum, double eps, bool relu);
+
+struct BatchNormBackward {
+  std::vector<double> dx, dresidual, dweight, dbias;
+  std::vector<double> dweight_abs, dbias_abs;  // sums of |terms|: the scale of the sums' rounding
+  std::vector<double> dx_scale;                // |weight invstd| (|g| + dbias_abs/M + |xhat| dweight_abs/M)
+};
+// y: the forward's output as the kernel wrote it (ReLU's mask is y > 0);
+// mean, invstd: the statistics the forward saved (fp32), as backward reads them.
+BatchNormBackward batch_norm_backward(const std::vector<float>& dy, const std::vector<float>& y,
+                                      const std::vector<float>& x, const std::vector<float>& weight,
+                                      const std::vector<float>& mean, const std::vector<float>& invstd, int64_t rows,
+                                      int channels, bool training, bool relu);
+
 double gelu(double h);
 double gelu_grad(double h);
 

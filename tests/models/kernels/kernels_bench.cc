@@ -1,5 +1,6 @@
 // kernels_bench: GB/s of each fused kernel at GPT-2 124M and Llama 3.2 1B
-// shapes (rows = batch * seq = 16 * 1024 by default), bf16, beside a
+// shapes (rows = batch * seq = 16 * 1024 by default) and of batch norm at
+// ResNet-50 224x224 shapes (batch 128, channels-last), bf16, beside a
 // device-to-device copy (the bandwidth ceiling). Bytes are the fewest the
 // kernel must move (each input read once, each output written once); times
 // are per call, from replays of a CUDA graph of 20 calls (no launch gaps,
@@ -15,6 +16,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/kernels/kernels.h"
@@ -243,6 +245,59 @@ void bench_cross_entropy(Arena& a, const char* model, int64_t rows, int vocab, i
          [=] { return dk::cross_entropy_forward_backward(c, g_stream); });
 }
 
+// Batch norm at one ResNet-50 shape [batch, side, side, channels]: the
+// training forward with the shortcut and ReLU (statistics: one read of x;
+// apply: x and residual read, y written) and its backward (sums: dy, y, x
+// read; dx: the same read again, dx and dresidual written). Bytes count
+// every pass, the fewest these two-pass kernels can move.
+void bench_batch_norm(Arena& a, int64_t batch, int side, int channels) {
+  const int64_t rows = batch * side * side;
+  const size_t n = rows * channels, e = 2;
+  const std::string s = std::to_string(batch) + "x" + std::to_string(side) + "x" + std::to_string(side) + "x" +
+                        std::to_string(channels);
+  const size_t ws_bytes = dk::batch_norm_workspace_size(rows, channels);
+  dk::BatchNormForwardArgs f;
+  f.x = a.random(n * e);
+  f.residual = a.random(n * e);
+  f.y = a.random(n * e);
+  f.weight = a.upload(std::vector<float>(channels, 1.f));
+  f.bias = a.upload(std::vector<float>(channels, 0.f));
+  f.running_mean = a.upload(std::vector<float>(channels, 0.f));
+  f.running_var = a.upload(std::vector<float>(channels, 1.f));
+  f.save_mean = static_cast<float*>(a.random(channels * 4));
+  f.save_invstd = static_cast<float*>(a.random(channels * 4));
+  f.workspace = a.random(ws_bytes);
+  f.workspace_bytes = ws_bytes;
+  f.rows = rows;
+  f.channels = channels;
+  f.relu = true;
+  report("resnet50", "bn+add+relu fwd train", s, 4.0 * n * e, [=] { return dk::batch_norm_forward(f, g_stream); });
+  dk::BatchNormForwardArgs eval = f;
+  eval.training = false;
+  eval.save_mean = eval.save_invstd = nullptr;
+  report("resnet50", "bn+add+relu fwd eval", s, 3.0 * n * e,
+         [=] { return dk::batch_norm_forward(eval, g_stream); });
+  dk::BatchNormBackwardArgs g;
+  g.dy = a.random(n * e);
+  g.y = f.y;
+  g.x = f.x;
+  g.weight = f.weight;
+  g.mean = f.save_mean;
+  g.invstd = f.save_invstd;
+  g.dx = a.random(n * e);
+  g.dresidual = a.random(n * e);
+  g.dweight = static_cast<float*>(a.random(channels * 4));
+  g.dbias = static_cast<float*>(a.random(channels * 4));
+  g.workspace = f.workspace;
+  g.workspace_bytes = ws_bytes;
+  g.rows = rows;
+  g.channels = channels;
+  g.relu = true;
+  // The saved statistics must be real ones (random bits may be NaN or 0).
+  CHECK(dk::batch_norm_forward(f, g_stream));
+  report("resnet50", "bn+add+relu bwd", s, 8.0 * n * e, [=] { return dk::batch_norm_backward(g, g_stream); });
+}
+
 void bench_copy(Arena& a) {
   const size_t bytes = size_t{1} << 30;
   void *src = a.random(bytes), *dst = a.random(bytes);
@@ -284,5 +339,8 @@ int main(int argc, char** argv) {
   bench_swiglu(a, rows, 8192);
   bench_rope(a, rows, 32, 8, 64);
   bench_cross_entropy(a, "llama3-1B", rows, 128256, 128256);
+  for (auto [side, channels] : {std::pair{56, 64}, {56, 256}, {28, 512}, {14, 1024}, {7, 2048}}) {
+    bench_batch_norm(a, 128, side, channels);
+  }
   return 0;
 }
