@@ -1,20 +1,22 @@
 // The fused CUDA kernels of models/kernels/ as differentiable torch
-// operations: the implementations transformer_ops.cc takes for CUDA tensors.
-// Each function returns the result of its namesake in transformer_ops.h
-// (same values up to rounding, same dtype, gradients to every input), or
-// std::nullopt when it declines the call; the caller then runs the libtorch
-// operation. A function declines when
+// operations: the implementations transformer_ops.cc takes for CUDA tensors
+// (and resnet.cc, batchNormAct). Each function returns the result of its
+// namesake in transformer_ops.h (same values up to rounding, same dtype,
+// gradients to every input), or std::nullopt when it declines the call; the
+// caller then runs the libtorch operation. A function declines when
 //   - this build has no fused kernels (a CPU libtorch, or no nvcc: the
 //     stand-ins of fused_ops_missing.cc decline everything),
 //   - DTRAIN_FUSED_KERNELS=0 (models/fused_kernels_setting.h),
 //   - its first tensor is not on a CUDA device,
 //   - its dtypes or shape are outside what the kernel takes: fp32 and bf16
 //     only (never double or fp16, nor fp16 autocast), rows of the norms up to
-//     16384 (bf16) / 8192 (fp32) columns, no empty tensors.
+//     16384 (bf16) / 8192 (fp32) columns, no empty tensors; batch norm
+//     only over channels-last (or [N, C]) activations.
 // Under bf16 autocast the dtypes are those the libtorch operations get from
 // autocast: LayerNorm in fp32 (layer_norm is on autocast's fp32 list), the
 // MLP's and the classifier's matrix products in bf16 with the fp32 bias added
-// inside the kernel, RMSNorm/SwiGLU/rotary in their inputs' dtype.
+// inside the kernel, RMSNorm/SwiGLU/rotary and batch norm (fp32 parameters
+// and statistics) in their inputs' dtype.
 //
 // Every result is deterministic (fixed reduction orders, no atomics), every
 // workspace comes from torch's caching allocator, and nothing reads the
@@ -23,6 +25,9 @@
 //   - applyRotary computes each angle as fp32 position x fp32 frequency (Meta's
 //     reference does the same); the libtorch table is computed in double, so
 //     the two drift apart by ~1e-3 rad at position 8192.
+//   - batchNormAct rounds once (BN, the residual add and the ReLU in fp32);
+//     the libtorch path rounds the BN output and the sum to the activation
+//     dtype (bf16 under autocast) before the next step.
 //   - classifierCrossEntropy computes the gradients of hidden and weight in
 //     its forward (chunks of rows: logits in the compute dtype, the loss and
 //     dlogits by the kernel, then the two gradient products), so the full
@@ -67,5 +72,24 @@ std::optional<torch::Tensor> applyRotary(const torch::Tensor& x, const ops::Rota
 // int64 targets, chunk by chunk; a float32 scalar.
 std::optional<torch::Tensor> classifierCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                                     const torch::Tensor& targets);
+
+// act(batch_norm(x) [+ residual]) with act = ReLU or identity: what
+// torch::batch_norm(x, weight, bias, running_mean, running_var, training,
+// momentum, eps) followed by `+ residual` and torch::relu computes, in one
+// statistics pass and one apply pass (models/kernels/batch_norm.h). In
+// training the batch statistics normalise and running_mean/running_var are
+// updated in place as torch's (momentum; unbiased running variance); in eval
+// the running statistics normalise. The caller (a BatchNorm module) bumps
+// its num_batches_tracked itself. Gradients reach x, residual, weight and
+// bias. Takes x of 4 dimensions in the channels-last memory format, or of 2
+// dimensions [N, C] contiguous, in fp32 or bf16 (under bf16 autocast the
+// input's dtype, as libtorch's batch_norm, which autocast leaves alone);
+// weight and bias fp32 or x's dtype; running statistics fp32 [C]; residual
+// undefined or of x's shape, dtype and strides. Declines anything else, and
+// a training call over one value per channel (libtorch raises its error).
+std::optional<torch::Tensor> batchNormAct(const torch::Tensor& x, const torch::Tensor& residual,
+                                          const torch::Tensor& weight, const torch::Tensor& bias,
+                                          torch::Tensor& running_mean, torch::Tensor& running_var, bool training,
+                                          double momentum, double eps, bool relu);
 
 }  // namespace dtrain::models::fused

@@ -1,5 +1,6 @@
 // The fused path in a build without it (a CPU libtorch, or no CUDA
-// compiler): every operation declines, so transformer_ops.cc runs libtorch's.
+// compiler): every operation declines, so transformer_ops.cc and resnet.cc
+// run libtorch's.
 #include "models/fused_ops_cuda.h"
 
 namespace dtrain::models::fused {
@@ -38,6 +39,12 @@ std::optional<torch::Tensor> swiglu(const torch::Tensor&, const torch::Tensor&) 
 std::optional<torch::Tensor> applyRotary(const torch::Tensor&, const ops::RotaryTable&) { return std::nullopt; }
 
 std::optional<torch::Tensor> classifierCrossEntropy(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  return std::nullopt;
+}
+
+std::optional<torch::Tensor> batchNormAct(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                          const torch::Tensor&, torch::Tensor&, torch::Tensor&, bool, double, double,
+                                          bool) {
   return std::nullopt;
 }
 
