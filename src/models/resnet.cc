@@ -1,9 +1,34 @@
 #include "models/resnet.h"
 
+#include "models/fused_ops_cuda.h"
+
 namespace dtrain::models {
 namespace {
 
 namespace nn = torch::nn;
+
+// act(bn(x) [+ residual]), act = ReLU or identity (residual undefined: no
+// add). On CUDA the fused kernel (fused::batchNormAct) when it takes the
+// call: it reads and updates the module's own parameters and running
+// statistics with the module's momentum and eps, and num_batches_tracked is
+// bumped here as BatchNorm2d's forward does. Otherwise (the CPU, a layout
+// the kernel declines, DTRAIN_FUSED_KERNELS=0) the module and libtorch's
+// add and ReLU, as before.
+torch::Tensor bnAct(nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu) {
+  const auto& o = bn->options;
+  // A cumulative average (momentum unset) reads the batch count on the host.
+  if (o.affine() && o.track_running_stats() && o.momentum().has_value()) {
+    const bool training = bn->is_training();
+    if (auto y = fused::batchNormAct(x, residual, bn->weight, bn->bias, bn->running_mean, bn->running_var, training,
+                                     *o.momentum(), o.eps(), relu)) {
+      if (training && bn->num_batches_tracked.defined()) bn->num_batches_tracked += 1;
+      return *y;
+    }
+  }
+  torch::Tensor out = bn->forward(x);
+  if (residual.defined()) out = out + residual;
+  return relu ? torch::relu(out) : out;
+}
 
 nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
   return nn::Conv2d(
@@ -31,9 +56,8 @@ class BasicBlockImpl : public nn::Module {
 
   torch::Tensor forward(torch::Tensor x) {
     torch::Tensor identity = downsample ? downsample->forward(x) : x;
-    torch::Tensor out = torch::relu(bn1->forward(conv1->forward(x)));
-    out = bn2->forward(conv2->forward(out));
-    return torch::relu(out + identity);
+    torch::Tensor out = bnAct(bn1, conv1->forward(x), {}, true);
+    return bnAct(bn2, conv2->forward(out), identity, true);
   }
 
   nn::Conv2d conv1;
@@ -63,10 +87,9 @@ class BottleneckImpl : public nn::Module {
 
   torch::Tensor forward(torch::Tensor x) {
     torch::Tensor identity = downsample ? downsample->forward(x) : x;
-    torch::Tensor out = torch::relu(bn1->forward(conv1->forward(x)));
-    out = torch::relu(bn2->forward(conv2->forward(out)));
-    out = bn3->forward(conv3->forward(out));
-    return torch::relu(out + identity);
+    torch::Tensor out = bnAct(bn1, conv1->forward(x), {}, true);
+    out = bnAct(bn2, conv2->forward(out), {}, true);
+    return bnAct(bn3, conv3->forward(out), identity, true);
   }
 
   nn::Conv2d conv1;
@@ -181,7 +204,7 @@ void ResNet::countBlock(ResNetBlock block, int64_t planes, int64_t stride, bool 
 }
 
 torch::Tensor ResNet::forward(torch::Tensor x) {
-  x = torch::relu(bn1_->forward(conv1_->forward(x)));
+  x = bnAct(bn1_, conv1_->forward(x), {}, true);
   if (maxpool_) x = maxpool_->forward(x);
   x = layer4_->forward(layer3_->forward(layer2_->forward(layer1_->forward(x))));
   x = torch::flatten(avgpool_->forward(x), 1);
