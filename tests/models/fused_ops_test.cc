@@ -228,6 +228,107 @@ TEST_F(FusedOpsTest, ClassifierCrossEntropyScalesByTheLossGradientOnce) {
   EXPECT_TRUE(allClose(quarter * 4, hidden.grad(), kFp32Forward));
 }
 
+// ResNet's BN (+ shortcut) (+ ReLU), channels-last: fused::batchNormAct
+// when it takes the call, else torch::batch_norm, + residual, relu (the
+// libtorch path). Outputs y and the running statistics after the call; the
+// inputs are x, weight, bias (and the residual).
+std::vector<torch::Tensor> batchNormAct(const std::vector<torch::Tensor>& in, const torch::Tensor& running_mean,
+                                        const torch::Tensor& running_var, bool training, bool relu) {
+  torch::Tensor rm = running_mean.clone(), rv = running_var.clone();
+  const torch::Tensor residual = in.size() > 3 ? in[3] : torch::Tensor();
+  torch::Tensor y;
+  if (auto fused = fused::batchNormAct(in[0], residual, in[1], in[2], rm, rv, training, 0.1, 1e-5, relu)) {
+    y = *fused;
+  } else {
+    y = torch::batch_norm(in[0], in[1], in[2], rm, rv, training, 0.1, 1e-5, /*cudnn_enabled=*/true);
+    if (residual.defined()) y = y + residual;
+    if (relu) y = torch::relu(y);
+  }
+  return {y, rm, rv};
+}
+
+torch::Tensor channelsLast(torch::Tensor t) { return t.contiguous(at::MemoryFormat::ChannelsLast); }
+
+// ||got - ref|| / ||ref||: for bf16 with ReLU, where the two paths round
+// the pre-activation at other places, so a few elements near zero fall on
+// the other side of ReLU's mask (their gradient is then 0 on one side only).
+double relativeError(const torch::Tensor& got, const torch::Tensor& ref) {
+  const torch::Tensor g = got.to(torch::kDouble), r = ref.to(torch::kDouble);
+  return (g - r).norm().item<double>() / r.norm().item<double>();
+}
+
+TEST_F(FusedOpsTest, BatchNormAct) {
+  for (torch::ScalarType t : {torch::kFloat, torch::kBFloat16}) {
+    for (bool training : {true, false}) {
+      for (auto [residual, relu] : {std::pair{false, false}, {false, true}, {true, true}, {true, false}}) {
+        for (int64_t channels : {64, 37}) {  // vector path, scalar path
+          SCOPED_TRACE(std::string(c10::toString(t)) + (training ? " training" : " eval") +
+                       (residual ? " residual" : "") + (relu ? " relu" : "") + " channels " +
+                       std::to_string(channels));
+          std::vector<torch::Tensor> in = {channelsLast(cuda({4, channels, 9, 7}, t, 1.5, 0.5)),
+                                           cuda({channels}, torch::kFloat, 0.2, 1), cuda({channels}, torch::kFloat, 0.2)};
+          if (residual) in.push_back(channelsLast(cuda({4, channels, 9, 7}, t)));
+          const torch::Tensor rm = cuda({channels}, torch::kFloat, 0.5), rv = cuda({channels}, torch::kFloat, 0.1, 1);
+          const Operation op = [&](const auto& x) { return batchNormAct(x, rm, rv, training, relu); };
+          if (t == torch::kFloat || !relu) {
+            expectSameAsLibtorch(op, in, forwardTolerance(t), backwardTolerance(t));
+            continue;
+          }
+          std::vector<torch::Tensor> probes;
+          const OperationRun ref = runOperation(op, in, /*fused=*/false, probes);
+          const OperationRun got = runOperation(op, in, /*fused=*/true, probes);
+          EXPECT_TRUE(got.reached_fused);
+          for (size_t i = 0; i < ref.outputs.size(); ++i) {
+            EXPECT_TRUE(allClose(got.outputs[i], ref.outputs[i], kBf16)) << "output " << i;
+          }
+          for (size_t i = 0; i < ref.grads.size(); ++i) {
+            EXPECT_LT(relativeError(got.grads[i], ref.grads[i]), kBf16) << "gradient of input " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ResNet under bf16 autocast: bf16 convolution outputs, fp32 parameters and
+// running statistics; batch_norm runs in the input's dtype (autocast leaves
+// it alone), and so does the fused kernel.
+TEST_F(FusedOpsTest, BatchNormActUnderAutocast) {
+  std::vector<torch::Tensor> in = {channelsLast(cuda({8, 128, 7, 7}, torch::kBFloat16, 2, -0.5)),
+                                   cuda({128}, torch::kFloat, 0.2, 1), cuda({128}, torch::kFloat, 0.2),
+                                   channelsLast(cuda({8, 128, 7, 7}, torch::kBFloat16))};
+  const torch::Tensor rm = cuda({128}, torch::kFloat, 0.5), rv = cuda({128}, torch::kFloat, 0.1, 1);
+  // No ReLU: gradients element by element (ReLU's mask is covered above).
+  expectSameAsLibtorch([&](const auto& x) { return batchNormAct(x, rm, rv, true, false); }, in, kBf16, kBf16,
+                       /*autocast=*/true);
+  std::vector<torch::Tensor> probes;
+  const Operation op = [&](const auto& x) { return batchNormAct(x, rm, rv, true, true); };
+  const OperationRun ref = runOperation(op, in, false, probes, /*autocast=*/true);
+  const OperationRun got = runOperation(op, in, true, probes, /*autocast=*/true);
+  EXPECT_TRUE(got.reached_fused);
+  EXPECT_EQ(got.outputs[0].scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(got.outputs[0].is_contiguous(at::MemoryFormat::ChannelsLast));
+  for (size_t i = 0; i < ref.outputs.size(); ++i) EXPECT_TRUE(allClose(got.outputs[i], ref.outputs[i], kBf16));
+  for (size_t i = 0; i < ref.grads.size(); ++i) EXPECT_LT(relativeError(got.grads[i], ref.grads[i]), kBf16);
+}
+
+TEST_F(FusedOpsTest, BatchNormActDeclinesWhatTheKernelDoesNotTake) {
+  FusedKernelsSwitch on(true);
+  torch::Tensor rm = cuda({16}, torch::kFloat), rv = cuda({16}, torch::kFloat, 0.1, 1);
+  const auto w = cuda({16}, torch::kFloat), b = cuda({16}, torch::kFloat);
+  const auto nchw = cuda({2, 16, 5, 5}, torch::kFloat);
+  EXPECT_FALSE(fused::batchNormAct(nchw, {}, w, b, rm, rv, true, 0.1, 1e-5, true).has_value());  // NCHW layout
+  EXPECT_FALSE(fused::batchNormAct(channelsLast(nchw).to(torch::kHalf), {}, w, b, rm, rv, true, 0.1, 1e-5, true)
+                   .has_value());  // fp16
+  EXPECT_FALSE(fused::batchNormAct(channelsLast(cuda({1, 16, 1, 1}, torch::kFloat)), {}, w, b, rm, rv, true, 0.1,
+                                   1e-5, true)
+                   .has_value());  // one value per channel in training
+  EXPECT_FALSE(fused::batchNormAct(channelsLast(nchw), nchw, w, b, rm, rv, true, 0.1, 1e-5, true)
+                   .has_value());  // residual in another layout
+  EXPECT_TRUE(fused::batchNormAct(channelsLast(nchw), channelsLast(nchw), w, b, rm, rv, true, 0.1, 1e-5, true)
+                  .has_value());
+}
+
 TEST_F(FusedOpsTest, DoubleAndCpuTensorsTakeTheLibtorchPath) {
   FusedKernelsSwitch on(true);
   const auto w = torch::ones({8}, torch::kDouble).cuda();

@@ -1,0 +1,206 @@
+// Whole channels-last resnet18/resnet50 models with the fused batch norm
+// (fused::batchNormAct, taken by resnet.cc) against the same models with
+// DTRAIN_FUSED_KERNELS=0 (loss, gradients and BN buffers, fp32 and bf16
+// autocast), and a fused BN forward + backward captured into a CUDA graph
+// and replayed. Skipped without a CUDA device or a fused build.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_set>
+
+#include "fused_test_util.h"
+#include "models/fused_ops_cuda.h"
+#include "models/model.h"
+
+#if DTRAIN_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "libtorch/compat.h"
+#endif
+
+namespace dtrain::models::testing {
+namespace {
+
+// Whether any node of t's autograd graph is a fused function (a whole
+// model's graph: no depth limit).
+bool graphHoldsFused(const torch::Tensor& t) {
+  if (!t.grad_fn()) return false;
+  std::deque<torch::autograd::Node*> todo{t.grad_fn().get()};
+  std::unordered_set<torch::autograd::Node*> seen{t.grad_fn().get()};
+  while (!todo.empty()) {
+    torch::autograd::Node* node = todo.front();
+    todo.pop_front();
+    if (node->name().find("Fused") != std::string::npos) return true;
+    for (const auto& edge : node->next_edges()) {
+      if (edge.function && seen.insert(edge.function.get()).second) todo.push_back(edge.function.get());
+    }
+  }
+  return false;
+}
+
+struct ResNetRun {
+  double loss = 0;
+  std::map<std::string, torch::Tensor> grads, buffers;
+  bool fused = false;
+};
+
+// The same weights (seeded), batch and labels each time; the model in the
+// channels-last format (as --channels-last trains it), one training step's
+// forward + backward.
+ResNetRun lossAndGradients(const std::string& name, bool fused, bool autocast) {
+  FusedKernelsSwitch on(fused);
+  torch::manual_seed(3);
+  ModelOptions options;
+  options.in_channels = 3;
+  options.num_classes = 10;
+  options.image_size = 32;
+  auto model = createModel(name, options);
+  model->to(torch::kCUDA);
+  for (auto& p : model->parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  model->train();
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA);
+  const torch::Tensor images = torch::randn({4, 3, 32, 32}, f32).contiguous(at::MemoryFormat::ChannelsLast);
+  const torch::Tensor labels = torch::randint(10, {4}, f32.dtype(torch::kLong));
+  ResNetRun run;
+  torch::Tensor loss;
+  {
+    std::optional<Bf16Autocast> scope;
+    if (autocast) scope.emplace();
+    loss = model->loss(images, labels);
+  }
+  run.fused = graphHoldsFused(loss);
+  loss.backward();
+  run.loss = loss.item<double>();
+  for (const auto& p : model->named_parameters()) run.grads[p.key()] = p.value().grad().clone();
+  for (const auto& b : model->named_buffers()) run.buffers[b.key()] = b.value().clone();
+  return run;
+}
+
+torch::Tensor flatGradients(const ResNetRun& run) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& [name, g] : run.grads) parts.push_back(g.flatten().to(torch::kDouble));
+  return torch::cat(parts);
+}
+
+class FusedResNetTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { DTRAIN_SKIP_WITHOUT_FUSED_KERNELS(); }
+};
+
+// fp32: the sums run in other orders (cuDNN's convolutions too), nothing else differs.
+TEST_P(FusedResNetTest, Fp32LossGradientsAndBuffersMatchTheLibtorchPath) {
+  const ResNetRun ref = lossAndGradients(GetParam(), false, false);
+  const ResNetRun got = lossAndGradients(GetParam(), true, false);
+  EXPECT_FALSE(ref.fused);
+  EXPECT_TRUE(got.fused);
+  EXPECT_NEAR(got.loss, ref.loss, 1e-4 * ref.loss);
+  for (const auto& [name, g] : ref.grads) EXPECT_TRUE(allClose(got.grads.at(name), g, 1e-3)) << name;
+  ASSERT_EQ(got.buffers.size(), ref.buffers.size());
+  for (const auto& [name, b] : ref.buffers) {
+    if (b.scalar_type() == torch::kLong) {
+      EXPECT_TRUE(torch::equal(got.buffers.at(name), b)) << name;  // num_batches_tracked
+    } else {
+      EXPECT_TRUE(allClose(got.buffers.at(name), b, 1e-4)) << name;
+    }
+  }
+}
+
+// bf16 rounds at other places on each path (the fused one rounds BN + add +
+// ReLU once; the libtorch one after each): the loss to bf16 accuracy, the
+// gradient as a whole (norm and direction), the running statistics to bf16
+// accuracy.
+TEST_P(FusedResNetTest, Bf16AutocastLossAndGradientsMatchTheLibtorchPath) {
+  const ResNetRun ref = lossAndGradients(GetParam(), false, true);
+  const ResNetRun got = lossAndGradients(GetParam(), true, true);
+  EXPECT_TRUE(got.fused);
+  EXPECT_NEAR(got.loss, ref.loss, 2e-2 * ref.loss);
+  const torch::Tensor a = flatGradients(got), b = flatGradients(ref);
+  const double norm_a = a.norm().item<double>(), norm_b = b.norm().item<double>();
+  EXPECT_NEAR(norm_a, norm_b, 5e-2 * norm_b);
+  EXPECT_GT(a.dot(b).item<double>() / (norm_a * norm_b), 0.99);
+  for (const auto& [name, buf] : ref.buffers) {
+    if (buf.scalar_type() == torch::kLong) {
+      EXPECT_TRUE(torch::equal(got.buffers.at(name), buf)) << name;
+    } else {
+      EXPECT_TRUE(allClose(got.buffers.at(name), buf, 2e-2)) << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, FusedResNetTest, ::testing::Values("resnet18", "resnet50"));
+
+#if DTRAIN_TORCH_CUDA
+
+// BN + shortcut + ReLU, bf16 activations and fp32 parameters, forward and
+// backward captured into a CUDA graph: every replay gives the eager bits
+// (the kernels are deterministic) and updates the running statistics.
+TEST(FusedBatchNormGraphTest, ForwardAndBackwardCaptureIntoACudaGraphAndReplay) {
+  DTRAIN_SKIP_WITHOUT_FUSED_KERNELS();
+  FusedKernelsSwitch on(true);
+  torch::manual_seed(5);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA);
+  const auto channels_last = at::MemoryFormat::ChannelsLast;
+  std::vector<torch::Tensor> leaves = {
+      torch::randn({8, 256, 14, 14}, f32).to(torch::kBFloat16).contiguous(channels_last).requires_grad_(true),
+      torch::randn({8, 256, 14, 14}, f32).to(torch::kBFloat16).contiguous(channels_last).requires_grad_(true),
+      (torch::randn({256}, f32) * 0.2 + 1).requires_grad_(true), (torch::randn({256}, f32) * 0.2).requires_grad_(true)};
+  const torch::Tensor rm0 = torch::randn({256}, f32) * 0.5, rv0 = torch::rand({256}, f32) + 0.5;
+  torch::Tensor rm = rm0.clone(), rv = rv0.clone();
+  const torch::Tensor probe = torch::randn({8, 256, 14, 14}, f32);
+  auto step = [&] {
+    const auto y = fused::batchNormAct(leaves[0], leaves[1], leaves[2], leaves[3], rm, rv, true, 0.1, 1e-5, true);
+    EXPECT_TRUE(y.has_value());
+    torch::Tensor loss = (y->to(torch::kFloat) * probe).sum();
+    loss.backward();
+    return y->detach();
+  };
+
+  // Eager on a side stream (graphs cannot capture the default stream); the
+  // warm-up also creates every gradient, which the captured backward then
+  // accumulates into in place.
+  c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
+  const torch::Tensor eager_y = step().clone();
+  const torch::Tensor eager_rm = rm.clone(), eager_rv = rv.clone();
+  std::vector<torch::Tensor> eager;
+  for (auto& p : leaves) {
+    eager.push_back(p.grad().clone());
+    p.grad().zero_();
+  }
+  torch::cuda::synchronize();
+
+  at::cuda::CUDAGraph graph;
+  compat::beginGraphCapture(graph);
+  const torch::Tensor y = step();
+  graph.capture_end();
+  for (int replay = 0; replay < 2; ++replay) {
+    for (auto& p : leaves) p.grad().zero_();
+    rm.copy_(rm0);
+    rv.copy_(rv0);
+    graph.replay();
+    torch::cuda::synchronize();
+    EXPECT_TRUE(torch::equal(y, eager_y)) << "replay " << replay;
+    EXPECT_TRUE(torch::equal(rm, eager_rm)) << "replay " << replay;
+    EXPECT_TRUE(torch::equal(rv, eager_rv)) << "replay " << replay;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      EXPECT_TRUE(torch::equal(leaves[i].grad(), eager[i])) << "input " << i << " replay " << replay;
+    }
+  }
+}
+
+#else
+
+TEST(FusedBatchNormGraphTest, ForwardAndBackwardCaptureIntoACudaGraphAndReplay) {
+  GTEST_SKIP() << "this build's libtorch has no CUDA (no CUDA graphs)";
+}
+
+#endif
+
+}  // namespace
+}  // namespace dtrain::models::testing
