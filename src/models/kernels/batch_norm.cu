@@ -125,11 +125,11 @@ __global__ void __launch_bounds__(kBnThreads)
 constexpr int kStatColumns = 32;  // channels per block of the final merge
 constexpr int kStatLanes = 16;    // partials merged in parallel per channel
 
-// Rows of block row p: those r with (r / brows) % num_partials == p.
-__device__ __forceinline__ float bn_partial_count(int p, int num_partials, int64_t rows, int brows) {
-  const int64_t cycle = static_cast<int64_t>(num_partials) * brows;
-  const int64_t full = rows / cycle;
-  int64_t rem = rows - full * cycle - static_cast<int64_t>(p) * brows;
+// Rows of block row p: those r with (r / brows) % num_partials == p, i.e.
+// `full` whole cycles of brows rows each, plus what the last, partial cycle
+// (`tail` rows) leaves it.
+__device__ __forceinline__ float bn_partial_count(int p, int64_t full, int64_t tail, int brows) {
+  int64_t rem = tail - static_cast<int64_t>(p) * brows;
   rem = rem < 0 ? 0 : (rem > brows ? brows : rem);
   return static_cast<float>(full * brows + rem);
 }
@@ -145,9 +145,24 @@ __global__ void __launch_bounds__(kStatColumns* kStatLanes)
   const int c = blockIdx.x * kStatColumns + threadIdx.x;
   float n = 0.f, mean = 0.f, m2 = 0.f;
   if (c < channels) {
-    for (int p = threadIdx.y; p < num_partials; p += kStatLanes) {
-      const float* part = partials + static_cast<int64_t>(p) * 2 * channels;
-      chan_merge(n, mean, m2, bn_partial_count(p, num_partials, rows, brows), part[c], part[channels + c]);
+    const int64_t cycle = static_cast<int64_t>(num_partials) * brows;
+    const int64_t full = rows / cycle, tail = rows - full * cycle;
+    // Four partials loaded ahead of their merges (the same order: p = l, l + 16, ...).
+    constexpr int kAhead = 4;
+    for (int p0 = threadIdx.y; p0 < num_partials; p0 += kAhead * kStatLanes) {
+      float pm[kAhead], pv[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        const int p = p0 + u * kStatLanes;
+        const float* part = partials + static_cast<int64_t>(p) * 2 * channels;
+        pm[u] = p < num_partials ? part[c] : 0.f;
+        pv[u] = p < num_partials ? part[channels + c] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        const int p = p0 + u * kStatLanes;
+        if (p < num_partials) chan_merge(n, mean, m2, bn_partial_count(p, full, tail, brows), pm[u], pv[u]);
+      }
     }
   }
   sh[0][threadIdx.y][threadIdx.x] = n;
