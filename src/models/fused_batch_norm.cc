@@ -35,9 +35,9 @@ torch::Tensor likeInput(const torch::Tensor& t, const torch::Tensor& x) {
 class FusedBatchNormFunction : public torch::autograd::Function<FusedBatchNormFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& residual,
-                               const torch::Tensor& weight, const torch::Tensor& bias, const torch::Tensor& running_mean,
-                               const torch::Tensor& running_var, bool training, double momentum, double eps,
-                               bool relu) {
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               const torch::Tensor& running_mean, const torch::Tensor& running_var, bool training,
+                               double momentum, double eps, bool relu) {
     KernelScope scope(x);
     const bool has_residual = residual.numel() > 0;
     const int channels = static_cast<int>(x.size(1));

@@ -266,10 +266,12 @@ TEST_F(FusedOpsTest, BatchNormAct) {
                        (residual ? " residual" : "") + (relu ? " relu" : "") + " channels " +
                        std::to_string(channels));
           std::vector<torch::Tensor> in = {channelsLast(cuda({4, channels, 9, 7}, t, 1.5, 0.5)),
-                                           cuda({channels}, torch::kFloat, 0.2, 1), cuda({channels}, torch::kFloat, 0.2)};
+                                           cuda({channels}, torch::kFloat, 0.2, 1),
+                                           cuda({channels}, torch::kFloat, 0.2)};
           if (residual) in.push_back(channelsLast(cuda({4, channels, 9, 7}, t)));
           const torch::Tensor rm = cuda({channels}, torch::kFloat, 0.5), rv = cuda({channels}, torch::kFloat, 0.1, 1);
-          const Operation op = [&](const auto& x) { return batchNormAct(x, rm, rv, training, relu); };
+          const bool with_relu = relu;  // a structured binding: not capturable before C++20
+          const Operation op = [&](const auto& x) { return batchNormAct(x, rm, rv, training, with_relu); };
           if (t == torch::kFloat || !relu) {
             expectSameAsLibtorch(op, in, forwardTolerance(t), backwardTolerance(t));
             continue;

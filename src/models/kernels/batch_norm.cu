@@ -172,7 +172,9 @@ __global__ void __launch_bounds__(kStatColumns* kStatLanes)
   if (threadIdx.y != 0 || c >= channels) return;
   n = mean = m2 = 0.f;
 #pragma unroll
-  for (int l = 0; l < kStatLanes; ++l) chan_merge(n, mean, m2, sh[0][l][threadIdx.x], sh[1][l][threadIdx.x], sh[2][l][threadIdx.x]);
+  for (int l = 0; l < kStatLanes; ++l) {
+    chan_merge(n, mean, m2, sh[0][l][threadIdx.x], sh[1][l][threadIdx.x], sh[2][l][threadIdx.x]);
+  }
   const float m = static_cast<float>(rows);
   save_mean[c] = mean;
   save_invstd[c] = rsqrtf(m2 / m + eps);

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "kernel_reference.h"
@@ -39,7 +40,7 @@ struct BnCase {
 std::string case_name(const ::testing::TestParamInfo<BnCase>& info) {
   const BnCase& c = info.param;
   const int offset_value = static_cast<int>(c.offset);
-  const std::string offset = (offset_value < 0 ? "m" : "") + std::to_string(offset_value < 0 ? -offset_value : offset_value);
+  const std::string offset = (offset_value < 0 ? "m" : "") + std::to_string(std::abs(offset_value));
   return std::string(dtype_name(c.act)) + "_r" + std::to_string(c.rows) + "_c" + std::to_string(c.channels) +
          (c.residual ? "_res" : "") + (c.relu ? "_relu" : "") + (c.training ? "_train" : "_eval") +
          (c.misalign ? "_misaligned" : "") + (c.offset != 0.f ? "_offset" + offset : "");
