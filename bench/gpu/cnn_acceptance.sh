@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The fused CNN blocks (batch-norm statistics/apply/backward with the
+# residual add and ReLU, src/models/kernels/batch_norm.cu) and ResNet-50
+# against torch.compile, on the GPU machine, in one device call:
+#   - build dtrain, kernels_test, kernels_bench and fused_ops_test against
+#     the installed PyTorch's libtorch;
+#   - the batch-norm kernel tests (against the CPU reference, determinism,
+#     graph capture), the fused batch-norm operation and the fused ResNets
+#     against DTRAIN_FUSED_KERNELS=0, and the kernels' bandwidth table;
+#   - ResNet-50 (CONFIGS, default cnn224: 224x224, batch 128, bf16,
+#     channels-last) on GPUS (default 1) GPUs: `dtrain bench train` (fused),
+#     the PyTorch peer eager and under torch.compile (reduce-overhead on 1 GPU,
+#     max-autotune-no-cudagraphs under DDP), ROUNDS rounds (default 1), with
+#     bench/train_bench_compare.py --compiled-peer; then dtrain with
+#     DTRAIN_FUSED_KERNELS=0 and both eager time splits (--breakdown).
+#   bench/gpu/cnn_acceptance.sh      (needs .deps/ as the other GPU scripts)
+# Logs go to $OUT/cnn.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+phase=cnn
+suite=cnn
+source bench/gpu/lib.sh
+deps=${DTRAIN_DEPS:-$PWD/.deps}
+configs=${CONFIGS:-cnn224}
+gpus=${GPUS:-1}
+rounds=${ROUNDS:-1}
+
+log "machine"
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$OUT/gpus.csv"
+python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__)' \
+  2>&1 | tail -1 | tee "$OUT/versions.txt"
+
+log "build (libtorch from $torch_prefix)"
+start=$SECONDS
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WITH_GLOO=OFF -DDTRAIN_WITH_TORCH=ON \
+  -DDTRAIN_WITH_NCCL=ON -DDTRAIN_WITH_CUDA_KERNELS=ON -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_DEPS_PREFIX="$deps" \
+  -DCMAKE_PREFIX_PATH="$deps/usr;$torch_prefix" \
+  -DNCCL_INCLUDE_DIR="$nccl_home/include" -DNCCL_LIBRARY="$nccl_home/lib/libnccl.so.2" > "$OUT/build.log" 2>&1 \
+  && ninja -C build-gpu dtrain kernels_test kernels_bench fused_ops_test >> "$OUT/build.log" 2>&1 \
+  || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; tail -30 "$OUT/build.log"; exit 1; }
+echo "built in $((SECONDS - start)) s"
+kbin=build-gpu/tests/models/kernels
+
+log "batch-norm kernel tests"
+timeout 120 $kbin/kernels_test --gtest_brief=1 --gtest_filter='*BatchNorm*' > "$OUT/kernels_test.log" 2>&1
+echo "kernels_test exit $?"
+grep -E "^\[  (PASSED|FAILED) |Failure|out of tolerance|worst" "$OUT/kernels_test.log" | head -30
+log "fused batch-norm operation and fused ResNets against DTRAIN_FUSED_KERNELS=0"
+timeout 180 build-gpu/tests/models/fused_ops_test --gtest_brief=1 --gtest_filter='*BatchNorm*:*FusedResNet*' \
+  > "$OUT/fused_ops_test.log" 2>&1
+echo "fused_ops_test exit $?"
+grep -E "^\[  (PASSED|FAILED) |Failure|worst|declined|Skipped" "$OUT/fused_ops_test.log" | head -30
+log "ResNet-50 ($configs) on $gpus GPU(s): dtrain, PyTorch eager, PyTorch torch.compile; $rounds round(s)"
+timeout 420 python3 bench/train_bench_compare.py --dtrain "$dtrain" --gpus "$gpus" --configs "$configs" --rounds "$rounds" \
+  --compiled-peer --peer-args "--cudnn-benchmark" --out "$OUT/compare.json" 2> "$OUT/compare.log" | tee "$OUT/compare.md"
+tail -6 "$OUT/compare.log"
+
+cfg="--model resnet50 --image-size 224 --batch-size 128 --precision bf16 --channels-last --steps 30 --warmup 10"
+log "dtrain with DTRAIN_FUSED_KERNELS=0 (the libtorch batch-norm), same configuration"
+DTRAIN_FUSED_KERNELS=0 timeout 120 $dtrain bench train --gpus 1 $cfg 2>&1 | grep -v INFO | tee "$OUT/unfused.txt" | tail -4
+log "batch-norm kernels, GB/s"
+timeout 60 $kbin/kernels_bench > "$OUT/kernels_bench.md" 2>&1
+grep -i -E "batch|^\| kernel|^\|---" "$OUT/kernels_bench.md" | head -30
+
+log "eager time split, fused and unfused (--no-cuda-graphs --breakdown)"
+timeout 120 $dtrain bench train --gpus 1 $cfg --no-cuda-graphs --breakdown 2>&1 | grep -v INFO | tee "$OUT/breakdown_fused.txt" | tail -8
+DTRAIN_FUSED_KERNELS=0 timeout 120 $dtrain bench train --gpus 1 $cfg --no-cuda-graphs --breakdown 2>&1 | grep -v INFO \
+  | tee "$OUT/breakdown_unfused.txt" | tail -8
