@@ -257,6 +257,35 @@ double relativeError(const torch::Tensor& got, const torch::Tensor& ref) {
   return (g - r).norm().item<double>() / r.norm().item<double>();
 }
 
+// bf16 with ReLU: the two paths round at other places (the fused one
+// rounds BN + add + ReLU once, libtorch's after each operation), so a few
+// pre-activations near zero fall on the other side of ReLU's mask on one
+// path only, and neither path is the reference. Both are compared with the
+// same operation in fp32 (libtorch, the inputs widened): the fused path must
+// be at least as close to it as libtorch's bf16 path (within 25%, plus 1e-3),
+// outputs and gradients, by ||got - fp32|| / ||fp32||.
+void expectAtLeastAsAccurateAsLibtorch(const Operation& op, const std::vector<torch::Tensor>& in, bool autocast) {
+  std::vector<torch::Tensor> wide;
+  for (const torch::Tensor& t : in) wide.push_back(t.to(torch::kFloat));  // keeps the memory format
+  std::vector<torch::Tensor> probes;
+  const OperationRun exact = runOperation(op, wide, /*fused=*/false, probes);
+  const OperationRun ref = runOperation(op, in, /*fused=*/false, probes, autocast);
+  const OperationRun got = runOperation(op, in, /*fused=*/true, probes, autocast);
+  EXPECT_TRUE(got.reached_fused);
+  const auto check = [](const torch::Tensor& g, const torch::Tensor& r, const torch::Tensor& e,
+                         const std::string& what) {
+    const double fused_error = relativeError(g, e), libtorch_error = relativeError(r, e);
+    EXPECT_LE(fused_error, 1.25 * libtorch_error + 1e-3)
+        << what << ": fused bf16 " << fused_error << " from fp32, libtorch bf16 " << libtorch_error;
+  };
+  for (size_t i = 0; i < exact.outputs.size(); ++i) {
+    check(got.outputs[i], ref.outputs[i], exact.outputs[i], "output " + std::to_string(i));
+  }
+  for (size_t i = 0; i < exact.grads.size(); ++i) {
+    check(got.grads[i], ref.grads[i], exact.grads[i], "gradient of input " + std::to_string(i));
+  }
+}
+
 TEST_F(FusedOpsTest, BatchNormAct) {
   for (torch::ScalarType t : {torch::kFloat, torch::kBFloat16}) {
     for (bool training : {true, false}) {
@@ -276,16 +305,7 @@ TEST_F(FusedOpsTest, BatchNormAct) {
             expectSameAsLibtorch(op, in, forwardTolerance(t), backwardTolerance(t));
             continue;
           }
-          std::vector<torch::Tensor> probes;
-          const OperationRun ref = runOperation(op, in, /*fused=*/false, probes);
-          const OperationRun got = runOperation(op, in, /*fused=*/true, probes);
-          EXPECT_TRUE(got.reached_fused);
-          for (size_t i = 0; i < ref.outputs.size(); ++i) {
-            EXPECT_TRUE(allClose(got.outputs[i], ref.outputs[i], kBf16)) << "output " << i;
-          }
-          for (size_t i = 0; i < ref.grads.size(); ++i) {
-            EXPECT_LT(relativeError(got.grads[i], ref.grads[i]), kBf16) << "gradient of input " << i;
-          }
+          expectAtLeastAsAccurateAsLibtorch(op, in, /*autocast=*/false);
         }
       }
     }
@@ -305,13 +325,10 @@ TEST_F(FusedOpsTest, BatchNormActUnderAutocast) {
                        /*autocast=*/true);
   std::vector<torch::Tensor> probes;
   const Operation op = [&](const auto& x) { return batchNormAct(x, rm, rv, true, true); };
-  const OperationRun ref = runOperation(op, in, false, probes, /*autocast=*/true);
   const OperationRun got = runOperation(op, in, true, probes, /*autocast=*/true);
-  EXPECT_TRUE(got.reached_fused);
   EXPECT_EQ(got.outputs[0].scalar_type(), torch::kBFloat16);
   EXPECT_TRUE(got.outputs[0].is_contiguous(at::MemoryFormat::ChannelsLast));
-  for (size_t i = 0; i < ref.outputs.size(); ++i) EXPECT_TRUE(allClose(got.outputs[i], ref.outputs[i], kBf16));
-  for (size_t i = 0; i < ref.grads.size(); ++i) EXPECT_LT(relativeError(got.grads[i], ref.grads[i]), kBf16);
+  expectAtLeastAsAccurateAsLibtorch(op, in, /*autocast=*/true);
 }
 
 TEST_F(FusedOpsTest, BatchNormActDeclinesWhatTheKernelDoesNotTake) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <deque>
 #include <map>
 #include <optional>
@@ -49,10 +50,33 @@ struct ResNetRun {
   bool fused = false;
 };
 
+// fp32 convolutions without TF32 for the scope (libtorch lets cuDNN use
+// TF32 by default, which rounds every convolution's inputs to 10 bits: the
+// two paths would then differ by TF32's rounding of values that differ in
+// their last fp32 bits, not by what the fused kernels compute).
+class NoTf32 {
+ public:
+  NoTf32() : cudnn_(at::globalContext().allowTF32CuDNN()), cublas_(at::globalContext().allowTF32CuBLAS()) {
+    at::globalContext().setAllowTF32CuDNN(false);
+    at::globalContext().setAllowTF32CuBLAS(false);
+  }
+  ~NoTf32() {
+    at::globalContext().setAllowTF32CuDNN(cudnn_);
+    at::globalContext().setAllowTF32CuBLAS(cublas_);
+  }
+  NoTf32(const NoTf32&) = delete;
+  NoTf32& operator=(const NoTf32&) = delete;
+
+ private:
+  bool cudnn_, cublas_;
+};
+
 // The same weights (seeded), batch and labels each time; the model in the
 // channels-last format (as --channels-last trains it), one training step's
-// forward + backward.
+// forward + backward. Batch 16: with fewer images the deepest BNs normalise
+// over so few values that rounding differences are amplified.
 ResNetRun lossAndGradients(const std::string& name, bool fused, bool autocast) {
+  NoTf32 exact_convolutions;
   FusedKernelsSwitch on(fused);
   torch::manual_seed(3);
   ModelOptions options;
@@ -66,8 +90,8 @@ ResNetRun lossAndGradients(const std::string& name, bool fused, bool autocast) {
   }
   model->train();
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA);
-  const torch::Tensor images = torch::randn({4, 3, 32, 32}, f32).contiguous(at::MemoryFormat::ChannelsLast);
-  const torch::Tensor labels = torch::randint(10, {4}, f32.dtype(torch::kLong));
+  const torch::Tensor images = torch::randn({16, 3, 32, 32}, f32).contiguous(at::MemoryFormat::ChannelsLast);
+  const torch::Tensor labels = torch::randint(10, {16}, f32.dtype(torch::kLong));
   ResNetRun run;
   torch::Tensor loss;
   {
@@ -89,19 +113,27 @@ torch::Tensor flatGradients(const ResNetRun& run) {
   return torch::cat(parts);
 }
 
+// ||got - ref|| / ||ref||.
+double relativeError(const torch::Tensor& got, const torch::Tensor& ref) {
+  const torch::Tensor g = got.to(torch::kDouble), r = ref.to(torch::kDouble);
+  return (g - r).norm().item<double>() / r.norm().item<double>();
+}
+
 class FusedResNetTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { DTRAIN_SKIP_WITHOUT_FUSED_KERNELS(); }
 };
 
-// fp32: the sums run in other orders (cuDNN's convolutions too), nothing else differs.
+// fp32 (no TF32): the sums run in other orders, nothing else differs. Each
+// parameter's gradient as a whole (a few elements near zero have large
+// relative errors after 50 layers of other summation orders).
 TEST_P(FusedResNetTest, Fp32LossGradientsAndBuffersMatchTheLibtorchPath) {
   const ResNetRun ref = lossAndGradients(GetParam(), false, false);
   const ResNetRun got = lossAndGradients(GetParam(), true, false);
   EXPECT_FALSE(ref.fused);
   EXPECT_TRUE(got.fused);
-  EXPECT_NEAR(got.loss, ref.loss, 1e-4 * ref.loss);
-  for (const auto& [name, g] : ref.grads) EXPECT_TRUE(allClose(got.grads.at(name), g, 1e-3)) << name;
+  EXPECT_NEAR(got.loss, ref.loss, 1e-5 * ref.loss);
+  for (const auto& [name, g] : ref.grads) EXPECT_LT(relativeError(got.grads.at(name), g), 1e-3) << name;
   ASSERT_EQ(got.buffers.size(), ref.buffers.size());
   for (const auto& [name, b] : ref.buffers) {
     if (b.scalar_type() == torch::kLong) {
@@ -112,24 +144,28 @@ TEST_P(FusedResNetTest, Fp32LossGradientsAndBuffersMatchTheLibtorchPath) {
   }
 }
 
-// bf16 rounds at other places on each path (the fused one rounds BN + add +
-// ReLU once; the libtorch one after each): the loss to bf16 accuracy, the
-// gradient as a whole (norm and direction), the running statistics to bf16
-// accuracy.
+// bf16 autocast: the two paths round at other places (the fused one rounds
+// BN + add + ReLU once, libtorch's after each operation), so neither is the
+// reference; both are compared with the fp32 step (no TF32), and the fused
+// one must be at least as close to it as libtorch's (within 25%, plus
+// 1e-3): the loss, the whole gradient, and the running statistics.
 TEST_P(FusedResNetTest, Bf16AutocastLossAndGradientsMatchTheLibtorchPath) {
+  const ResNetRun exact = lossAndGradients(GetParam(), false, false);
   const ResNetRun ref = lossAndGradients(GetParam(), false, true);
   const ResNetRun got = lossAndGradients(GetParam(), true, true);
   EXPECT_TRUE(got.fused);
-  EXPECT_NEAR(got.loss, ref.loss, 2e-2 * ref.loss);
-  const torch::Tensor a = flatGradients(got), b = flatGradients(ref);
-  const double norm_a = a.norm().item<double>(), norm_b = b.norm().item<double>();
-  EXPECT_NEAR(norm_a, norm_b, 5e-2 * norm_b);
-  EXPECT_GT(a.dot(b).item<double>() / (norm_a * norm_b), 0.99);
-  for (const auto& [name, buf] : ref.buffers) {
+  const auto expectCloser = [](double fused_error, double libtorch_error, const std::string& what) {
+    EXPECT_LE(fused_error, 1.25 * libtorch_error + 1e-3)
+        << what << ": fused bf16 " << fused_error << " from fp32, libtorch bf16 " << libtorch_error;
+  };
+  expectCloser(std::abs(got.loss - exact.loss) / exact.loss, std::abs(ref.loss - exact.loss) / exact.loss, "loss");
+  const torch::Tensor e = flatGradients(exact);
+  expectCloser(relativeError(flatGradients(got), e), relativeError(flatGradients(ref), e), "gradient");
+  for (const auto& [name, buf] : exact.buffers) {
     if (buf.scalar_type() == torch::kLong) {
       EXPECT_TRUE(torch::equal(got.buffers.at(name), buf)) << name;
     } else {
-      EXPECT_TRUE(allClose(got.buffers.at(name), buf, 2e-2)) << name;
+      expectCloser(relativeError(got.buffers.at(name), buf), relativeError(ref.buffers.at(name), buf), name);
     }
   }
 }
