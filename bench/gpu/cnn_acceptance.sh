@@ -11,8 +11,9 @@
 #     channels-last) on GPUS (default 1) GPUs: `dtrain bench train` (fused),
 #     the PyTorch peer eager and under torch.compile (reduce-overhead on 1 GPU,
 #     max-autotune-no-cudagraphs under DDP), ROUNDS rounds (default 1), with
-#     bench/train_bench_compare.py --compiled-peer; then dtrain with
-#     DTRAIN_FUSED_KERNELS=0 and both eager time splits (--breakdown).
+#     bench/train_bench_compare.py --compiled-peer, dtrain with
+#     DTRAIN_FUSED_BATCH_NORM=1; then dtrain with DTRAIN_FUSED_KERNELS=0 and
+#     both eager time splits (--breakdown).
 #   bench/gpu/cnn_acceptance.sh      (needs .deps/ as the other GPU scripts)
 # Logs go to $OUT/cnn.tgz.
 set -uo pipefail
@@ -20,6 +21,9 @@ cd "$(dirname "$0")/../.."
 phase=cnn
 suite=cnn
 source bench/gpu/lib.sh
+# The fused batch norm is off by default (DTRAIN_FUSED_BATCH_NORM): on for
+# every dtrain run here but the unfused one.
+export DTRAIN_FUSED_BATCH_NORM=1
 deps=${DTRAIN_DEPS:-$PWD/.deps}
 configs=${CONFIGS:-cnn224}
 gpus=${GPUS:-1}

@@ -10,8 +10,15 @@ DTRAIN_SETTING(bool, kFusedKernels, "fused-kernels", "DTRAIN_FUSED_KERNELS", tru
                "chunked classifier + cross-entropy, AdamW) in builds that have them; 0 runs the plain libtorch "
                "operations.");
 
+DTRAIN_SETTING(bool, kFusedBatchNorm, "fused-batch-norm", "DTRAIN_FUSED_BATCH_NORM", false,
+               "Whether ResNets on CUDA take the fused batch-norm (+ residual add) (+ ReLU) kernels for "
+               "channels-last bf16/fp32 activations (with DTRAIN_FUSED_KERNELS on); experimental, off by default: "
+               "0 runs libtorch's batch_norm, add and relu.");
+
 }  // namespace
 
 bool fusedKernelsSetting() { return kFusedKernels.get(); }
+
+bool fusedBatchNormSetting() { return kFusedBatchNorm.get(); }
 
 }  // namespace dtrain::models

@@ -1,5 +1,6 @@
 #include "models/resnet.h"
 
+#include "models/fused_kernels_setting.h"
 #include "models/fused_ops_cuda.h"
 
 namespace dtrain::models {
@@ -12,12 +13,12 @@ namespace nn = torch::nn;
 // call: it reads and updates the module's own parameters and running
 // statistics with the module's momentum and eps, and num_batches_tracked is
 // bumped here as BatchNorm2d's forward does. Otherwise (the CPU, a layout
-// the kernel declines, DTRAIN_FUSED_KERNELS=0) the module and libtorch's
-// add and ReLU, as before.
+// the kernel declines, DTRAIN_FUSED_KERNELS=0, DTRAIN_FUSED_BATCH_NORM not
+// set) the module and libtorch's add and ReLU, as before.
 torch::Tensor bnAct(nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu) {
   const auto& o = bn->options;
   // A cumulative average (momentum unset) reads the batch count on the host.
-  if (o.affine() && o.track_running_stats() && o.momentum().has_value()) {
+  if (fusedBatchNormSetting() && o.affine() && o.track_running_stats() && o.momentum().has_value()) {
     const bool training = bn->is_training();
     if (auto y = fused::batchNormAct(x, residual, bn->weight, bn->bias, bn->running_mean, bn->running_var, training,
                                      *o.momentum(), o.eps(), relu)) {

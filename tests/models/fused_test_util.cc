@@ -16,10 +16,13 @@ namespace dtrain::models::testing {
 namespace {
 
 constexpr const char* kSwitchEnv = "DTRAIN_FUSED_KERNELS";
+// The ResNets' fused batch norm has a switch of its own (off by default);
+// the tests turn both on or off together.
+constexpr const char* kBatchNormEnv = "DTRAIN_FUSED_BATCH_NORM";
 
 void forgetSetting() {
   for (const SettingBase* setting : allSettings()) {
-    if (setting->env() == kSwitchEnv) setting->reset();
+    if (setting->env() == kSwitchEnv || setting->env() == kBatchNormEnv) setting->reset();
   }
 }
 
@@ -33,15 +36,19 @@ std::string fusedUnavailableReason() {
 
 FusedKernelsSwitch::FusedKernelsSwitch(bool on) {
   if (const char* v = std::getenv(kSwitchEnv)) previous_ = v;
+  if (const char* v = std::getenv(kBatchNormEnv)) previous_batch_norm_ = v;
   setenv(kSwitchEnv, on ? "1" : "0", 1);
+  setenv(kBatchNormEnv, on ? "1" : "0", 1);
   forgetSetting();
 }
 
 FusedKernelsSwitch::~FusedKernelsSwitch() {
-  if (previous_) {
-    setenv(kSwitchEnv, previous_->c_str(), 1);
-  } else {
-    unsetenv(kSwitchEnv);
+  for (const auto& [env, previous] : {std::pair{kSwitchEnv, previous_}, {kBatchNormEnv, previous_batch_norm_}}) {
+    if (previous) {
+      setenv(env, previous->c_str(), 1);
+    } else {
+      unsetenv(env);
+    }
   }
   forgetSetting();
 }

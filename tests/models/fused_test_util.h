@@ -22,8 +22,8 @@ std::string fusedUnavailableReason();
     if (!dtrain_why_.empty()) GTEST_SKIP() << "fused CUDA operations not testable: " << dtrain_why_; \
   } while (0)
 
-// DTRAIN_FUSED_KERNELS set to 1 or 0 for the scope (restored after), the
-// cached setting forgotten both times.
+// DTRAIN_FUSED_KERNELS and DTRAIN_FUSED_BATCH_NORM set to 1 or 0 for the
+// scope (restored after), the cached settings forgotten both times.
 class FusedKernelsSwitch {
  public:
   explicit FusedKernelsSwitch(bool on);
@@ -33,6 +33,7 @@ class FusedKernelsSwitch {
 
  private:
   std::optional<std::string> previous_;
+  std::optional<std::string> previous_batch_norm_;
 };
 
 // CUDA autocast to bf16 for the scope (cast cache cleared at the end).
