@@ -13,7 +13,11 @@
 #     max-autotune-no-cudagraphs under DDP), ROUNDS rounds (default 1), with
 #     bench/train_bench_compare.py --compiled-peer, dtrain with
 #     DTRAIN_FUSED_BATCH_NORM=1; then dtrain with DTRAIN_FUSED_KERNELS=0 and
-#     both eager time splits (--breakdown).
+#     both eager time splits (--breakdown);
+#   - with PROFILE=1, every kernel of two timed steps of dtrain (graphed) and
+#     of the compiled peer under Nsight Compute (kernel durations only,
+#     clocks left alone; --profile-range on both), summed by kind with
+#     bench/gpu/kernel_table.py.
 #   bench/gpu/cnn_acceptance.sh      (needs .deps/ as the other GPU scripts)
 # Logs go to $OUT/cnn.tgz.
 set -uo pipefail
@@ -70,3 +74,21 @@ log "eager time split, fused and unfused (--no-cuda-graphs --breakdown)"
 timeout 120 $dtrain bench train --gpus 1 $cfg --no-cuda-graphs --breakdown 2>&1 | grep -v INFO | tee "$OUT/breakdown_fused.txt" | tail -8
 DTRAIN_FUSED_KERNELS=0 timeout 120 $dtrain bench train --gpus 1 $cfg --no-cuda-graphs --breakdown 2>&1 | grep -v INFO \
   | tee "$OUT/breakdown_unfused.txt" | tail -8
+
+if [ -n "${PROFILE:-}" ] && command -v ncu > /dev/null; then
+  ncu_args=(--profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum
+            --csv --page raw)
+  single=(env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29613)
+  log "ncu: every kernel of two timed dtrain steps (CUDA graph)"
+  timeout 150 "${single[@]}" ncu "${ncu_args[@]}" --log-file "$OUT/ncu_dtrain.log" \
+    $dtrain bench train $cfg --steps 2 --warmup 5 --profile-range > "$OUT/kernels_dtrain.csv" 2> "$OUT/ncu_dtrain.err"
+  echo "ncu exit $?"
+  python3 bench/gpu/kernel_table.py "$OUT/kernels_dtrain.csv" "$OUT/ncu_dtrain.log" --steps 2 --top 25
+  log "ncu: every kernel of two timed steps of the compiled peer"
+  timeout 240 "${single[@]}" ncu "${ncu_args[@]}" --log-file "$OUT/ncu_peer.log" \
+    python3 bench/peers/torch_ddp_bench.py --model resnet50 --image-size 224 --batch-size 128 --precision bf16 \
+    --channels-last --cudnn-benchmark --compile reduce-overhead --steps 2 --warmup 10 --profile-range \
+    > "$OUT/kernels_peer.csv" 2> "$OUT/ncu_peer.err"
+  echo "ncu exit $?"
+  python3 bench/gpu/kernel_table.py "$OUT/kernels_peer.csv" "$OUT/ncu_peer.log" --steps 2 --top 25
+fi

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Sum an Nsight Compute raw CSV (--metrics gpu__time_duration.sum --csv
 --page raw) by kernel: calls and milliseconds per kernel name, largest first,
-and by kind (matrix products, attention, our fused kernels, elementwise,
-reductions, optimizer, communication). The CSV may be mixed with other
+and by kind (convolutions, normalisation, matrix products, attention, our
+fused kernels, elementwise, reductions, optimizer, communication). The CSV may be mixed with other
 output (ncu's own lines, the program's): rows are read from the header line
 that starts with "ID" on.
 
@@ -16,11 +16,13 @@ import sys
 from collections import defaultdict
 
 KINDS = [
+    ("convolution", re.compile(r"conv|fprop|dgrad|wgrad|implicit_gemm|cudnn", re.I)),
+    ("normalisation", re.compile(r"batch_norm|batchnorm|bn_(stats|apply|backward)|welford", re.I)),
     ("attention", re.compile(r"flash|fmha|attention|sdpa|efficient_attention", re.I)),
     ("matmul", re.compile(r"gemm|cutlass|sm90_xmma|nvjet|cublas|wgmma", re.I)),
     ("dtrain fused", re.compile(r"dtrain|fused_(layer|rms|gelu|swiglu|rope|ce|cross|adam)", re.I)),
     ("communication", re.compile(r"nccl", re.I)),
-    ("optimizer", re.compile(r"adam|multi_tensor|foreach", re.I)),
+    ("optimizer", re.compile(r"adam|sgd|multi_tensor|foreach", re.I)),
     ("reduction", re.compile(r"reduce|norm|softmax|sum", re.I)),
     ("copy / cast", re.compile(r"copy|cast|fill|cat|index", re.I)),
 ]

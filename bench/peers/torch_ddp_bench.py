@@ -114,6 +114,9 @@ def main():
     p.add_argument("--compile", default="none",
                    choices=["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
                    help="torch.compile mode of the step (default none: eager)")
+    p.add_argument("--profile-range", action="store_true",
+                   help="cudaProfilerStart/Stop around the timed steps (for ncu --profile-from-start off, "
+                        "nsys --capture-range=cudaProfilerApi)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     if a.steps < 1 or a.warmup < 0:
@@ -187,11 +190,15 @@ def main():
         step()
     torch.cuda.synchronize()
     dist.barrier(device_ids=[local])
+    if a.profile_range:
+        torch.cuda.cudart().cudaProfilerStart()
     start = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
+    if a.profile_range:
+        torch.cuda.cudart().cudaProfilerStop()
 
     per_rank = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(world)]
     dist.all_gather(per_rank, torch.tensor([elapsed], dtype=torch.float64, device=device))

@@ -24,6 +24,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include "gpu/cuda_check.h"
@@ -312,9 +313,16 @@ int runThroughputBench(const BenchTrainOptions& o) {
   synchronize(device);
   ctx.barrier();
   step.zeroLossSum();
+  [[maybe_unused]] const bool profile_range = o.profile_range && device.is_cuda();
+#if DTRAIN_TORCH_CUDA
+  if (profile_range) DTRAIN_CUDA_CHECK(cudaProfilerStart());
+#endif
   const auto start = Clock::now();
   for (int64_t i = 0; i < o.steps; ++i) step.run(inputs, targets);
   synchronize(device);
+#if DTRAIN_TORCH_CUDA
+  if (profile_range) DTRAIN_CUDA_CHECK(cudaProfilerStop());
+#endif
   const double elapsed = maxOverRanks(ctx, std::chrono::duration<double>(Clock::now() - start).count());
   const double loss = step.lossSum().item<double>() / static_cast<double>(o.steps);
   if (!std::isfinite(loss)) throw IoError("bench train: the loss is " + std::to_string(loss) + " (diverged)");

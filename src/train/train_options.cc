@@ -240,6 +240,9 @@ void declareBenchTrainOptions(OptionSet& set, BenchTrainOptions& o) {
       .range(0, 10'000'000);
   set.toggle("--breakdown", o.breakdown,
              "With --no-cuda-graphs: also time forward, backward, all-reduce and optimizer with CUDA events");
+  set.toggle("--profile-range", o.profile_range,
+             "On CUDA: cudaProfilerStart before the timed steps and cudaProfilerStop after them, so that "
+             "`nsys profile --capture-range=cudaProfilerApi` or `ncu --profile-from-start off` records only them");
   set.path("--result-file", o.result_file, "(internal) where a worker group's rank 0 writes its result")
       .creatable()
       .hide();

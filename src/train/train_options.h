@@ -163,6 +163,7 @@ struct BenchTrainOptions {
   int64_t steps = 100;       // timed
   int64_t warmup = 20;       // untimed, before the timed steps (graph capture happens here)
   bool breakdown = false;    // time forward / backward / all-reduce / optimizer of eager steps
+  bool profile_range = false;  // cudaProfilerStart/Stop around the timed steps (CUDA)
   std::string result_file;   // rank 0 writes its JSON result here; empty: stdout
 };
 
