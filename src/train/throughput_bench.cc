@@ -280,6 +280,24 @@ std::optional<MemoryInputs> benchMemoryInputs(const BenchTrainOptions& o, const 
   return in;
 }
 
+// Seconds of `steps` steps, the device synchronised after them; with
+// profile_range on a CUDA device, inside cudaProfilerStart/Stop.
+double timedSteps(TrainStep& step, const torch::Tensor& inputs, const torch::Tensor& targets, int64_t steps,
+                  const torch::Device& device, bool profile_range) {
+  profile_range = profile_range && device.is_cuda();
+#if DTRAIN_TORCH_CUDA
+  if (profile_range) DTRAIN_CUDA_CHECK(cudaProfilerStart());
+#endif
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < steps; ++i) step.run(inputs, targets);
+  synchronize(device);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+#if DTRAIN_TORCH_CUDA
+  if (profile_range) DTRAIN_CUDA_CHECK(cudaProfilerStop());
+#endif
+  return seconds;
+}
+
 }  // namespace
 
 int runThroughputBench(const BenchTrainOptions& o) {
@@ -313,17 +331,7 @@ int runThroughputBench(const BenchTrainOptions& o) {
   synchronize(device);
   ctx.barrier();
   step.zeroLossSum();
-  [[maybe_unused]] const bool profile_range = o.profile_range && device.is_cuda();
-#if DTRAIN_TORCH_CUDA
-  if (profile_range) DTRAIN_CUDA_CHECK(cudaProfilerStart());
-#endif
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < o.steps; ++i) step.run(inputs, targets);
-  synchronize(device);
-#if DTRAIN_TORCH_CUDA
-  if (profile_range) DTRAIN_CUDA_CHECK(cudaProfilerStop());
-#endif
-  const double elapsed = maxOverRanks(ctx, std::chrono::duration<double>(Clock::now() - start).count());
+  const double elapsed = maxOverRanks(ctx, timedSteps(step, inputs, targets, o.steps, device, o.profile_range));
   const double loss = step.lossSum().item<double>() / static_cast<double>(o.steps);
   if (!std::isfinite(loss)) throw IoError("bench train: the loss is " + std::to_string(loss) + " (diverged)");
 
