@@ -43,10 +43,13 @@ if cmake -S "$T/examples" -B "$T/examples-build" -G Ninja "${args[@]}" > "$T/con
 else
   fatal "examples/ did not build against the installed tree:"$'\n'"$(tail -n 40 "$T/configure.log" "$T/build.log" 2> /dev/null)"
 fi
-if ldd "$T/examples-build/custom_loop" | grep -q "libdtrain_train.so => $prefix/"; then
+# ldd's whole output first: `ldd | grep -q` under pipefail fails when grep
+# stops reading at its match and ldd dies of SIGPIPE.
+libs=$(ldd "$T/examples-build/custom_loop" 2>&1)
+if grep -q "libdtrain_train.so => $prefix/" <<< "$libs"; then
   pass "custom_loop loads libdtrain_train.so from the installed tree"
 else
-  fail "custom_loop does not load the installed libdtrain_train.so: $(ldd "$T/examples-build/custom_loop" | grep dtrain)"
+  fail "custom_loop does not load the installed libdtrain_train.so: $(grep dtrain <<< "$libs")"
 fi
 out=$(cd "$T" && "$prefix/bin/dtrain" launch --nproc-per-node 2 --standalone "$T/examples-build/custom_loop" 40 2>&1)
 rc=$?
