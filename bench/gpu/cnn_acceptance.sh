@@ -18,6 +18,8 @@
 #     of the compiled peer under Nsight Compute (kernel durations only,
 #     clocks left alone; --profile-range on both), summed by kind with
 #     bench/gpu/kernel_table.py.
+# PHASES (default tests,compare,unfused,kbench,breakdown) picks the parts;
+# "profile" in PHASES or PROFILE=1 adds the Nsight Compute part.
 #   bench/gpu/cnn_acceptance.sh      (needs .deps/ as the other GPU scripts)
 # Logs go to $OUT/cnn.tgz.
 set -uo pipefail
@@ -32,6 +34,8 @@ deps=${DTRAIN_DEPS:-$PWD/.deps}
 configs=${CONFIGS:-cnn224}
 gpus=${GPUS:-1}
 rounds=${ROUNDS:-1}
+phases=,${PHASES:-tests,compare,unfused,kbench,breakdown}${PROFILE:+,profile},
+want() { [[ $phases == *,$1,* ]]; }
 
 log "machine"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$OUT/gpus.csv"
@@ -49,6 +53,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WITH_GLOO=O
 echo "built in $((SECONDS - start)) s"
 kbin=build-gpu/tests/models/kernels
 
+if want tests; then
 log "batch-norm kernel tests"
 timeout 120 $kbin/kernels_test --gtest_brief=1 --gtest_filter='*BatchNorm*' > "$OUT/kernels_test.log" 2>&1
 echo "kernels_test exit $?"
@@ -58,24 +63,33 @@ timeout 180 build-gpu/tests/models/fused_ops_test --gtest_brief=1 --gtest_filter
   > "$OUT/fused_ops_test.log" 2>&1
 echo "fused_ops_test exit $?"
 grep -E "^\[  (PASSED|FAILED) |Failure|worst|declined|Skipped" "$OUT/fused_ops_test.log" | head -30
+fi
+if want compare; then
 log "ResNet-50 ($configs) on $gpus GPU(s): dtrain, PyTorch eager, PyTorch torch.compile; $rounds round(s)"
 timeout 420 python3 bench/train_bench_compare.py --dtrain "$dtrain" --gpus "$gpus" --configs "$configs" --rounds "$rounds" \
   --compiled-peer --peer-args "--cudnn-benchmark" --out "$OUT/compare.json" 2> "$OUT/compare.log" | tee "$OUT/compare.md"
 tail -6 "$OUT/compare.log"
+fi
 
 cfg="--model resnet50 --image-size 224 --batch-size 128 --precision bf16 --channels-last --steps 30 --warmup 10"
+if want unfused; then
 log "dtrain with DTRAIN_FUSED_KERNELS=0 (the libtorch batch-norm), same configuration"
 DTRAIN_FUSED_KERNELS=0 timeout 120 $dtrain bench train --gpus 1 $cfg 2>&1 | grep -v INFO | tee "$OUT/unfused.txt" | tail -4
+fi
+if want kbench; then
 log "batch-norm kernels, GB/s"
 timeout 60 $kbin/kernels_bench > "$OUT/kernels_bench.md" 2>&1
 grep -i -E "batch|^\| kernel|^\|---" "$OUT/kernels_bench.md" | head -30
+fi
 
+if want breakdown; then
 log "eager time split, fused and unfused (--no-cuda-graphs --breakdown)"
 timeout 120 $dtrain bench train --gpus 1 $cfg --no-cuda-graphs --breakdown 2>&1 | grep -v INFO | tee "$OUT/breakdown_fused.txt" | tail -8
 DTRAIN_FUSED_KERNELS=0 timeout 120 $dtrain bench train --gpus 1 $cfg --no-cuda-graphs --breakdown 2>&1 | grep -v INFO \
   | tee "$OUT/breakdown_unfused.txt" | tail -8
+fi
 
-if [ -n "${PROFILE:-}" ] && command -v ncu > /dev/null; then
+if want profile && command -v ncu > /dev/null; then
   ncu_args=(--profile-from-start off --clock-control none --cache-control none --metrics gpu__time_duration.sum
             --csv --page raw)
   single=(env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29613)
@@ -83,12 +97,12 @@ if [ -n "${PROFILE:-}" ] && command -v ncu > /dev/null; then
   timeout 150 "${single[@]}" ncu "${ncu_args[@]}" --log-file "$OUT/ncu_dtrain.log" \
     $dtrain bench train $cfg --steps 2 --warmup 5 --profile-range > "$OUT/kernels_dtrain.csv" 2> "$OUT/ncu_dtrain.err"
   echo "ncu exit $?"
-  python3 bench/gpu/kernel_table.py "$OUT/kernels_dtrain.csv" "$OUT/ncu_dtrain.log" --steps 2 --top 25
+  python3 bench/gpu/kernel_table.py "$OUT/kernels_dtrain.csv" "$OUT/ncu_dtrain.log" --steps 2 --top 45
   log "ncu: every kernel of two timed steps of the compiled peer"
   timeout 240 "${single[@]}" ncu "${ncu_args[@]}" --log-file "$OUT/ncu_peer.log" \
     python3 bench/peers/torch_ddp_bench.py --model resnet50 --image-size 224 --batch-size 128 --precision bf16 \
     --channels-last --cudnn-benchmark --compile reduce-overhead --steps 2 --warmup 10 --profile-range \
     > "$OUT/kernels_peer.csv" 2> "$OUT/ncu_peer.err"
   echo "ncu exit $?"
-  python3 bench/gpu/kernel_table.py "$OUT/kernels_peer.csv" "$OUT/ncu_peer.log" --steps 2 --top 25
+  python3 bench/gpu/kernel_table.py "$OUT/kernels_peer.csv" "$OUT/ncu_peer.log" --steps 2 --top 45
 fi
