@@ -69,8 +69,11 @@ class FusedBatchNormFunction : public torch::autograd::Function<FusedBatchNormFu
     a.relu = relu;
     a.act_dtype = kernelType(x);
     DTRAIN_CUDA_CHECK(kernels::batch_norm_forward(a, streamOf(x)));
-    // y is saved for ReLU's mask only (an output: saving it costs no copy).
-    ctx->save_for_backward({x, relu ? y : torch::Tensor(), weight, save_mean, save_invstd});
+    // ReLU's mask: after a residual add, y (an output: saving it costs no
+    // copy); without one, recomputed from x and bias (one read less).
+    const bool mask_from_y = relu && has_residual;
+    ctx->save_for_backward({x, mask_from_y ? y : torch::Tensor(), weight, save_mean, save_invstd,
+                            relu && !has_residual ? bias : torch::Tensor()});
     ctx->saved_data["training"] = training;
     ctx->saved_data["relu"] = relu;
     ctx->saved_data["residual"] = has_residual;
@@ -79,7 +82,8 @@ class FusedBatchNormFunction : public torch::autograd::Function<FusedBatchNormFu
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4];
+    const torch::Tensor &x = saved[0], &y = saved[1], &weight = saved[2], &mean = saved[3], &invstd = saved[4],
+                        &bias = saved[5];
     const bool training = ctx->saved_data["training"].toBool();
     const bool relu = ctx->saved_data["relu"].toBool();
     const bool has_residual = ctx->saved_data["residual"].toBool();
@@ -97,6 +101,7 @@ class FusedBatchNormFunction : public torch::autograd::Function<FusedBatchNormFu
     kernels::BatchNormBackwardArgs a;
     a.dy = dy.data_ptr();
     a.y = ptr(y);
+    a.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
     a.x = x.data_ptr();
     a.weight = weight.data_ptr<float>();
     a.mean = mean.data_ptr<float>();

@@ -31,6 +31,14 @@ torch::Tensor bnAct(nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Te
   return relu ? torch::relu(out) : out;
 }
 
+// The shortcut: x itself, or downsample = Sequential(conv1x1, BatchNorm2d)
+// (named downsample.0 and .1, as torchvision) with its BN through bnAct.
+torch::Tensor shortcut(nn::Sequential& downsample, const torch::Tensor& x) {
+  if (!downsample) return x;
+  nn::BatchNorm2d bn(std::dynamic_pointer_cast<nn::BatchNorm2dImpl>(downsample->ptr(1)));
+  return bnAct(bn, downsample->ptr<nn::Conv2dImpl>(0)->forward(x), {}, false);
+}
+
 nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
   return nn::Conv2d(
       nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
@@ -56,7 +64,7 @@ class BasicBlockImpl : public nn::Module {
   }
 
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor identity = downsample ? downsample->forward(x) : x;
+    torch::Tensor identity = shortcut(downsample, x);
     torch::Tensor out = bnAct(bn1, conv1->forward(x), {}, true);
     return bnAct(bn2, conv2->forward(out), identity, true);
   }
@@ -87,7 +95,7 @@ class BottleneckImpl : public nn::Module {
   }
 
   torch::Tensor forward(torch::Tensor x) {
-    torch::Tensor identity = downsample ? downsample->forward(x) : x;
+    torch::Tensor identity = shortcut(downsample, x);
     torch::Tensor out = bnAct(bn1, conv1->forward(x), {}, true);
     out = bnAct(bn2, conv2->forward(out), {}, true);
     return bnAct(bn3, conv3->forward(out), identity, true);

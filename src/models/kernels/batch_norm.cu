@@ -20,6 +20,10 @@ constexpr int kBnReduceBlocks = 1056;
 // Blocks of the elementwise passes (apply, dx): each thread walks a few rows
 // with its channels' coefficients in registers.
 constexpr int kBnApplyBlocks = 2112;
+// The backward passes hold five or six coefficients per channel in
+// registers: at least three blocks of them per multiprocessor (<= 85
+// registers a thread) keep enough loads in flight.
+constexpr int kBnMinBlocks = 3;
 
 // A block is `tcols` threads across the channels (VEC channels each) times
 // `brows` rows; gx blocks cover the channels, and a block row y (of gy)
@@ -62,9 +66,24 @@ __device__ __forceinline__ void chan_merge(float& n, float& mean, float& m2, flo
   n = total;
 }
 
+// Merges the statistics of thread b (count sh_n[b], VEC means and M2s) into
+// those of thread a, in shared memory.
+template <int VEC>
+__device__ __forceinline__ void merge_shared(float* sh_n, float* sh_mean, float* sh_m2, int a, int b) {
+  const float na = sh_n[a], nb = sh_n[b];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    float n = na, mean = sh_mean[a * VEC + j], m2 = sh_m2[a * VEC + j];
+    chan_merge(n, mean, m2, nb, sh_mean[b * VEC + j], sh_m2[b * VEC + j]);
+    sh_mean[a * VEC + j] = mean;
+    sh_m2[a * VEC + j] = m2;
+  }
+  sh_n[a] = na + nb;
+}
+
 // Statistics, first level: each thread sums its rows shifted by its first
 // value (so the squares stay small next to the variance), turns that into
-// (n, mean, M2), and the block merges its threads in row order; one (mean,
+// (n, mean, M2), and the block merges its threads in a fixed tree; one (mean,
 // M2) partial per channel goes to partials[blockIdx.y][2 * channels] (means
 // first). The partial's count follows from the shape (bn_partial_count).
 template <typename T, int VEC>
@@ -103,27 +122,23 @@ __global__ void __launch_bounds__(kBnThreads)
     sh_m2[threadIdx.x * VEC + j] = n ? fmaxf(s2[j] - s1[j] * s1[j] / nf, 0.f) : 0.f;
   }
   sh_n[threadIdx.x] = nf;
-  __syncthreads();
-  if (ty != 0 || !in) return;
-  float cnt[VEC], mean[VEC], m2[VEC];
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) cnt[j] = mean[j] = m2[j] = 0.f;
-  for (int i = 0; i < brows; ++i) {
-    const int t = i * tcols + tx;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) chan_merge(cnt[j], mean[j], m2[j], sh_n[t], sh_mean[t * VEC + j], sh_m2[t * VEC + j]);
+  // A fixed tree over the block's rows: row ty takes in row ty + half.
+  for (int half = brows / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (ty < half) merge_shared<VEC>(sh_n, sh_mean, sh_m2, threadIdx.x, threadIdx.x + half * tcols);
   }
+  if (ty != 0 || !in) return;
   float* out = partials + static_cast<int64_t>(blockIdx.y) * 2 * channels;
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
     if (c + j >= channels) break;
-    out[c + j] = mean[j];
-    out[channels + c + j] = m2[j];
+    out[c + j] = sh_mean[tx * VEC + j];
+    out[channels + c + j] = sh_m2[tx * VEC + j];
   }
 }
 
 constexpr int kStatColumns = 32;  // channels per block of the final merge
-constexpr int kStatLanes = 16;    // partials merged in parallel per channel
+constexpr int kStatLanes = 32;    // partials merged in parallel per channel
 
 // Rows of block row p: those r with (r / brows) % num_partials == p, i.e.
 // `full` whole cycles of brows rows each, plus what the last, partial cycle
@@ -135,7 +150,7 @@ __device__ __forceinline__ float bn_partial_count(int p, int64_t full, int64_t t
 }
 
 // Statistics, second level: lane l of each channel merges partials l, l +
-// 16, ... in order, then lane 0 merges the lanes in order; writes the saved
+// 32, ... in order, then the lanes merge in a fixed tree; writes the saved
 // statistics and updates the running ones as torch does.
 __global__ void __launch_bounds__(kStatColumns* kStatLanes)
     bn_stats_finalize_kernel(const float* partials, int num_partials, int brows, int64_t rows, int channels,
@@ -147,8 +162,8 @@ __global__ void __launch_bounds__(kStatColumns* kStatLanes)
   if (c < channels) {
     const int64_t cycle = static_cast<int64_t>(num_partials) * brows;
     const int64_t full = rows / cycle, tail = rows - full * cycle;
-    // Four partials loaded ahead of their merges (the same order: p = l, l + 16, ...).
-    constexpr int kAhead = 4;
+    // Eight partials loaded ahead of their merges (the same order: p = l, l + 32, ...).
+    constexpr int kAhead = 8;
     for (int p0 = threadIdx.y; p0 < num_partials; p0 += kAhead * kStatLanes) {
       float pm[kAhead], pv[kAhead];
 #pragma unroll
@@ -168,13 +183,17 @@ __global__ void __launch_bounds__(kStatColumns* kStatLanes)
   sh[0][threadIdx.y][threadIdx.x] = n;
   sh[1][threadIdx.y][threadIdx.x] = mean;
   sh[2][threadIdx.y][threadIdx.x] = m2;
-  __syncthreads();
-  if (threadIdx.y != 0 || c >= channels) return;
-  n = mean = m2 = 0.f;
-#pragma unroll
-  for (int l = 0; l < kStatLanes; ++l) {
-    chan_merge(n, mean, m2, sh[0][l][threadIdx.x], sh[1][l][threadIdx.x], sh[2][l][threadIdx.x]);
+  for (int half = kStatLanes / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (threadIdx.y < half) {
+      const int l = threadIdx.y, o = threadIdx.y + half, x = threadIdx.x;
+      chan_merge(n, mean, m2, sh[0][o][x], sh[1][o][x], sh[2][o][x]);
+      sh[0][l][x] = n;
+      sh[1][l][x] = mean;
+      sh[2][l][x] = m2;
+    }
   }
+  if (threadIdx.y != 0 || c >= channels) return;
   const float m = static_cast<float>(rows);
   save_mean[c] = mean;
   save_invstd[c] = rsqrtf(m2 / m + eps);
@@ -245,25 +264,51 @@ __global__ void __launch_bounds__(kBnThreads)
   }
 }
 
-// g = dy, masked by y > 0 with ReLU.
-template <typename T, int VEC>
-__device__ __forceinline__ void load_masked_grad(const T* dy, const T* y, int64_t off, bool relu, float (&g)[VEC]) {
-  load_floats<T, VEC>(dy + off, g);
-  if (relu) {
+// ReLU's mask: y > 0 when y is given, else recomputed from x as the
+// forward computed y before its ReLU, (x - mean) (weight invstd) + bias > 0
+// (no residual was added), with the apply kernel's arithmetic.
+// The mask is a template argument (MASK): each kernel holds only the
+// coefficients its mask needs in registers.
+enum BnMaskFrom : int { kNoMask = 0, kMaskFromY = 1, kMaskFromX = 2 };
+struct BnMask {
+  const void* y;      // act dtype (kMaskFromY)
+  const float* bias;  // kMaskFromX
+};
+
+template <typename T, int VEC, int MASK>
+__device__ __forceinline__ void mask_grad(const BnMask& k, int64_t off, const float (&v)[VEC], const float (&m)[VEC],
+                                          const float (&a)[VEC], const float (&b)[VEC], float (&g)[VEC]) {
+  if constexpr (MASK == kMaskFromY) {
     float out[VEC];
-    load_floats<T, VEC>(y + off, out);
+    load_floats<T, VEC>(static_cast<const T*>(k.y) + off, out);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) g[j] = out[j] > 0.f ? g[j] : 0.f;
+  } else if constexpr (MASK == kMaskFromX) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) g[j] = (v[j] - m[j]) * a[j] + b[j] > 0.f ? g[j] : 0.f;
   }
+}
+
+// a = weight invstd, and b = bias for a mask recomputed from x.
+template <int VEC, int MASK>
+__device__ __forceinline__ void mask_coefficients(const BnMask& k, const float* weight, int c, int channels,
+                                                  const float (&inv)[VEC], float (&a)[VEC], float (&b)[VEC]) {
+  load_params<VEC>(weight, c, channels, a);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    a[j] *= inv[j];
+    b[j] = 0.f;
+  }
+  if constexpr (MASK == kMaskFromX) load_params<VEC>(k.bias, c, channels, b);
 }
 
 // Backward, first pass: per channel sum(g xhat) and sum(g) over the block's
 // rows (each thread in row order, then the block's threads in row order),
 // to partials[blockIdx.y][2 * channels] (the dweight sums first, then dbias).
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kBnThreads)
-    bn_backward_reduce_kernel(const T* dy, const T* y, const T* x, const float* mean, const float* invstd,
-                              int64_t rows, int channels, int tcols, bool relu, float* partials) {
+template <typename T, int VEC, int MASK>
+__global__ void __launch_bounds__(kBnThreads, kBnMinBlocks)
+    bn_backward_reduce_kernel(const T* dy, BnMask k, const T* x, const float* weight, const float* mean,
+                              const float* invstd, int64_t rows, int channels, int tcols, float* partials) {
   __shared__ float sh_gx[kBnThreads * VEC], sh_g[kBnThreads * VEC];
   const int tx = threadIdx.x % tcols, ty = threadIdx.x / tcols;
   const int brows = kBnThreads / tcols;
@@ -273,16 +318,18 @@ __global__ void __launch_bounds__(kBnThreads)
 #pragma unroll
   for (int j = 0; j < VEC; ++j) sg[j] = sgx[j] = 0.f;
   if (in) {
-    float m[VEC], inv[VEC];
+    float m[VEC], inv[VEC], a[VEC], b[VEC];
     load_params<VEC>(mean, c, channels, m);
     load_params<VEC>(invstd, c, channels, inv);
+    mask_coefficients<VEC, MASK>(k, weight, c, channels, inv, a, b);
     const int64_t step = static_cast<int64_t>(gridDim.y) * brows;
 #pragma unroll 2
     for (int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty; r < rows; r += step) {
       const int64_t off = r * channels + c;
       float g[VEC], v[VEC];
-      load_masked_grad<T, VEC>(dy, y, off, relu, g);
+      load_floats<T, VEC>(dy + off, g);
       load_floats<T, VEC>(x + off, v);
+      mask_grad<T, VEC, MASK>(k, off, v, m, a, b, g);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         sg[j] += g[j];
@@ -318,25 +365,24 @@ __global__ void __launch_bounds__(kBnThreads)
 
 // Backward, second pass: dx = weight invstd (g - dbias/M - xhat dweight/M)
 // (training; eval: weight invstd g), and dresidual = g.
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kBnThreads)
-    bn_backward_dx_kernel(const T* dy, const T* y, const T* x, const float* weight, const float* mean,
+template <typename T, int VEC, int MASK>
+__global__ void __launch_bounds__(kBnThreads, kBnMinBlocks)
+    bn_backward_dx_kernel(const T* dy, BnMask k, const T* x, const float* weight, const float* mean,
                           const float* invstd, const float* dweight, const float* dbias, bool training, int64_t rows,
-                          int channels, int tcols, bool relu, T* dx, T* dresidual) {
+                          int channels, int tcols, T* dx, T* dresidual) {
   const int tx = threadIdx.x % tcols, ty = threadIdx.x / tcols;
   const int brows = kBnThreads / tcols;
   const int c = (blockIdx.x * tcols + tx) * VEC;
   if (c >= channels) return;
-  float m[VEC], inv[VEC], a[VEC], kb[VEC], kw[VEC];
+  float m[VEC], inv[VEC], a[VEC], b[VEC], kb[VEC], kw[VEC];
   load_params<VEC>(mean, c, channels, m);
   load_params<VEC>(invstd, c, channels, inv);
-  load_params<VEC>(weight, c, channels, a);
+  mask_coefficients<VEC, MASK>(k, weight, c, channels, inv, a, b);  // a = weight invstd
   load_params<VEC>(dbias, c, channels, kb);
   load_params<VEC>(dweight, c, channels, kw);
   const float inv_rows = 1.f / static_cast<float>(rows);
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
-    a[j] *= inv[j];
     kb[j] = training ? kb[j] * inv_rows : 0.f;
     kw[j] = training ? kw[j] * inv_rows : 0.f;
   }
@@ -344,8 +390,9 @@ __global__ void __launch_bounds__(kBnThreads)
   for (int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty; r < rows; r += step) {
     const int64_t off = r * channels + c;
     float g[VEC], v[VEC], out[VEC];
-    load_masked_grad<T, VEC>(dy, y, off, relu, g);
+    load_floats<T, VEC>(dy + off, g);
     load_floats<T, VEC>(x + off, v);
+    mask_grad<T, VEC, MASK>(k, off, v, m, a, b, g);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) out[j] = a[j] * (g[j] - kb[j] - (v[j] - m[j]) * inv[j] * kw[j]);
     store_floats<T, VEC>(dx + off, out);
@@ -369,6 +416,14 @@ template <typename T, typename F>
 cudaError_t with_vec(bool vec, F&& f) {
   if (vec) return f(std::integral_constant<int, kVec16<T>>{});
   return f(std::integral_constant<int, 1>{});
+}
+
+// Calls f(std::integral_constant<int, MASK>) with the mask's source.
+template <typename F>
+cudaError_t with_mask(int mask_from, F&& f) {
+  if (mask_from == kMaskFromY) return f(std::integral_constant<int, kMaskFromY>{});
+  if (mask_from == kMaskFromX) return f(std::integral_constant<int, kMaskFromX>{});
+  return f(std::integral_constant<int, kNoMask>{});
 }
 
 size_t workspace_bytes_for(int64_t rows, int channels) {
@@ -430,7 +485,7 @@ cudaError_t forward(const BatchNormForwardArgs& a, cudaStream_t stream) {
 
 cudaError_t backward(const BatchNormBackwardArgs& a, cudaStream_t stream) {
   if (!a.dy || !a.x || !a.weight || !a.mean || !a.invstd || !a.dx || !a.dweight || !a.dbias ||
-      (a.relu && !a.y) || a.rows < 0 || a.channels <= 0 || (a.training && a.rows < 2)) {
+      (a.relu && !a.y && !a.bias) || a.rows < 0 || a.channels <= 0 || (a.training && a.rows < 2)) {
     return cudaErrorInvalidValue;
   }
   if (a.rows > 0 && (!a.workspace || !aligned16(a.workspace) ||
@@ -446,31 +501,38 @@ cudaError_t backward(const BatchNormBackwardArgs& a, cudaStream_t stream) {
     using T = typename decltype(act)::type;
     const T* dy = static_cast<const T*>(a.dy);
     const T* y = a.relu ? static_cast<const T*>(a.y) : nullptr;
+    const BnMask mask{y, y ? nullptr : a.bias};
+    const int mask_from = !a.relu ? kNoMask : y ? kMaskFromY : kMaskFromX;
     const T* x = static_cast<const T*>(a.x);
     float* partials = static_cast<float*>(a.workspace);
     int groups = 0;
-    const bool reduce_vec = vector_path<T>(a.channels, {a.dy, y, a.x, a.mean, a.invstd});
+    const bool reduce_vec = vector_path<T>(a.channels, {a.dy, y, a.x, a.weight, mask.bias, a.mean, a.invstd});
     cudaError_t rc = with_vec<T>(reduce_vec, [&](auto vec_tag) -> cudaError_t {
       constexpr int kV = decltype(vec_tag)::value;
       const ChannelTiles t = channel_tiles(a.channels, kV);
       groups = row_groups(a.rows, t, kBnReduceBlocks);
-      bn_backward_reduce_kernel<T, kV><<<dim3(t.gx, groups), kBnThreads, 0, stream>>>(
-          dy, y, x, a.mean, a.invstd, a.rows, a.channels, t.tcols, a.relu, partials);
-      return launch_status();
+      return with_mask(mask_from, [&](auto mask_tag) -> cudaError_t {
+        bn_backward_reduce_kernel<T, kV, decltype(mask_tag)::value><<<dim3(t.gx, groups), kBnThreads, 0, stream>>>(
+            dy, mask, x, a.weight, a.mean, a.invstd, a.rows, a.channels, t.tcols, partials);
+        return launch_status();
+      });
     });
     if (rc != cudaSuccess) return rc;
     rc = launch_reduce_column_partials<float>(partials, groups, 2 * a.channels, a.channels, a.dweight, a.dbias, false,
                                               stream);
     if (rc != cudaSuccess) return rc;
-    const bool vec = vector_path<T>(a.channels, {a.dy, y, a.x, a.weight, a.mean, a.invstd, a.dweight, a.dbias, a.dx,
-                                                 a.dresidual});
+    const bool vec = vector_path<T>(a.channels, {a.dy, y, a.x, a.weight, mask.bias, a.mean, a.invstd, a.dweight,
+                                                 a.dbias, a.dx, a.dresidual});
     return with_vec<T>(vec, [&](auto vec_tag) -> cudaError_t {
       constexpr int kV = decltype(vec_tag)::value;
       const ChannelTiles t = channel_tiles(a.channels, kV);
-      bn_backward_dx_kernel<T, kV><<<dim3(t.gx, row_groups(a.rows, t, kBnApplyBlocks)), kBnThreads, 0, stream>>>(
-          dy, y, x, a.weight, a.mean, a.invstd, a.dweight, a.dbias, a.training, a.rows, a.channels, t.tcols, a.relu,
-          static_cast<T*>(a.dx), static_cast<T*>(a.dresidual));
-      return launch_status();
+      return with_mask(mask_from, [&](auto mask_tag) -> cudaError_t {
+        bn_backward_dx_kernel<T, kV, decltype(mask_tag)::value>
+            <<<dim3(t.gx, row_groups(a.rows, t, kBnApplyBlocks)), kBnThreads, 0, stream>>>(
+                dy, mask, x, a.weight, a.mean, a.invstd, a.dweight, a.dbias, a.training, a.rows, a.channels, t.tcols,
+                static_cast<T*>(a.dx), static_cast<T*>(a.dresidual));
+        return launch_status();
+      });
     });
   });
 }

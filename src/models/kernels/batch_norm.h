@@ -17,16 +17,19 @@
 // Eval forward: the same y with mean = running_mean, invstd = 1/sqrt(running_var + eps)
 // (the running statistics are not changed; save_mean/save_invstd, when
 // given, receive those two so that backward can run in eval mode too).
-// Backward, given dy, the forward's output y (ReLU's mask is y > 0) and x:
-//   g = dy (y > 0 with ReLU),  xhat = (x - mean) invstd
+// Backward, given dy, x and ReLU's mask, y > 0: read from the forward's
+// output y, or (no residual added: y is not needed) recomputed from x as
+// weight (x - mean) invstd + bias > 0 with the forward's arithmetic:
+//   g = dy (masked with ReLU),  xhat = (x - mean) invstd
 //   dbias = sum g,  dweight = sum g xhat
 //   training: dx = weight invstd (g - dbias/M - xhat dweight/M)
 //   eval:     dx = weight invstd g                  (the statistics are constants)
 //   dresidual = g (when the forward added a residual; null: not written)
 //
 // Passes over memory: the training forward reads x twice (statistics, then
-// the apply, which also reads the residual and writes y); backward reads dy,
-// y and x twice (the sums, then dx) and writes dx (and dresidual).
+// the apply, which also reads the residual and writes y); backward reads dy
+// and x (and y, with ReLU after a residual add) twice (the sums, then dx)
+// and writes dx (and dresidual).
 //
 // The statistics are a two-level reduction in a fixed order: each block
 // leaves one (mean, M2) partial per channel in the workspace (a per-thread
@@ -38,8 +41,8 @@
 //
 // How the torch side calls them: forward with workspace =
 // batch_norm_workspace_size(rows, channels) bytes, save_mean/save_invstd
-// fresh [channels] fp32 tensors; save x, y (for ReLU), weight, save_mean,
-// save_invstd. Backward with the same workspace size; dweight/dbias are
+// fresh [channels] fp32 tensors; save x, weight, save_mean, save_invstd,
+// and for ReLU y (after a residual add) or bias (without one). Backward with the same workspace size; dweight/dbias are
 // always written (dx needs them).
 //
 // Limits: training needs rows >= 2 (the unbiased running variance; torch
@@ -78,7 +81,8 @@ struct BatchNormForwardArgs {
 
 struct BatchNormBackwardArgs {
   const void* dy = nullptr;        // [rows, channels], act_dtype
-  const void* y = nullptr;         // [rows, channels]: the forward's output (read with relu only)
+  const void* y = nullptr;         // [rows, channels]: the forward's output (read with relu only), or null
+  const float* bias = nullptr;     // [channels]: with relu and no y, the mask is recomputed from x
   const void* x = nullptr;         // [rows, channels]: the forward's input
   const float* weight = nullptr;   // [channels]
   const float* mean = nullptr;     // [channels]: the forward's save_mean

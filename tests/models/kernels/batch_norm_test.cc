@@ -182,6 +182,19 @@ TEST_P(BatchNormTest, ForwardAndBackwardMatchReferenceAndAreDeterministic) {
   }
   EXPECT_EQ(dw.bytes(), dw1);
   EXPECT_EQ(db.bytes(), db1);
+
+  // Without a residual, ReLU's mask recomputed from x and the bias (y not
+  // given) is the mask y > 0: the same bits.
+  if (c.relu && !c.residual) {
+    for (DeviceTensor* t : {&dx.t, &dw, &db}) t->fill_nan();
+    g.y = nullptr;
+    g.bias = b_d.f32();
+    DTRAIN_CUDA_OK(batch_norm_backward(g, nullptr));
+    DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(dx.t.bytes(), dx1) << "dx, mask from x";
+    EXPECT_EQ(dw.bytes(), dw1) << "dweight, mask from x";
+    EXPECT_EQ(db.bytes(), db1) << "dbias, mask from x";
+  }
 }
 
 std::vector<BnCase> bn_cases() {
@@ -346,7 +359,7 @@ TEST(BatchNormKernels, RejectsBadArgumentsWithoutTouchingTheDevice) {
   g.channels = 64;
   g.workspace_bytes = batch_norm_workspace_size(100, 64);
   g.relu = true;
-  EXPECT_EQ(batch_norm_backward(g, nullptr), cudaErrorInvalidValue);  // ReLU's mask needs y
+  EXPECT_EQ(batch_norm_backward(g, nullptr), cudaErrorInvalidValue);  // ReLU's mask needs y or the bias
   g.relu = false;
   g.dbias = nullptr;
   EXPECT_EQ(batch_norm_backward(g, nullptr), cudaErrorInvalidValue);  // dx needs both sums
