@@ -141,18 +141,22 @@ class FusedResNetTest : public ::testing::TestWithParam<std::string> {
 
 // Fused (got) and libtorch's (ref) step at one precision against the fp64
 // step (exact): the fused one must be as close to it as libtorch's, within
-// `factor`, plus `slack`: the loss, the whole gradient, each parameter's
-// gradient (fp32 only) and the running statistics; num_batches_tracked
-// equal.
+// `factor`, plus `loss_slack` for the loss and `slack` for the whole
+// gradient, each parameter's gradient (fp32 only) and the running
+// statistics; num_batches_tracked equal. (fp32 is not close to fp64 here:
+// at batch 16, rounding differences grow through the layers to ~0.3%
+// (resnet18) and ~2% (resnet50) of the gradient, on both paths.)
 void expectAsCloseAsLibtorch(const ResNetRun& exact, const ResNetRun& ref, const ResNetRun& got, double factor,
-                             double slack, bool per_parameter) {
+                             double loss_slack, double slack, bool per_parameter) {
   EXPECT_FALSE(ref.fused);
   EXPECT_TRUE(got.fused);
-  const auto expectCloser = [&](double fused_error, double libtorch_error, const std::string& what) {
-    EXPECT_LE(fused_error, factor * libtorch_error + slack)
+  const auto expectCloser = [&](double fused_error, double libtorch_error, const std::string& what,
+                                double extra = 0) {
+    EXPECT_LE(fused_error, factor * libtorch_error + slack + extra)
         << what << ": fused " << fused_error << " from fp64, libtorch " << libtorch_error;
   };
-  expectCloser(std::abs(got.loss - exact.loss) / exact.loss, std::abs(ref.loss - exact.loss) / exact.loss, "loss");
+  expectCloser(std::abs(got.loss - exact.loss) / exact.loss, std::abs(ref.loss - exact.loss) / exact.loss, "loss",
+               loss_slack - slack);
   const torch::Tensor e = flatGradients(exact);
   expectCloser(relativeError(flatGradients(got), e), relativeError(flatGradients(ref), e), "gradient");
   for (const auto& [name, g] : exact.grads) {
@@ -174,18 +178,18 @@ TEST_P(FusedResNetTest, Fp32LossGradientsAndBuffersMatchTheLibtorchPath) {
   const ResNetRun exact = lossAndGradients(GetParam(), false, Precision::kFp64);
   const ResNetRun ref = lossAndGradients(GetParam(), false, Precision::kFp32);
   const ResNetRun got = lossAndGradients(GetParam(), true, Precision::kFp32);
-  EXPECT_LT(relativeError(flatGradients(got), flatGradients(exact)), 1e-4);
-  expectAsCloseAsLibtorch(exact, ref, got, 2.0, 1e-5, true);
+  expectAsCloseAsLibtorch(exact, ref, got, 2.0, 1e-5, 1e-5, true);
 }
 
 // bf16 autocast: the two paths round at other places (the fused one rounds
 // BN + add + ReLU once, libtorch's after each operation); the fused one is
-// as close to the fp64 step as libtorch's (within 25%, plus 1e-3).
+// as close to the fp64 step as libtorch's (within 25%, plus 1e-3; the loss,
+// one number, within 25% plus 1e-2: ~2.5 bf16 units in the last place).
 TEST_P(FusedResNetTest, Bf16AutocastLossAndGradientsMatchTheLibtorchPath) {
   const ResNetRun exact = lossAndGradients(GetParam(), false, Precision::kFp64);
   const ResNetRun ref = lossAndGradients(GetParam(), false, Precision::kBf16Autocast);
   const ResNetRun got = lossAndGradients(GetParam(), true, Precision::kBf16Autocast);
-  expectAsCloseAsLibtorch(exact, ref, got, 1.25, 1e-3, false);
+  expectAsCloseAsLibtorch(exact, ref, got, 1.25, 1e-2, 1e-3, false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FusedResNetTest, ::testing::Values("resnet18", "resnet50"));

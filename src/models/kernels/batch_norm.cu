@@ -81,6 +81,19 @@ __device__ __forceinline__ void merge_shared(float* sh_n, float* sh_mean, float*
   sh_n[a] = na + nb;
 }
 
+constexpr int kBnLoadsAhead = 4;
+
+template <int VEC>
+__device__ __forceinline__ void shifted_sums(const float (&v)[VEC], const float (&shift)[VEC], float (&s1)[VEC],
+                                             float (&s2)[VEC]) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const float d = v[j] - shift[j];
+    s1[j] += d;
+    s2[j] += d * d;
+  }
+}
+
 // Statistics, first level: each thread sums its rows shifted by its first
 // value (so the squares stay small next to the variance), turns that into
 // (n, mean, M2), and the block merges its threads in a fixed tree; one (mean,
@@ -102,16 +115,20 @@ __global__ void __launch_bounds__(kBnThreads)
   int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty;
   if (in && r < rows) {
     load_floats<T, VEC>(x + r * channels + c, shift);
-#pragma unroll 4
+    // kBnLoadsAhead rows' loads issued before their sums (the rows in the
+    // same order as one at a time): a read-only pass needs them in flight.
+    for (; r + (kBnLoadsAhead - 1) * step < rows; r += kBnLoadsAhead * step) {
+      float v[kBnLoadsAhead][VEC];
+#pragma unroll
+      for (int u = 0; u < kBnLoadsAhead; ++u) load_floats<T, VEC>(x + (r + u * step) * channels + c, v[u]);
+#pragma unroll
+      for (int u = 0; u < kBnLoadsAhead; ++u) shifted_sums<VEC>(v[u], shift, s1, s2);
+      n += kBnLoadsAhead;
+    }
     for (; r < rows; r += step) {
       float v[VEC];
       load_floats<T, VEC>(x + r * channels + c, v);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        const float d = v[j] - shift[j];
-        s1[j] += d;
-        s2[j] += d * d;
-      }
+      shifted_sums<VEC>(v, shift, s1, s2);
       ++n;
     }
   }
@@ -149,7 +166,7 @@ __device__ __forceinline__ float bn_partial_count(int p, int64_t full, int64_t t
   return static_cast<float>(full * brows + rem);
 }
 
-// Statistics, second level: lane l of each channel merges partials l, l +
+// Statistics, second level: lane l of each channel sums partials l, l +
 // 32, ... in order, then the lanes merge in a fixed tree; writes the saved
 // statistics and updates the running ones as torch does.
 __global__ void __launch_bounds__(kStatColumns* kStatLanes)
@@ -162,7 +179,12 @@ __global__ void __launch_bounds__(kStatColumns* kStatLanes)
   if (c < channels) {
     const int64_t cycle = static_cast<int64_t>(num_partials) * brows;
     const int64_t full = rows / cycle, tail = rows - full * cycle;
-    // Eight partials loaded ahead of their merges (the same order: p = l, l + 32, ...).
+    // The lane's partials (p = l, l + 32, ..., eight loaded ahead) summed
+    // as deviations from partial 0's mean, which is close to every
+    // partial's: sums of squares without cancellation and without a
+    // division per partial.
+    const float shift = partials[c];
+    float sd = 0.f, sq = 0.f;
     constexpr int kAhead = 8;
     for (int p0 = threadIdx.y; p0 < num_partials; p0 += kAhead * kStatLanes) {
       float pm[kAhead], pv[kAhead];
@@ -176,8 +198,16 @@ __global__ void __launch_bounds__(kStatColumns* kStatLanes)
 #pragma unroll
       for (int u = 0; u < kAhead; ++u) {
         const int p = p0 + u * kStatLanes;
-        if (p < num_partials) chan_merge(n, mean, m2, bn_partial_count(p, full, tail, brows), pm[u], pv[u]);
+        if (p >= num_partials) continue;
+        const float np = bn_partial_count(p, full, tail, brows), d = pm[u] - shift;
+        n += np;
+        sd += np * d;
+        sq += pv[u] + np * d * d;
       }
+    }
+    if (n > 0.f) {
+      mean = shift + sd / n;
+      m2 = fmaxf(sq - sd * sd / n, 0.f);
     }
   }
   sh[0][threadIdx.y][threadIdx.x] = n;
@@ -302,8 +332,18 @@ __device__ __forceinline__ void mask_coefficients(const BnMask& k, const float* 
   if constexpr (MASK == kMaskFromX) load_params<VEC>(k.bias, c, channels, b);
 }
 
+template <int VEC>
+__device__ __forceinline__ void grad_sums(const float (&g)[VEC], const float (&v)[VEC], const float (&m)[VEC],
+                                          const float (&inv)[VEC], float (&sg)[VEC], float (&sgx)[VEC]) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    sg[j] += g[j];
+    sgx[j] += g[j] * ((v[j] - m[j]) * inv[j]);
+  }
+}
+
 // Backward, first pass: per channel sum(g xhat) and sum(g) over the block's
-// rows (each thread in row order, then the block's threads in row order),
+// rows (each thread in row order, then the block's threads in a fixed tree),
 // to partials[blockIdx.y][2 * channels] (the dweight sums first, then dbias).
 template <typename T, int VEC, int MASK>
 __global__ void __launch_bounds__(kBnThreads, kBnMinBlocks)
@@ -323,18 +363,28 @@ __global__ void __launch_bounds__(kBnThreads, kBnMinBlocks)
     load_params<VEC>(invstd, c, channels, inv);
     mask_coefficients<VEC, MASK>(k, weight, c, channels, inv, a, b);
     const int64_t step = static_cast<int64_t>(gridDim.y) * brows;
-#pragma unroll 2
-    for (int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty; r < rows; r += step) {
+    int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty;
+    // Two rows' loads before their sums (the same row order).
+    for (; r + step < rows; r += 2 * step) {
+      float g[2][VEC], v[2][VEC];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        load_floats<T, VEC>(dy + (r + u * step) * channels + c, g[u]);
+        load_floats<T, VEC>(x + (r + u * step) * channels + c, v[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        mask_grad<T, VEC, MASK>(k, (r + u * step) * channels + c, v[u], m, a, b, g[u]);
+        grad_sums<VEC>(g[u], v[u], m, inv, sg, sgx);
+      }
+    }
+    if (r < rows) {
       const int64_t off = r * channels + c;
       float g[VEC], v[VEC];
       load_floats<T, VEC>(dy + off, g);
       load_floats<T, VEC>(x + off, v);
       mask_grad<T, VEC, MASK>(k, off, v, m, a, b, g);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        sg[j] += g[j];
-        sgx[j] += g[j] * ((v[j] - m[j]) * inv[j]);
-      }
+      grad_sums<VEC>(g, v, m, inv, sg, sgx);
     }
   }
 #pragma unroll
@@ -342,24 +392,25 @@ __global__ void __launch_bounds__(kBnThreads, kBnMinBlocks)
     sh_gx[threadIdx.x * VEC + j] = sgx[j];
     sh_g[threadIdx.x * VEC + j] = sg[j];
   }
-  __syncthreads();
-  if (ty != 0 || !in) return;
+  // A fixed tree over the block's rows: row ty adds row ty + half.
+  for (int half = brows / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (ty < half) {
+      const int o = (threadIdx.x + half * tcols) * VEC;
 #pragma unroll
-  for (int j = 0; j < VEC; ++j) sg[j] = sgx[j] = 0.f;
-  for (int i = 0; i < brows; ++i) {
-    const int t = i * tcols + tx;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      sgx[j] += sh_gx[t * VEC + j];
-      sg[j] += sh_g[t * VEC + j];
+      for (int j = 0; j < VEC; ++j) {
+        sh_gx[threadIdx.x * VEC + j] += sh_gx[o + j];
+        sh_g[threadIdx.x * VEC + j] += sh_g[o + j];
+      }
     }
   }
+  if (ty != 0 || !in) return;
   float* out = partials + static_cast<int64_t>(blockIdx.y) * 2 * channels;
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
     if (c + j >= channels) break;
-    out[c + j] = sgx[j];
-    out[channels + c + j] = sg[j];
+    out[c + j] = sh_gx[tx * VEC + j];
+    out[channels + c + j] = sh_g[tx * VEC + j];
   }
 }
 
