@@ -12,7 +12,7 @@
 #     the PyTorch peer eager and under torch.compile (reduce-overhead on 1 GPU,
 #     max-autotune-no-cudagraphs under DDP), ROUNDS rounds (default 1), with
 #     bench/train_bench_compare.py --compiled-peer, dtrain with
-#     DTRAIN_FUSED_BATCH_NORM=1; then dtrain with DTRAIN_FUSED_KERNELS=0 and
+#     the fused batch norm (the default); then dtrain with DTRAIN_FUSED_KERNELS=0 and
 #     both eager time splits (--breakdown);
 #   - with PROFILE=1, every kernel of two timed steps of dtrain (graphed) and
 #     of the compiled peer under Nsight Compute (kernel durations only,
@@ -27,9 +27,8 @@ cd "$(dirname "$0")/../.."
 phase=cnn
 suite=cnn
 source bench/gpu/lib.sh
-# The fused batch norm is off by default (DTRAIN_FUSED_BATCH_NORM): on for
-# every dtrain run here but the unfused one.
-export DTRAIN_FUSED_BATCH_NORM=1
+# The fused batch norm is on by default (DTRAIN_FUSED_BATCH_NORM): every
+# dtrain run here takes it but the unfused one (DTRAIN_FUSED_KERNELS=0).
 deps=${DTRAIN_DEPS:-$PWD/.deps}
 configs=${CONFIGS:-cnn224}
 gpus=${GPUS:-1}

@@ -10,10 +10,10 @@ DTRAIN_SETTING(bool, kFusedKernels, "fused-kernels", "DTRAIN_FUSED_KERNELS", tru
                "chunked classifier + cross-entropy, AdamW) in builds that have them; 0 runs the plain libtorch "
                "operations.");
 
-DTRAIN_SETTING(bool, kFusedBatchNorm, "fused-batch-norm", "DTRAIN_FUSED_BATCH_NORM", false,
+DTRAIN_SETTING(bool, kFusedBatchNorm, "fused-batch-norm", "DTRAIN_FUSED_BATCH_NORM", true,
                "Whether ResNets on CUDA take the fused batch-norm (+ residual add) (+ ReLU) kernels for "
-               "channels-last bf16/fp32 activations (with DTRAIN_FUSED_KERNELS on); experimental, off by default: "
-               "0 runs libtorch's batch_norm, add and relu.");
+               "channels-last bf16/fp32 activations (with DTRAIN_FUSED_KERNELS on); 0 runs libtorch's "
+               "batch_norm, add and relu.");
 
 }  // namespace
 

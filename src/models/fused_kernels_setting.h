@@ -12,7 +12,7 @@ namespace dtrain::models {
 // environment reset it through the settings registry.
 bool fusedKernelsSetting();
 
-// DTRAIN_FUSED_BATCH_NORM (default off, experimental): whether ResNets take
+// DTRAIN_FUSED_BATCH_NORM (default on): whether ResNets take
 // the fused batch-norm (+ residual) (+ ReLU) kernels (models/kernels/
 // batch_norm.h) where fusedKernelsSetting() lets them.
 bool fusedBatchNormSetting();

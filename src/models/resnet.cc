@@ -13,8 +13,8 @@ namespace nn = torch::nn;
 // call: it reads and updates the module's own parameters and running
 // statistics with the module's momentum and eps, and num_batches_tracked is
 // bumped here as BatchNorm2d's forward does. Otherwise (the CPU, a layout
-// the kernel declines, DTRAIN_FUSED_KERNELS=0, DTRAIN_FUSED_BATCH_NORM not
-// set) the module and libtorch's add and ReLU, as before.
+// the kernel declines, DTRAIN_FUSED_KERNELS=0, DTRAIN_FUSED_BATCH_NORM=0)
+// the module and libtorch's add and ReLU, as before.
 torch::Tensor bnAct(nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Tensor& residual, bool relu) {
   const auto& o = bn->options;
   // A cumulative average (momentum unset) reads the batch count on the host.
