@@ -99,6 +99,31 @@ def tf32_settings():
         return {}
 
 
+def write_kernel_csv(path, step, steps=2):
+    """Every GPU kernel of `steps` steps, one row each: "ID", "Kernel Name",
+    "gpu__time_duration.sum" (a unit row, then nanoseconds), as ncu --csv
+    --page raw writes them."""
+    import csv
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, quoting=csv.QUOTE_ALL)
+        w.writerow(["ID", "Kernel Name", "gpu__time_duration.sum"])
+        w.writerow(["", "", "nsecond"])
+        n = 0
+        for evt in prof.events():
+            if getattr(evt, "device_type", None) != torch.autograd.DeviceType.CUDA:
+                continue
+            if evt.name.startswith(("Memcpy", "Memset", "cudaGraph")):
+                continue
+            w.writerow([n, evt.name, int(evt.time_range.elapsed_us() * 1000)])
+            n += 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="resnet50", choices=sorted(LAYERS))
@@ -117,6 +142,10 @@ def main():
     p.add_argument("--profile-range", action="store_true",
                    help="cudaProfilerStart/Stop around the timed steps (for ncu --profile-from-start off, "
                         "nsys --capture-range=cudaProfilerApi)")
+    p.add_argument("--kernel-csv", metavar="PATH",
+                   help="after timing, two more steps under torch.profiler (CUPTI: kernels replayed from CUDA "
+                        "graphs included); each kernel's name and duration to PATH in Nsight Compute's raw CSV "
+                        "columns, for bench/gpu/kernel_table.py")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     if a.steps < 1 or a.warmup < 0:
@@ -199,6 +228,9 @@ def main():
     elapsed = time.perf_counter() - start
     if a.profile_range:
         torch.cuda.cudart().cudaProfilerStop()
+
+    if a.kernel_csv and rank == 0:
+        write_kernel_csv(a.kernel_csv, step)
 
     per_rank = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(world)]
     dist.all_gather(per_rank, torch.tensor([elapsed], dtype=torch.float64, device=device))
