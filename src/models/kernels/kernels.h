@@ -7,6 +7,7 @@
 #include "models/kernels/batch_norm.h"
 #include "models/kernels/cross_entropy.h"
 #include "models/kernels/kernel_types.h"
+#include "models/kernels/max_pool.h"
 #include "models/kernels/normalization.h"
 #include "models/kernels/optimizer.h"
 #include "models/kernels/rope.h"
