@@ -92,4 +92,18 @@ std::optional<torch::Tensor> batchNormAct(const torch::Tensor& x, const torch::T
                                           torch::Tensor& running_mean, torch::Tensor& running_var, bool training,
                                           double momentum, double eps, bool relu);
 
+// torch::max_pool2d(x, kernel, stride, padding) with square windows,
+// dilation 1 and ceil_mode false (a caller with others runs libtorch's):
+// ResNet's stem. Takes x of 4 dimensions in the channels-last memory
+// format, fp32 or bf16, kernel 1..8, stride >= 1 and 0 <= padding <=
+// kernel / 2 (torch's bound) with a non-empty output; declines anything
+// else (libtorch then raises its own errors). The output is channels-last
+// in x's dtype, with libtorch's values; the gradient is libtorch's too
+// (the same scan: first maximum, NaN wins; the same fp32 sums in the same
+// order), except for a window of -inf values only, whose gradient goes to
+// its first in-bounds element (libtorch's channels-last kernel sends it to
+// the image's element (0, 0)). Saves a one-byte argmax per output element,
+// not x nor int64 indices. Not yet taken by resnet.cc.
+std::optional<torch::Tensor> maxPool2d(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding);
+
 }  // namespace dtrain::models::fused

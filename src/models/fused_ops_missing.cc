@@ -48,4 +48,6 @@ std::optional<torch::Tensor> batchNormAct(const torch::Tensor&, const torch::Ten
   return std::nullopt;
 }
 
+std::optional<torch::Tensor> maxPool2d(const torch::Tensor&, int64_t, int64_t, int64_t) { return std::nullopt; }
+
 }  // namespace dtrain::models::fused
