@@ -1,6 +1,7 @@
 // kernels_bench: GB/s of each fused kernel at GPT-2 124M and Llama 3.2 1B
-// shapes (rows = batch * seq = 16 * 1024 by default) and of batch norm at
-// ResNet-50 224x224 shapes (batch 128, channels-last), bf16, beside a
+// shapes (rows = batch * seq = 16 * 1024 by default), of batch norm at
+// ResNet-50 224x224 shapes and of the stem's max pooling (batch 128,
+// channels-last), bf16, beside a
 // device-to-device copy (the bandwidth ceiling). Bytes are the fewest the
 // kernel must move (each input read once, each output written once); times
 // are per call, from replays of a CUDA graph of 20 calls (no launch gaps,
@@ -298,6 +299,36 @@ void bench_batch_norm(Arena& a, int64_t batch, int side, int channels) {
   report("resnet50", "bn+add+relu bwd", s, 8.0 * n * e, [=] { return dk::batch_norm_backward(g, g_stream); });
 }
 
+// ResNet's stem pooling (kernel 3, stride 2, padding 1): forward (x read,
+// y and the one-byte argmax written) and backward (dy and argmax read, dx
+// written). Bytes count each once; the windows overlap, so the forward
+// reads some of x again from the caches.
+void bench_max_pool(Arena& a, int64_t batch, int side, int channels) {
+  const int out = dk::max_pool2d_output_size(side, 3, 2, 1);
+  const size_t n_in = batch * side * side * channels, n_out = batch * out * out * channels, e = 2;
+  const std::string s = std::to_string(batch) + "x" + std::to_string(side) + "x" + std::to_string(side) + "x" +
+                        std::to_string(channels);
+  dk::MaxPool2dForwardArgs f;
+  f.x = a.random(n_in * e);
+  f.y = a.random(n_out * e);
+  f.argmax = static_cast<uint8_t*>(a.random(n_out));
+  f.batch = batch;
+  f.height = f.width = side;
+  f.channels = channels;
+  report("resnet50", "max pool 3x3/2 fwd", s, (n_in + n_out) * e + n_out,
+         [=] { return dk::max_pool2d_forward(f, g_stream); });
+  dk::MaxPool2dBackwardArgs g;
+  g.dy = a.random(n_out * e);
+  g.argmax = f.argmax;
+  g.dx = a.random(n_in * e);
+  g.batch = batch;
+  g.height = g.width = side;
+  g.channels = channels;
+  CHECK(dk::max_pool2d_forward(f, g_stream));  // a real argmax
+  report("resnet50", "max pool 3x3/2 bwd", s, (n_in + n_out) * e + n_out,
+         [=] { return dk::max_pool2d_backward(g, g_stream); });
+}
+
 void bench_copy(Arena& a) {
   const size_t bytes = size_t{1} << 30;
   void *src = a.random(bytes), *dst = a.random(bytes);
@@ -342,5 +373,6 @@ int main(int argc, char** argv) {
   for (auto [side, channels] : {std::pair{56, 64}, {56, 256}, {28, 512}, {14, 1024}, {7, 2048}}) {
     bench_batch_norm(a, 128, side, channels);
   }
+  bench_max_pool(a, 128, 112, 64);
   return 0;
 }
