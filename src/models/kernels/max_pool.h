@@ -33,7 +33,8 @@
 // height * width * channels and out_h * out_w * channels below 2^31 (one
 // image); batch 0 does nothing. 16-byte aligned x/y (dy/dx), argmax aligned
 // to 8 (bf16) / 4 (fp32) bytes and channels divisible by 8 (bf16) / 4 (fp32)
-// take the vector path. y must not overlap x, nor dx dy or argmax.
+// take the vector path. y must not overlap x; dx must not overlap dy or
+// argmax.
 #pragma once
 
 #include "models/kernels/kernel_types.h"
