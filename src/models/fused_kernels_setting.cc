@@ -11,9 +11,9 @@ DTRAIN_SETTING(bool, kFusedKernels, "fused-kernels", "DTRAIN_FUSED_KERNELS", tru
                "operations.");
 
 DTRAIN_SETTING(bool, kFusedBatchNorm, "fused-batch-norm", "DTRAIN_FUSED_BATCH_NORM", true,
-               "Whether ResNets on CUDA take the fused batch-norm (+ residual add) (+ ReLU) kernels for "
-               "channels-last bf16/fp32 activations (with DTRAIN_FUSED_KERNELS on); 0 runs libtorch's "
-               "batch_norm, add and relu.");
+               "Whether ResNets on CUDA take the fused batch-norm (+ residual add) (+ ReLU) and max-pool kernels "
+               "for channels-last bf16/fp32 activations (with DTRAIN_FUSED_KERNELS on); 0 runs libtorch's "
+               "batch_norm, add, relu and max_pool2d.");
 
 }  // namespace
 

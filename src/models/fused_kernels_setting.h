@@ -14,7 +14,8 @@ bool fusedKernelsSetting();
 
 // DTRAIN_FUSED_BATCH_NORM (default on): whether ResNets take
 // the fused batch-norm (+ residual) (+ ReLU) kernels (models/kernels/
-// batch_norm.h) where fusedKernelsSetting() lets them.
+// batch_norm.h) and the stem's max pool (max_pool.h) where
+// fusedKernelsSetting() lets them.
 bool fusedBatchNormSetting();
 
 }  // namespace dtrain::models

@@ -103,7 +103,7 @@ std::optional<torch::Tensor> batchNormAct(const torch::Tensor& x, const torch::T
 // order), except for a window of -inf values only, whose gradient goes to
 // its first in-bounds element (libtorch's channels-last kernel sends it to
 // the image's element (0, 0)). Saves a one-byte argmax per output element,
-// not x nor int64 indices. Not yet taken by resnet.cc.
+// not x nor int64 indices. resnet.cc takes it for the ImageNet stem.
 std::optional<torch::Tensor> maxPool2d(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding);
 
 }  // namespace dtrain::models::fused

@@ -31,6 +31,19 @@ torch::Tensor bnAct(nn::BatchNorm2d& bn, const torch::Tensor& x, const torch::Te
   return relu ? torch::relu(out) : out;
 }
 
+// The stem's max pooling: on CUDA the fused kernel (fused::maxPool2d,
+// a one-byte argmax and a gather backward) when it takes the call and the
+// fused CNN kernels are on (DTRAIN_FUSED_BATCH_NORM); else the module.
+torch::Tensor maxPool(nn::MaxPool2d& pool, const torch::Tensor& x) {
+  const auto& o = pool->options;
+  const auto k = *o.kernel_size(), s = *o.stride(), p = *o.padding(), d = *o.dilation();
+  if (fusedBatchNormSetting() && !o.ceil_mode() && k[0] == k[1] && s[0] == s[1] && p[0] == p[1] && d[0] == 1 &&
+      d[1] == 1) {
+    if (auto y = fused::maxPool2d(x, k[0], s[0], p[0])) return *y;
+  }
+  return pool->forward(x);
+}
+
 // The shortcut: x itself, or downsample = Sequential(conv1x1, BatchNorm2d)
 // (named downsample.0 and .1, as torchvision) with its BN through bnAct.
 torch::Tensor shortcut(nn::Sequential& downsample, const torch::Tensor& x) {
@@ -214,7 +227,7 @@ void ResNet::countBlock(ResNetBlock block, int64_t planes, int64_t stride, bool 
 
 torch::Tensor ResNet::forward(torch::Tensor x) {
   x = bnAct(bn1_, conv1_->forward(x), {}, true);
-  if (maxpool_) x = maxpool_->forward(x);
+  if (maxpool_) x = maxPool(maxpool_, x);
   x = layer4_->forward(layer3_->forward(layer2_->forward(layer1_->forward(x))));
   x = torch::flatten(avgpool_->forward(x), 1);
   return fc_->forward(x);
