@@ -332,18 +332,8 @@ __device__ __forceinline__ void mask_coefficients(const BnMask& k, const float* 
   if constexpr (MASK == kMaskFromX) load_params<VEC>(k.bias, c, channels, b);
 }
 
-template <int VEC>
-__device__ __forceinline__ void grad_sums(const float (&g)[VEC], const float (&v)[VEC], const float (&m)[VEC],
-                                          const float (&inv)[VEC], float (&sg)[VEC], float (&sgx)[VEC]) {
-#pragma unroll
-  for (int j = 0; j < VEC; ++j) {
-    sg[j] += g[j];
-    sgx[j] += g[j] * ((v[j] - m[j]) * inv[j]);
-  }
-}
-
 // Backward, first pass: per channel sum(g xhat) and sum(g) over the block's
-// rows (each thread in row order, then the block's threads in a fixed tree),
+// rows (each thread in row order, then the block's threads in row order),
 // to partials[blockIdx.y][2 * channels] (the dweight sums first, then dbias).
 template <typename T, int VEC, int MASK>
 __global__ void __launch_bounds__(kBnThreads, kBnMinBlocks)
@@ -363,28 +353,18 @@ __global__ void __launch_bounds__(kBnThreads, kBnMinBlocks)
     load_params<VEC>(invstd, c, channels, inv);
     mask_coefficients<VEC, MASK>(k, weight, c, channels, inv, a, b);
     const int64_t step = static_cast<int64_t>(gridDim.y) * brows;
-    int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty;
-    // Two rows' loads before their sums (the same row order).
-    for (; r + step < rows; r += 2 * step) {
-      float g[2][VEC], v[2][VEC];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        load_floats<T, VEC>(dy + (r + u * step) * channels + c, g[u]);
-        load_floats<T, VEC>(x + (r + u * step) * channels + c, v[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        mask_grad<T, VEC, MASK>(k, (r + u * step) * channels + c, v[u], m, a, b, g[u]);
-        grad_sums<VEC>(g[u], v[u], m, inv, sg, sgx);
-      }
-    }
-    if (r < rows) {
+#pragma unroll 2
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * brows + ty; r < rows; r += step) {
       const int64_t off = r * channels + c;
       float g[VEC], v[VEC];
       load_floats<T, VEC>(dy + off, g);
       load_floats<T, VEC>(x + off, v);
       mask_grad<T, VEC, MASK>(k, off, v, m, a, b, g);
-      grad_sums<VEC>(g, v, m, inv, sg, sgx);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        sg[j] += g[j];
+        sgx[j] += g[j] * ((v[j] - m[j]) * inv[j]);
+      }
     }
   }
 #pragma unroll
@@ -392,25 +372,24 @@ __global__ void __launch_bounds__(kBnThreads, kBnMinBlocks)
     sh_gx[threadIdx.x * VEC + j] = sgx[j];
     sh_g[threadIdx.x * VEC + j] = sg[j];
   }
-  // A fixed tree over the block's rows: row ty adds row ty + half.
-  for (int half = brows / 2; half > 0; half /= 2) {
-    __syncthreads();
-    if (ty < half) {
-      const int o = (threadIdx.x + half * tcols) * VEC;
+  __syncthreads();
+  if (ty != 0 || !in) return;
 #pragma unroll
-      for (int j = 0; j < VEC; ++j) {
-        sh_gx[threadIdx.x * VEC + j] += sh_gx[o + j];
-        sh_g[threadIdx.x * VEC + j] += sh_g[o + j];
-      }
+  for (int j = 0; j < VEC; ++j) sg[j] = sgx[j] = 0.f;
+  for (int i = 0; i < brows; ++i) {
+    const int t = i * tcols + tx;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      sgx[j] += sh_gx[t * VEC + j];
+      sg[j] += sh_g[t * VEC + j];
     }
   }
-  if (ty != 0 || !in) return;
   float* out = partials + static_cast<int64_t>(blockIdx.y) * 2 * channels;
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
     if (c + j >= channels) break;
-    out[c + j] = sh_gx[tx * VEC + j];
-    out[channels + c + j] = sh_g[tx * VEC + j];
+    out[c + j] = sgx[j];
+    out[channels + c + j] = sg[j];
   }
 }
 
