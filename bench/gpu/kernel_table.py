@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Sum an Nsight Compute raw CSV (--metrics gpu__time_duration.sum --csv
 --page raw) by kernel: calls and milliseconds per kernel name, largest first,
-and by kind (convolutions, normalisation, matrix products, attention, our
-fused kernels, elementwise, reductions, optimizer, communication). The CSV may be mixed with other
+and by kind (torch.compile's Triton kernels, convolutions, matrix products
+(cuDNN runs 1x1 convolutions as GEMMs), normalisation, max pool, attention,
+our fused kernels, adds, elementwise, reductions, optimizer,
+communication). The CSV may be mixed with other
 output (ncu's own lines, the program's): rows are read from the header line
 that starts with "ID" on.
 
@@ -16,13 +18,19 @@ import sys
 from collections import defaultdict
 
 KINDS = [
-    ("convolution", re.compile(r"conv|fprop|dgrad|wgrad|implicit_gemm|cudnn", re.I)),
-    ("normalisation", re.compile(r"batch_norm|batchnorm|bn_(stats|apply|backward)|welford", re.I)),
+    # torch.compile's kernels first: their names list every fused op
+    # ("..._convolution_backward_native_batch_norm_backward...").
+    ("Triton (torch.compile)", re.compile(r"^triton", re.I)),
+    ("communication", re.compile(r"nccl|oneRankReduce", re.I)),
     ("attention", re.compile(r"flash|fmha|attention|sdpa|efficient_attention", re.I)),
-    ("matmul", re.compile(r"gemm|cutlass|sm90_xmma|nvjet|cublas|wgmma", re.I)),
+    ("max pool", re.compile(r"max_pool", re.I)),
+    ("convolution", re.compile(r"conv|fprop|dgrad|wgrad|implicit_gemm|cudnn|nhwcAddPadding", re.I)),
+    ("matmul", re.compile(r"gemm|cutlass|sm90_xmma|nvjet|cublas|wgmma|splitKreduce", re.I)),
+    ("normalisation", re.compile(r"batch_norm|batchnorm|bn_(stats|apply|backward)|welford|reduce_column_partials",
+                                 re.I)),
     ("dtrain fused", re.compile(r"dtrain|fused_(layer|rms|gelu|swiglu|rope|ce|cross|adam)", re.I)),
-    ("communication", re.compile(r"nccl", re.I)),
-    ("optimizer", re.compile(r"adam|sgd|multi_tensor|foreach", re.I)),
+    ("add (residual gradients, gradient accumulation)", re.compile(r"CUDAFunctor_add", re.I)),
+    ("optimizer", re.compile(r"adam|sgd|multi_tensor|foreach|addcmul", re.I)),
     ("reduction", re.compile(r"reduce|norm|softmax|sum", re.I)),
     ("copy / cast", re.compile(r"copy|cast|fill|cat|index", re.I)),
 ]
@@ -76,9 +84,10 @@ def main():
     for name, (_, ms) in per_name.items():
         per_kind[kind_of(name)] += ms
     print(f"# {sum(c for c, _ in per_name.values())} kernels, {total:.1f} ms in all, {total / a.steps:.2f} ms per step")
-    print(f"# {'kind':<22} {'ms/step':>9} {'share':>7}")
+    width = max(len(kind) for kind in per_kind)
+    print(f"# {'kind':<{width}} {'ms/step':>9} {'share':>7}")
     for kind, ms in sorted(per_kind.items(), key=lambda kv: -kv[1]):
-        print(f"  {kind:<22} {ms / a.steps:9.2f} {100 * ms / total:6.1f}%")
+        print(f"  {kind:<{width}} {ms / a.steps:9.2f} {100 * ms / total:6.1f}%")
     print(f"# {'calls':>6} {'ms/step':>9} {'us/call':>9}  kernel")
     for name, (count, ms) in sorted(per_name.items(), key=lambda kv: -kv[1][1])[: a.top]:
         print(f"  {count:6d} {ms / a.steps:9.3f} {1e3 * ms / count:9.1f}  {name[:110]}")
