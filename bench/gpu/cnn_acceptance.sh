@@ -70,7 +70,11 @@ timeout 420 python3 bench/train_bench_compare.py --dtrain "$dtrain" --gpus "$gpu
 tail -6 "$OUT/compare.log"
 fi
 
-cfg="--model resnet50 --image-size 224 --batch-size 128 --precision bf16 --channels-last --steps 30 --warmup 10"
+# MODEL_ARGS: the model and batch of the single-configuration parts (the
+# unfused run, the time splits, the profiles); the flags mean the same to
+# dtrain bench train and to the peer.
+model_args=${MODEL_ARGS:-"--model resnet50 --image-size 224 --batch-size 128 --precision bf16 --channels-last"}
+cfg="$model_args --steps 30 --warmup 10"
 if want unfused; then
 log "dtrain with DTRAIN_FUSED_KERNELS=0 (the libtorch batch-norm), same configuration"
 DTRAIN_FUSED_KERNELS=0 timeout 120 $dtrain bench train --gpus 1 $cfg 2>&1 | grep -v INFO | tee "$OUT/unfused.txt" | tail -4
@@ -101,9 +105,8 @@ if want profile && command -v ncu > /dev/null; then
   # call (240 s were not enough on an H100): its kernels come from
   # torch.profiler (CUPTI) instead, two steps after the timed ones.
   log "torch.profiler: every kernel of two steps of the compiled peer"
-  timeout 240 "${single[@]}" python3 bench/peers/torch_ddp_bench.py --model resnet50 --image-size 224 \
-    --batch-size 128 --precision bf16 --channels-last --cudnn-benchmark --compile reduce-overhead --steps 5 \
-    --warmup 10 --kernel-csv "$OUT/kernels_peer.csv" > "$OUT/peer_profile.txt" 2> "$OUT/peer_profile.err"
+  timeout 240 "${single[@]}" python3 bench/peers/torch_ddp_bench.py $model_args \
+    --cudnn-benchmark --compile reduce-overhead --steps 5 --warmup 10 --kernel-csv "$OUT/kernels_peer.csv" > "$OUT/peer_profile.txt" 2> "$OUT/peer_profile.err"
   echo "peer exit $?"
   python3 bench/gpu/kernel_table.py "$OUT/kernels_peer.csv" --steps 2 --top 45
 fi
