@@ -430,24 +430,6 @@ __global__ void __launch_bounds__(kBnThreads, kBnMinBlocks)
   }
 }
 
-// The vector width for these pointers: 16-byte accesses when channels and
-// every (non-null) pointer allow, else 1.
-template <typename T>
-bool vector_path(int channels, std::initializer_list<const void*> ptrs) {
-  if (channels % kVec16<T> != 0) return false;
-  for (const void* p : ptrs) {
-    if (!aligned16(p)) return false;
-  }
-  return true;
-}
-
-// Calls f(std::integral_constant<int, VEC>) with the vector width.
-template <typename T, typename F>
-cudaError_t with_vec(bool vec, F&& f) {
-  if (vec) return f(std::integral_constant<int, kVec16<T>>{});
-  return f(std::integral_constant<int, 1>{});
-}
-
 // Calls f(std::integral_constant<int, MASK>) with the mask's source.
 template <typename F>
 cudaError_t with_mask(int mask_from, F&& f) {

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "models/kernels/kernel_types.h"
 
@@ -134,6 +136,24 @@ cudaError_t dispatch_act(DType act, F&& f) {
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// The vector width for these pointers: 16-byte accesses of T when channels
+// and every (non-null) pointer allow, else 1.
+template <typename T>
+bool vector_path(int channels, std::initializer_list<const void*> ptrs) {
+  if (channels % kVec16<T> != 0) return false;
+  for (const void* p : ptrs) {
+    if (!aligned16(p)) return false;
+  }
+  return true;
+}
+
+// Calls f(std::integral_constant<int, VEC>) with the vector width.
+template <typename T, typename F>
+cudaError_t with_vec(bool vec, F&& f) {
+  if (vec) return f(std::integral_constant<int, kVec16<T>>{});
+  return f(std::integral_constant<int, 1>{});
+}
 
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 

@@ -158,19 +158,8 @@ __global__ void __launch_bounds__(kPoolThreads)
 // 16-byte accesses of T when channels and every pointer allow (argmax
 // aligned to its VEC bytes).
 template <typename T>
-bool vector_path(int channels, const void* argmax, std::initializer_list<const void*> ptrs) {
-  constexpr int kV = kVec16<T>;
-  if (channels % kV != 0 || (reinterpret_cast<uintptr_t>(argmax) % kV) != 0) return false;
-  for (const void* p : ptrs) {
-    if (!aligned16(p)) return false;
-  }
-  return true;
-}
-
-template <typename T, typename F>
-cudaError_t with_vec(bool vec, F&& f) {
-  if (vec) return f(std::integral_constant<int, kVec16<T>>{});
-  return f(std::integral_constant<int, 1>{});
+bool pool_vector_path(int channels, const void* argmax, std::initializer_list<const void*> ptrs) {
+  return reinterpret_cast<uintptr_t>(argmax) % kVec16<T> == 0 && vector_path<T>(channels, ptrs);
 }
 
 // The geometry of a call, or false when the arguments are outside the limits.
@@ -213,7 +202,7 @@ cudaError_t forward(const MaxPool2dForwardArgs& a, cudaStream_t stream) {
   return dispatch_act(a.act_dtype, [&](auto act) -> cudaError_t {
     using T = typename decltype(act)::type;
     if (g.batch == 0) return cudaSuccess;
-    return with_vec<T>(vector_path<T>(g.channels, a.argmax, {a.x, a.y}), [&](auto vec_tag) -> cudaError_t {
+    return with_vec<T>(pool_vector_path<T>(g.channels, a.argmax, {a.x, a.y}), [&](auto vec_tag) -> cudaError_t {
       return launch_forward<T, decltype(vec_tag)::value>(a, g, stream);
     });
   });
@@ -228,7 +217,7 @@ cudaError_t backward(const MaxPool2dBackwardArgs& a, cudaStream_t stream) {
   return dispatch_act(a.act_dtype, [&](auto act) -> cudaError_t {
     using T = typename decltype(act)::type;
     if (g.batch == 0) return cudaSuccess;
-    return with_vec<T>(vector_path<T>(g.channels, a.argmax, {a.dy, a.dx}), [&](auto vec_tag) -> cudaError_t {
+    return with_vec<T>(pool_vector_path<T>(g.channels, a.argmax, {a.dy, a.dx}), [&](auto vec_tag) -> cudaError_t {
       constexpr int kV = decltype(vec_tag)::value;
       const dim3 grid = pool_grid(static_cast<int64_t>(g.in_h) * g.in_w, g.channels, kV, g.batch);
       max_pool_backward_kernel<T, kV><<<grid, kPoolThreads, 0, stream>>>(

@@ -53,10 +53,8 @@ inline constexpr int max_pool2d_output_size(int input, int kernel, int stride, i
   return span < 0 ? 0 : span / stride + 1;
 }
 
-struct MaxPool2dForwardArgs {
-  const void* x = nullptr;      // [batch, height, width, channels], act_dtype
-  void* y = nullptr;            // [batch, out_h, out_w, channels], act_dtype
-  uint8_t* argmax = nullptr;    // [batch, out_h, out_w, channels]: kh * kernel + kw
+// The forward's input shape (batch, height, width, channels) and window.
+struct MaxPool2dShape {
   int64_t batch = 0;
   int height = 0;
   int width = 0;
@@ -67,18 +65,16 @@ struct MaxPool2dForwardArgs {
   DType act_dtype = DType::kBFloat16;
 };
 
-struct MaxPool2dBackwardArgs {
+struct MaxPool2dForwardArgs : MaxPool2dShape {
+  const void* x = nullptr;      // [batch, height, width, channels], act_dtype
+  void* y = nullptr;            // [batch, out_h, out_w, channels], act_dtype
+  uint8_t* argmax = nullptr;    // [batch, out_h, out_w, channels]: kh * kernel + kw
+};
+
+struct MaxPool2dBackwardArgs : MaxPool2dShape {
   const void* dy = nullptr;          // [batch, out_h, out_w, channels], act_dtype
   const uint8_t* argmax = nullptr;   // the forward's
   void* dx = nullptr;                // [batch, height, width, channels], act_dtype, every element written
-  int64_t batch = 0;
-  int height = 0;  // the forward's input
-  int width = 0;
-  int channels = 0;
-  int kernel = 3;
-  int stride = 2;
-  int padding = 1;
-  DType act_dtype = DType::kBFloat16;
 };
 
 cudaError_t max_pool2d_forward(const MaxPool2dForwardArgs& args, cudaStream_t stream);

@@ -320,6 +320,12 @@ static_assert(max_pool2d_output_size(1, 3, 1, 0) == 0);   // the window is large
 static_assert(max_pool2d_output_size(5, 3, 2, 2) == 0);   // padding above kernel / 2
 static_assert(max_pool2d_output_size(64, 9, 1, 0) == 0);  // kernel above 8
 
+void smallShape(MaxPool2dShape& a) {
+  a.batch = 2;
+  a.height = a.width = 16;
+  a.channels = 64;
+}
+
 // Argument checks return before anything is enqueued: these run without a GPU.
 TEST(MaxPoolKernels, RejectsBadArgumentsWithoutTouchingTheDevice) {
   void* p = reinterpret_cast<void*>(0x10000);
@@ -330,9 +336,7 @@ TEST(MaxPoolKernels, RejectsBadArgumentsWithoutTouchingTheDevice) {
     a.x = p;
     a.y = q;
     a.argmax = arg;
-    a.batch = 2;
-    a.height = a.width = 16;
-    a.channels = 64;
+    smallShape(a);
     change(a);
     return max_pool2d_forward(a, nullptr);
   };
@@ -356,9 +360,7 @@ TEST(MaxPoolKernels, RejectsBadArgumentsWithoutTouchingTheDevice) {
     a.dy = p;
     a.argmax = arg;
     a.dx = q;
-    a.batch = 2;
-    a.height = a.width = 16;
-    a.channels = 64;
+    smallShape(a);
     change(a);
     return max_pool2d_backward(a, nullptr);
   };
