@@ -1,7 +1,7 @@
 #include "rendezvous/etcd_job_store.h"
 
+#include "common/address.h"
 #include "common/error.h"
-#include "rendezvous/local_address.h"
 #include "store/etcd_store.h"
 #include "store/prefix_store.h"
 
@@ -37,8 +37,9 @@ EtcdJobStore::EtcdJobStore(const RendezvousConfig& config, std::string label)
   } catch (const TimeoutError& e) {
     throw TimeoutError(label_ + ": no etcd member answered within the join timeout: " + e.message());
   }
-  local_address_ = config_.local_address.empty() ? localAddressToward(hostOf(config_.etcd_endpoints.front()))
-                                                 : config_.local_address;
+  local_address_ = config_.local_address.empty()
+                       ? localAddressToward(hostOf(config_.etcd_endpoints.front())).value_or("127.0.0.1")
+                       : config_.local_address;
 }
 
 EtcdJobStore::~EtcdJobStore() = default;

@@ -5,9 +5,9 @@
 #include <sstream>
 #include <thread>
 
+#include "common/address.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "rendezvous/local_address.h"
 #include "store/prefix_store.h"
 
 namespace dtrain {
@@ -63,7 +63,8 @@ JobStoreEndpoint::JobStoreEndpoint(const RendezvousConfig& config, StoreRole rol
     }
   }
   client_->setTimeout(Store::kDefaultTimeout);
-  local_address_ = config.local_address.empty() ? localAddressToward(host_) : config.local_address;
+  local_address_ = config.local_address.empty() ? localAddressToward(host_).value_or("127.0.0.1")
+                                                : config.local_address;
 }
 
 JobStoreEndpoint::~JobStoreEndpoint() = default;

@@ -1,14 +1,10 @@
 #include "comm/gloo/device.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <gloo/transport/tcp/device.h>
 
+#include "common/address.h"
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -26,41 +22,11 @@ DTRAIN_SETTING(std::string, kGlooHostname, "gloo-hostname", "DTRAIN_GLOO_HOSTNAM
 
 constexpr const char* kLoopback = "127.0.0.1";
 
-std::optional<std::string> socketLocalAddress(int fd) {
-  sockaddr_storage local{};
-  socklen_t length = sizeof(local);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) return std::nullopt;
-  char text[INET6_ADDRSTRLEN] = {0};
-  const void* address = local.ss_family == AF_INET6
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
-  if (inet_ntop(local.ss_family, address, text, sizeof(text)) == nullptr) return std::nullopt;
-  return std::string(text);
-}
-
 }  // namespace
 
 std::string GlooDeviceChoice::describe() const {
   if (!iface.empty()) return "interface " + iface + " (" + reason + ")";
   return "hostname " + hostname + " (" + reason + ")";
-}
-
-std::optional<std::string> localAddressTowards(const std::string& master_addr) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* results = nullptr;
-  // Any port: connect() on a UDP socket only picks a route and a source address.
-  if (getaddrinfo(master_addr.c_str(), "9", &hints, &results) != 0) return std::nullopt;
-  std::optional<std::string> found;
-  for (addrinfo* ai = results; ai != nullptr && !found; ai = ai->ai_next) {
-    int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) found = socketLocalAddress(fd);
-    close(fd);
-  }
-  freeaddrinfo(results);
-  return found;
 }
 
 GlooDeviceChoice chooseGlooDevice() {
@@ -72,7 +38,7 @@ GlooDeviceChoice chooseGlooDevice() {
   }
   const auto master = envString("MASTER_ADDR");
   if (!master || master->empty()) return {kLoopback, "", "default; MASTER_ADDR is not set"};
-  if (auto local = localAddressTowards(*master)) {
+  if (auto local = localAddressToward(*master)) {
     return {*local, "", "this host's address towards MASTER_ADDR=" + *master};
   }
   DTRAIN_LOG_WARN("gloo: no route to MASTER_ADDR=" << *master << "; listening on " << kLoopback

@@ -5,15 +5,16 @@
 //   DTRAIN_GLOO_IFACE     the address of that network interface (e.g. eth0);
 //   DTRAIN_GLOO_HOSTNAME  that hostname or address;
 //   MASTER_ADDR           the local address this host uses to reach it (so a
-//                         multi-node job works without configuration), or
-//                         127.0.0.1 when MASTER_ADDR is this host;
+//                         multi-node job works without configuration): a
+//                         loopback address for localhost or 127.0.0.1, the
+//                         name itself for another name of this host
+//                         (localAddressToward() in common/address.h);
 //   otherwise             127.0.0.1 (single-host jobs and tests).
 #pragma once
 
 #include <signal.h>
 
 #include <memory>
-#include <optional>
 #include <string>
 
 namespace gloo::transport {
@@ -32,11 +33,6 @@ struct GlooDeviceChoice {
 
 // The choice from the environment, per the list above.
 GlooDeviceChoice chooseGlooDevice();
-// The local address whose route reaches `master_addr` (a UDP connect, no
-// packet sent); "127.0.0.1" for a loopback master; nullopt when it cannot be
-// resolved or routed.
-std::optional<std::string> localAddressTowards(const std::string& master_addr);
-
 std::shared_ptr<gloo::transport::Device> createGlooDevice(const GlooDeviceChoice& choice);
 
 // Gloo writes to its sockets without MSG_NOSIGNAL, so writing to a peer that

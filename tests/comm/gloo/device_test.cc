@@ -54,7 +54,6 @@ TEST_F(GlooDeviceChoiceTest, ExplicitSettingsWinInOrder) {
 }
 
 TEST_F(GlooDeviceChoiceTest, UnroutableMasterFallsBackToLoopback) {
-  EXPECT_EQ(localAddressTowards("no-such-host.invalid"), std::nullopt);
   set("MASTER_ADDR", "no-such-host.invalid");
   EXPECT_EQ(chooseGlooDevice().hostname, "127.0.0.1");
 }
