@@ -235,4 +235,73 @@ uint16_t freeTcpPort(bool loopback_only, const std::string& purpose) {
   return localPort(fd.get());
 }
 
+namespace {
+
+std::optional<SocketEndpoint> endpointOf(int (*name_of)(int, sockaddr*, socklen_t*), int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (name_of(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return std::nullopt;
+  char text[INET6_ADDRSTRLEN] = {0};
+  SocketEndpoint endpoint;
+  if (address.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
+    ::inet_ntop(AF_INET, &v4.sin_addr, text, sizeof(text));
+    endpoint.port = ntohs(v4.sin_port);
+  } else if (address.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
+    ::inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof(text));
+    endpoint.port = ntohs(v6.sin6_port);
+  } else {
+    return std::nullopt;
+  }
+  endpoint.ip = text;
+  return endpoint;
+}
+
+}  // namespace
+
+std::optional<SocketEndpoint> localEndpoint(int fd) { return endpointOf(::getsockname, fd); }
+
+std::optional<SocketEndpoint> peerEndpoint(int fd) { return endpointOf(::getpeername, fd); }
+
+std::string boundAddressText(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  DTRAIN_CHECK_ERRNO(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length));
+  return socketAddressText(reinterpret_cast<sockaddr*>(&address), length);
+}
+
+std::optional<AcceptedConnection> acceptConnection(int listen_fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&address), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  return AcceptedConnection{FileDescriptor(fd), socketAddressText(reinterpret_cast<sockaddr*>(&address), length)};
+}
+
+bool setListenBacklog(int fd, int backlog) { return ::listen(fd, backlog) == 0; }
+
+bool setReuseAddress(int fd) {
+  int one = 1;
+  return ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0;
+}
+
+void shutdownSending(int fd) { ::shutdown(fd, SHUT_WR); }
+
+ssize_t receiveSome(int fd, char* data, size_t size) {
+  ssize_t n;
+  do {
+    n = ::recv(fd, data, size, MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
+ssize_t sendSome(int fd, const char* data, size_t size) {
+  ssize_t n;
+  do {
+    n = ::send(fd, data, size, MSG_DONTWAIT | MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
 }  // namespace dtrain

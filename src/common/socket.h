@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -77,5 +78,46 @@ bool receiveAll(int fd, char* data, size_t size, SteadyTime deadline, const std:
 // 127.0.0.1 rather than every address. `purpose` names the port in the
 // IoError raised when none can be had.
 uint16_t freeTcpPort(bool loopback_only, const std::string& purpose);
+
+// The numeric address and port at one end of a socket.
+struct SocketEndpoint {
+  std::string ip;  // "10.0.0.7", "::1"
+  uint16_t port = 0;
+};
+// Where `fd` is bound (getsockname) and whom it is connected to
+// (getpeername); nullopt when the kernel will not say (not bound, not
+// connected, not an IP socket).
+std::optional<SocketEndpoint> localEndpoint(int fd);
+std::optional<SocketEndpoint> peerEndpoint(int fd);
+// The numeric "ip:port" `fd` is bound to, as socketAddressText() writes it;
+// IoError naming getsockname when the kernel will not say.
+std::string boundAddressText(int fd);
+
+// A connection taken from a listening socket: non-blocking, close-on-exec,
+// and who it came from ("ip:port").
+struct AcceptedConnection {
+  FileDescriptor socket;
+  std::string peer;
+};
+// One accept4() on `listen_fd`; nullopt when no connection is waiting or the
+// accept failed (a client that gave up meanwhile: the caller polls again).
+std::optional<AcceptedConnection> acceptConnection(int listen_fd);
+
+// listen() again on a socket that listens already, with a new backlog (the
+// kernel takes the new value); false, errno set, when refused.
+bool setListenBacklog(int fd, int backlog);
+// SO_REUSEADDR, for a caller that cannot take an exception (a callback of a
+// foreign library); false, errno set, when refused.
+bool setReuseAddress(int fd);
+// shutdown(SHUT_WR): a FIN goes out, reading goes on. Errors are ignored:
+// a peer that is gone already needs no goodbye.
+void shutdownSending(int fd);
+
+// One recv() / send() that never blocks (MSG_DONTWAIT), retried on EINTR;
+// send never raises SIGPIPE. The bytes moved; 0 from receiveSome when the
+// peer has hung up; -1 with errno set otherwise (EAGAIN or EWOULDBLOCK:
+// nothing can move now).
+ssize_t receiveSome(int fd, char* data, size_t size);
+ssize_t sendSome(int fd, const char* data, size_t size);
 
 }  // namespace dtrain

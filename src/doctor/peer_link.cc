@@ -1,20 +1,14 @@
 #include "doctor/peer_link.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <list>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "common/error.h"
@@ -215,12 +209,7 @@ PeerServer::~PeerServer() {
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
-std::string PeerServer::boundAddress() const {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  DTRAIN_CHECK_ERRNO(::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length));
-  return socketAddressText(reinterpret_cast<sockaddr*>(&address), length);
-}
+std::string PeerServer::boundAddress() const { return boundAddressText(listen_fd_); }
 
 void PeerServer::serve(const std::function<bool()>& should_stop) {
   std::atomic<bool> stop{false};
@@ -233,12 +222,9 @@ void PeerServer::serve(const std::function<bool()>& should_stop) {
     pollfd p{listen_fd_, POLLIN, 0};
     int rc = ::poll(&p, 1, 100);
     if (rc > 0) {
-      sockaddr_storage address{};
-      socklen_t length = sizeof(address);
-      int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd >= 0) {
-        DTRAIN_LOG_DEBUG("dtrain doctor --serve-peer: client "
-                         << socketAddressText(reinterpret_cast<sockaddr*>(&address), length));
+      if (std::optional<AcceptedConnection> client = acceptConnection(listen_fd_)) {
+        DTRAIN_LOG_DEBUG("dtrain doctor --serve-peer: client " << client->peer);
+        int fd = client->socket.release();
         auto done = std::make_shared<std::atomic<bool>>(false);
         connections.push_back({std::thread([fd, done, &stop] {
                                  serveConnection(fd, stop);

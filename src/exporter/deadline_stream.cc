@@ -1,32 +1,17 @@
 #include "exporter/deadline_stream.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "common/socket.h"
+
 namespace dtrain::exporter {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void addressOf(const sockaddr_storage& address, std::string& ip, int& port) {
-  char text[INET6_ADDRSTRLEN] = {0};
-  if (address.ss_family == AF_INET) {
-    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address);
-    ::inet_ntop(AF_INET, &v4.sin_addr, text, sizeof(text));
-    port = ntohs(v4.sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address);
-    ::inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof(text));
-    port = ntohs(v6.sin6_port);
-  }
-  ip = text;
-}
 
 }  // namespace
 
@@ -51,18 +36,13 @@ ssize_t DeadlineStream::read(char* ptr, size_t size) {
     consumed_ += n;
     return static_cast<ssize_t>(n);
   }
-  ssize_t n;
-  do {
-    n = ::recv(fd_, ptr, size, MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
-  return n;
+  return receiveSome(fd_, ptr, size);
 }
 
 ssize_t DeadlineStream::write(const char* ptr, size_t size) {
   while (true) {
-    ssize_t n = ::send(fd_, ptr, size, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t n = sendSome(fd_, ptr, size);
     if (n >= 0) return n;
-    if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
     int left = msLeft();
     if (left == 0) return -1;
@@ -72,15 +52,17 @@ ssize_t DeadlineStream::write(const char* ptr, size_t size) {
 }
 
 void DeadlineStream::get_remote_ip_and_port(std::string& ip, int& port) const {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  if (::getpeername(fd_, reinterpret_cast<sockaddr*>(&address), &length) == 0) addressOf(address, ip, port);
+  if (auto endpoint = peerEndpoint(fd_)) {
+    ip = endpoint->ip;
+    port = endpoint->port;
+  }
 }
 
 void DeadlineStream::get_local_ip_and_port(std::string& ip, int& port) const {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) == 0) addressOf(address, ip, port);
+  if (auto endpoint = localEndpoint(fd_)) {
+    ip = endpoint->ip;
+    port = endpoint->port;
+  }
 }
 
 int DeadlineStream::msLeft() const {

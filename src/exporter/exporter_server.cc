@@ -2,7 +2,6 @@
 
 #include <httplib.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/socket.h"
 #include "exporter/deadline_stream.h"
 #include "exporter/live_page/live_page.h"
 #include "exporter/request_intake.h"
@@ -53,7 +53,7 @@ class HttpServer final : public httplib::Server {
   // a burst of connections (a dashboard reload, a fleet of scrapers) each
   // one beyond it waits a 1 s SYN retransmit. Listening again on the bound
   // socket raises it.
-  void raiseBacklog(int backlog) { ::listen(svr_sock_.load(), backlog); }
+  void raiseBacklog(int backlog) { setListenBacklog(svr_sock_.load(), backlog); }
 
   // Answers the one request `stream` holds, with "Connection: close".
   void serve(httplib::Stream& stream) {
@@ -123,10 +123,7 @@ ExporterServer::ExporterServer(GpuMonitor& monitor, ExporterServerOptions option
   server_->set_payload_max_length(kPayloadMaxBytes);
   // httplib's default adds SO_REUSEPORT, with which a second exporter would
   // share the port silently; SO_REUSEADDR alone still allows a quick restart.
-  server_->set_socket_options([](int sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
+  server_->set_socket_options([](int sock) { setReuseAddress(sock); });
   routes();
 }
 

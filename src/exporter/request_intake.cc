@@ -2,7 +2,6 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/socket.h"
 
 namespace dtrain::exporter {
 namespace {
@@ -188,7 +188,7 @@ void RequestIntake::admit(int fd, bool lingering) {
   connection.fd = fd;
   connection.lingering = lingering;
   if (lingering) {
-    ::shutdown(fd, SHUT_WR);
+    shutdownSending(fd);
     connection.deadline = Clock::now() + options_.linger;
   } else {
     connection.deadline = Clock::now() + options_.request_deadline;
@@ -215,12 +215,11 @@ void RequestIntake::onReadable(uint64_t id) {
   // Bounded per wake-up, so that one fast sender cannot keep this thread
   // from the others (level-triggered epoll brings it back).
   for (size_t reads = 0; reads < cap / kReadChunk + 1 && connection.bytes.size() < cap; ++reads) {
-    ssize_t n = ::recv(connection.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+    ssize_t n = receiveSome(connection.fd, chunk, sizeof(chunk));
     if (n > 0) {
       if (!connection.lingering) connection.bytes.append(chunk, static_cast<size_t>(n));
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
     hung_up = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
     break;
   }
@@ -275,7 +274,7 @@ void RequestIntake::drop(uint64_t id, const char* answer) {
   if (it == connections_.end()) return;
   int fd = it->second.fd;
   // A courtesy only: never waits, and a full send buffer just loses it.
-  if (answer) (void)!::send(fd, answer, std::char_traits<char>::length(answer), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (answer) (void)sendSome(fd, answer, std::char_traits<char>::length(answer));
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   ::close(fd);
   connections_.erase(it);

@@ -3,7 +3,6 @@
 #include "train/device_memory_stats.h"
 
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,8 +17,10 @@
 #include <httplib.h>
 #endif
 
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/socket.h"
 #include "metrics/job_status.h"
 #include "metrics/prometheus_text.h"
 
@@ -49,8 +50,8 @@ struct TrainMetrics::Server {
 
 std::string TrainMetrics::jobIdFromEnvironment() {
   for (const char* name : {"DTRAIN_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
-    const char* value = std::getenv(name);
-    if (value != nullptr && *value != '\0') return value;
+    const std::optional<std::string> value = envString(name);
+    if (value && !value->empty()) return *value;
   }
   return "pid-" + std::to_string(::getpid());
 }
@@ -81,8 +82,8 @@ TrainMetrics::TrainMetrics(int rank, int world_size, std::string job, torch::Dev
       job_(std::move(job)),
       device_(device),
       restarts_([] {
-        const char* r = std::getenv("TORCHELASTIC_RESTART_COUNT");
-        return r != nullptr ? std::atoll(r) : 0LL;
+        const std::optional<std::string> r = envString("TORCHELASTIC_RESTART_COUNT");
+        return r ? std::atoll(r->c_str()) : 0LL;
       }()),
       bucket_bounds_{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
       bucket_counts_(bucket_bounds_.size() + 1, 0) {
@@ -110,10 +111,7 @@ int TrainMetrics::serve(int port) {
   server_ = std::make_unique<Server>();
   // SO_REUSEADDR only: cpp-httplib's default also sets SO_REUSEPORT, which
   // would let a second job bind the same port silently.
-  server_->http.set_socket_options([](auto sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
+  server_->http.set_socket_options([](auto sock) { setReuseAddress(sock); });
   server_->http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(render(), metrics::kPrometheusContentType);
   });
