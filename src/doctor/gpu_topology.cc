@@ -87,21 +87,16 @@ NvLinks readNvLinks(metrics::Nvml& nvml) {
   return links;
 }
 
-}  // namespace
+// [a][b]: "X" on the diagonal, "NV<k>" for k NVLinks, else the PCIe/CPU
+// level of the closest common ancestor ("PIX", "SYS", ...).
+using LinkMatrix = std::vector<std::vector<std::string>>;
 
-CheckResult checkTopology(const DoctorContext& ctx) {
-  const char* name = "gpu.topology";
-  if (ctx.nvml == nullptr) return skip(name, "NVML not available");
-  metrics::Nvml& nvml = *ctx.nvml;
+bool isNvLink(const std::string& cell) { return cell.rfind("NV", 0) == 0; }
+
+LinkMatrix linkMatrix(metrics::Nvml& nvml, const NvLinks& links) {
   const auto& gpus = nvml.gpus();
   const size_t n = gpus.size();
-  if (n == 0) return skip(name, "no GPUs");
-  const NvLinks links = readNvLinks(nvml);
-
-  // The matrix: X, NV<k>, or the PCIe/CPU level of the closest common ancestor.
-  std::vector<std::vector<std::string>> cell(n, std::vector<std::string>(n));
-  std::set<std::string> nv_kinds, pcie_kinds;
-  size_t pairs = 0, nv_pairs = 0;
+  LinkMatrix cell(n, std::vector<std::string>(n));
   for (size_t a = 0; a < n; ++a) {
     for (size_t b = 0; b < n; ++b) {
       if (a == b) {
@@ -118,22 +113,38 @@ CheckResult checkTopology(const DoctorContext& ctx) {
       }
     }
   }
-  for (size_t a = 0; a < n; ++a) {
-    for (size_t b = a + 1; b < n; ++b) {
-      ++pairs;
-      bool nv = cell[a][b].rfind("NV", 0) == 0 || cell[b][a].rfind("NV", 0) == 0;
-      if (nv) {
-        ++nv_pairs;
+  return cell;
+}
+
+// How the pairs of GPUs are connected: how many share NVLink, and the kinds
+// of link seen ("NV4", "NV18"; "PIX", "SYS").
+struct PairKinds {
+  size_t pairs = 0;
+  size_t nv_pairs = 0;
+  std::set<std::string> nv_kinds;
+  std::set<std::string> pcie_kinds;
+};
+
+PairKinds pairKinds(const LinkMatrix& cell) {
+  PairKinds kinds;
+  for (size_t a = 0; a < cell.size(); ++a) {
+    for (size_t b = a + 1; b < cell.size(); ++b) {
+      ++kinds.pairs;
+      if (isNvLink(cell[a][b]) || isNvLink(cell[b][a])) {
+        ++kinds.nv_pairs;
         for (const std::string& c : {cell[a][b], cell[b][a]}) {
-          if (c.rfind("NV", 0) == 0) nv_kinds.insert(c);
+          if (isNvLink(c)) kinds.nv_kinds.insert(c);
         }
       } else {
-        pcie_kinds.insert(cell[a][b]);
+        kinds.pcie_kinds.insert(cell[a][b]);
       }
     }
   }
+  return kinds;
+}
 
-  std::ostringstream detail;
+// The matrix as `nvidia-smi topo -m` prints it: columns on 8-character stops.
+std::string matrixText(const std::vector<unsigned>& gpus, const LinkMatrix& cell) {
   auto row = [](const std::vector<std::string>& cells) {
     std::string line;
     for (const std::string& text : cells) {
@@ -144,72 +155,109 @@ CheckResult checkTopology(const DoctorContext& ctx) {
   };
   std::vector<std::string> header = {""};
   for (unsigned gpu : gpus) header.push_back(gpuName(gpu));
-  detail << row(header);
-  for (size_t a = 0; a < n; ++a) {
+  std::string text = row(header);
+  for (size_t a = 0; a < gpus.size(); ++a) {
     std::vector<std::string> cells = {gpuName(gpus[a])};
     cells.insert(cells.end(), cell[a].begin(), cell[a].end());
-    detail << row(cells);
+    text += row(cells);
   }
+  return text;
+}
 
-  // P2P of every pair: read access, and NVLink access where they share NVLink.
-  std::vector<std::string> problems = links.inactive;
-  for (std::string& p : problems) p += " inactive";
-  bool p2p_unknown = false;
-  for (size_t a = 0; a < n; ++a) {
-    for (size_t b = a + 1; b < n; ++b) {
+// P2P of every pair: read access, and NVLink access where they share NVLink.
+struct P2pFindings {
+  std::string detail;                 // one "P2P GPU0-GPU1: read ok nvlink ok" line per pair
+  std::vector<std::string> problems;  // "GPU0-GPU1 P2P read not supported"
+  bool unknown = false;               // some status could not be read
+};
+
+P2pFindings readP2p(metrics::Nvml& nvml, const LinkMatrix& cell) {
+  const auto& gpus = nvml.gpus();
+  P2pFindings found;
+  for (size_t a = 0; a < gpus.size(); ++a) {
+    for (size_t b = a + 1; b < gpus.size(); ++b) {
       const std::string pair = gpuName(gpus[a]) + "-" + gpuName(gpus[b]);
       std::string line = "P2P " + pair + ":";
       std::vector<std::pair<int, const char*>> caps = {{NVML_P2P_CAPS_INDEX_READ, "read"}};
-      if (cell[a][b].rfind("NV", 0) == 0) caps.emplace_back(NVML_P2P_CAPS_INDEX_NVLINK, "nvlink");
+      if (isNvLink(cell[a][b])) caps.emplace_back(NVML_P2P_CAPS_INDEX_NVLINK, "nvlink");
       for (auto [index, label] : caps) {
         auto status = nvml.p2pStatus(gpus[a], gpus[b], index);
         line += std::string(" ") + label + " " + (status ? p2pStatusName(*status) : "not readable");
-        if (!status) p2p_unknown = true;
+        if (!status) found.unknown = true;
         if (status && *status != NVML_P2P_STATUS_OK) {
-          problems.push_back(pair + " P2P " + label + " " + p2pStatusName(*status));
+          found.problems.push_back(pair + " P2P " + label + " " + p2pStatusName(*status));
         }
       }
-      detail << line << "\n";
+      found.detail += line + "\n";
     }
   }
-  for (const std::string& link : links.inactive) detail << link << " inactive\n";
+  return found;
+}
 
+// "8 GPUs, all pairs NVLink (NV18), P2P ok".
+std::string topologySummary(size_t n, const PairKinds& kinds, bool p2p_unknown) {
   std::string summary = std::to_string(n) + (n == 1 ? " GPU" : " GPUs");
-  auto join = [](const std::set<std::string>& kinds) {
+  if (n <= 1) return summary;
+  auto join = [](const std::set<std::string>& set) {
     std::string out;
-    for (const auto& kind : kinds) out += (out.empty() ? "" : "/") + kind;
+    for (const auto& kind : set) out += (out.empty() ? "" : "/") + kind;
     return out;
   };
-  if (n > 1) {
-    if (nv_pairs == pairs) {
-      summary += ", all pairs NVLink (" + join(nv_kinds) + ")";
-    } else if (nv_pairs == 0) {
-      summary += ", no NVLink (" + join(pcie_kinds) + ")";
-    } else {
-      summary += ", NVLink on " + std::to_string(nv_pairs) + " of " + std::to_string(pairs) + " pairs (" +
-                 join(nv_kinds) + "; others " + join(pcie_kinds) + ")";
-    }
-    summary += p2p_unknown ? ", P2P not readable" : ", P2P ok";
+  if (kinds.nv_pairs == kinds.pairs) {
+    summary += ", all pairs NVLink (" + join(kinds.nv_kinds) + ")";
+  } else if (kinds.nv_pairs == 0) {
+    summary += ", no NVLink (" + join(kinds.pcie_kinds) + ")";
+  } else {
+    summary += ", NVLink on " + std::to_string(kinds.nv_pairs) + " of " + std::to_string(kinds.pairs) +
+               " pairs (" + join(kinds.nv_kinds) + "; others " + join(kinds.pcie_kinds) + ")";
   }
-  if (!problems.empty()) {
-    std::string reason;
-    for (size_t i = 0; i < problems.size() && i < 4; ++i) reason += (i == 0 ? "" : "; ") + problems[i];
-    if (problems.size() > 4) reason += "; and " + std::to_string(problems.size() - 4) + " more";
-    bool links_down = !links.inactive.empty();
-    bool p2p_bad = problems.size() > links.inactive.size();
-    std::string hint;
-    if (links_down) {
-      hint += "an inactive NVLink slows every collective: check `nvidia-smi nvlink -s`, reseat the bridge or "
-              "baseboard, or reset the GPU";
-    }
-    if (p2p_bad) {
-      hint += std::string(links_down ? "; " : "") +
-              "without P2P, NCCL copies through host memory: disable PCIe ACS / the IOMMU for the GPUs (BIOS or "
-              "kernel iommu=pt) and check `nvidia-smi topo -p2p r`";
-    }
-    return warn(name, summary.substr(0, summary.find(", P2P")) + ": " + reason, hint, detail.str());
+  return summary + (p2p_unknown ? ", P2P not readable" : ", P2P ok");
+}
+
+// The first four problems, and how many more.
+std::string problemsText(const std::vector<std::string>& problems) {
+  std::string reason;
+  for (size_t i = 0; i < problems.size() && i < 4; ++i) reason += (i == 0 ? "" : "; ") + problems[i];
+  if (problems.size() > 4) reason += "; and " + std::to_string(problems.size() - 4) + " more";
+  return reason;
+}
+
+std::string topologyHint(bool links_down, bool p2p_bad) {
+  std::string hint;
+  if (links_down) {
+    hint += "an inactive NVLink slows every collective: check `nvidia-smi nvlink -s`, reseat the bridge or "
+            "baseboard, or reset the GPU";
   }
-  return pass(name, summary, detail.str());
+  if (p2p_bad) {
+    hint += std::string(links_down ? "; " : "") +
+            "without P2P, NCCL copies through host memory: disable PCIe ACS / the IOMMU for the GPUs (BIOS or "
+            "kernel iommu=pt) and check `nvidia-smi topo -p2p r`";
+  }
+  return hint;
+}
+
+}  // namespace
+
+CheckResult checkTopology(const DoctorContext& ctx) {
+  const char* name = "gpu.topology";
+  if (ctx.nvml == nullptr) return skip(name, "NVML not available");
+  metrics::Nvml& nvml = *ctx.nvml;
+  const size_t n = nvml.gpus().size();
+  if (n == 0) return skip(name, "no GPUs");
+  const NvLinks links = readNvLinks(nvml);
+  const LinkMatrix cell = linkMatrix(nvml, links);
+  const P2pFindings p2p = readP2p(nvml, cell);
+
+  std::string detail = matrixText(nvml.gpus(), cell) + p2p.detail;
+  for (const std::string& link : links.inactive) detail += link + " inactive\n";
+  const std::string summary = topologySummary(n, pairKinds(cell), p2p.unknown);
+
+  std::vector<std::string> problems = links.inactive;
+  for (std::string& p : problems) p += " inactive";
+  problems.insert(problems.end(), p2p.problems.begin(), p2p.problems.end());
+  if (problems.empty()) return pass(name, summary, detail);
+  const std::string hint = topologyHint(!links.inactive.empty(), !p2p.problems.empty());
+  return warn(name, summary.substr(0, summary.find(", P2P")) + ": " + problemsText(problems), hint, detail);
 }
 
 CheckResult checkFabric(const DoctorContext& ctx) {
