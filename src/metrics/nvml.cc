@@ -54,10 +54,10 @@ std::unique_ptr<Nvml> Nvml::open() {
   return nvml;
 }
 
+// Looks up every function dtrain calls; one the library lacks stays null
+// (older drivers), and each caller says what that means.
 Nvml::Nvml(void* handle, std::string library_name)
-    : handle_(handle), library_name_(std::move(library_name)), fn_(std::make_unique<Functions>()) {}
-
-void Nvml::init() {
+    : handle_(handle), library_name_(std::move(library_name)), fn_(std::make_unique<Functions>()) {
   auto resolve = [this](auto& slot, const char* symbol) {
     slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(::dlsym(handle_, symbol));
   };
@@ -112,6 +112,9 @@ void Nvml::init() {
   DTRAIN_NVML_RESOLVE(nvmlGpmSampleGet);
   DTRAIN_NVML_RESOLVE(nvmlGpmMetricsGet);
 #undef DTRAIN_NVML_RESOLVE
+}
+
+void Nvml::init() {
   for (auto [present, symbol] : {std::pair{fn_->nvmlInit_v2 != nullptr, "nvmlInit_v2"},
                                  std::pair{fn_->nvmlShutdown != nullptr, "nvmlShutdown"},
                                  std::pair{fn_->nvmlErrorString != nullptr, "nvmlErrorString"},
