@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <sstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
+#include <thread>
 #include <vector>
 
 #include "common/log.h"
@@ -69,6 +71,125 @@ std::string lastStartedNote(const std::vector<int>& ranks,
             seqText(records.at(ranks[i]).started);
   }
   return note + ")";
+}
+
+// Where a rank runs, as its latest record (else the roster) says:
+// " on node1 (10.0.0.2)", or "" when nothing says.
+using PlaceOf = std::function<std::string(int rank)>;
+
+// "ranks 1, 3 on node1 (10.0.0.2), rank 4 on node2 (10.0.0.3)": ranks grouped by where they run.
+std::string rankNames(const std::vector<int>& ranks, const PlaceOf& place_of) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // place suffix -> ranks
+  for (int r : ranks) {
+    const std::string place = place_of(r);
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == place; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {place, {}});
+    group->second.push_back(r);
+  }
+  std::vector<std::string> texts;
+  for (const auto& [place, members] : groups) {
+    std::string text = members.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < members.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(members[i]);
+    texts.push_back(text + place);
+  }
+  return joinParts(texts, ", ");
+}
+
+// The first few of `ranks` by name, and how many more: a cut-off host may
+// have lost hundreds.
+std::string lostRanksText(std::vector<int> ranks, const PlaceOf& place_of) {
+  constexpr size_t kListed = 8;
+  const size_t more = ranks.size() > kListed ? ranks.size() - kListed : 0;
+  ranks.resize(std::min(ranks.size(), kListed));
+  return rankNames(ranks, place_of) + (more ? " and " + std::to_string(more) + " more" : "");
+}
+
+// A rank's record; nullopt when it has none, or one that does not parse.
+std::optional<ProgressRecord> readRecord(Store& store, const std::string& key) {
+  if (!store.check({key})) return std::nullopt;
+  return parseRecord(store.get(key));
+}
+
+// What the ranks' records say while a diagnosis watches them.
+struct ProgressSnapshot {
+  std::map<int, ProgressRecord> latest;  // the last record read of each rank that has one
+  std::set<int> silent;                  // ranks not seen publishing (again)
+};
+
+// Reads every rank's record (keys[rank]), then again every `interval`, at
+// most `rounds` times, until each rank but `self` has published again (a
+// heartbeat or its closing record). Fills `snapshot` as it goes, so that
+// what was read before the store failed still names the ranks' hosts.
+void watchRecords(Store& store, const std::vector<std::string>& keys, int self, Milliseconds interval, int rounds,
+                  ProgressSnapshot& snapshot) {
+  std::map<int, ProgressRecord> first;
+  for (int r = 0; r < static_cast<int>(keys.size()); ++r) {
+    snapshot.silent.insert(r);
+    if (auto record = readRecord(store, keys[r])) first[r] = snapshot.latest[r] = *record;
+  }
+  snapshot.silent.erase(self);  // this thread is diagnosing, so this rank is alive
+  for (int waited = 0; waited < rounds && !snapshot.silent.empty(); ++waited) {
+    std::this_thread::sleep_for(interval);
+    for (auto it = snapshot.silent.begin(); it != snapshot.silent.end();) {
+      const int r = *it;
+      const std::optional<ProgressRecord> record = readRecord(store, keys[r]);
+      const bool published_again =
+          record && (!first.count(r) || record->heartbeat != first[r].heartbeat || record->closed);
+      if (record) snapshot.latest[r] = *record;
+      it = published_again ? snapshot.silent.erase(it) : std::next(it);
+    }
+  }
+}
+
+// What became of the other ranks by collective #seq, each rank in at most one list.
+struct RankVerdicts {
+  std::vector<int> never_arrived;    // publishing, but never started #seq
+  std::vector<int> stopped;          // stopped publishing
+  std::vector<int> closed;           // closed their communicator
+  std::vector<int> never_published;  // no record at all
+};
+
+RankVerdicts judgeRanks(const ProgressSnapshot& snapshot, int size, int self, uint64_t seq) {
+  RankVerdicts verdicts;
+  for (int r = 0; r < size; ++r) {
+    const auto it = snapshot.latest.find(r);
+    if (it == snapshot.latest.end()) {
+      if (r != self) verdicts.never_published.push_back(r);
+      continue;
+    }
+    // A silent or closed rank's record is final or stale, so whether it
+    // would have arrived is unknown.
+    if (it->second.closed) {
+      verdicts.closed.push_back(r);
+    } else if (snapshot.silent.count(r)) {
+      verdicts.stopped.push_back(r);
+    } else if (it->second.started < seq && r != self) {
+      verdicts.never_arrived.push_back(r);
+    }
+  }
+  return verdicts;
+}
+
+std::string verdictSentences(const RankVerdicts& verdicts, const ProgressSnapshot& snapshot, uint64_t seq,
+                             const std::string& op, const PlaceOf& place_of) {
+  std::vector<std::string> parts;
+  if (!verdicts.never_arrived.empty()) {
+    parts.push_back(rankNames(verdicts.never_arrived, place_of) + " never arrived at " + op + " #" +
+                    std::to_string(seq) + " " + lastStartedNote(verdicts.never_arrived, snapshot.latest));
+  }
+  if (!verdicts.stopped.empty()) {
+    parts.push_back(rankNames(verdicts.stopped, place_of) +
+                    " stopped publishing progress (process dead or hung, or its host cut off?)");
+  }
+  if (!verdicts.closed.empty()) {
+    parts.push_back(rankNames(verdicts.closed, place_of) + " closed " +
+                    (verdicts.closed.size() == 1 ? "its" : "their") + " communicator (exited or destroyed it)");
+  }
+  if (!verdicts.never_published.empty()) {
+    parts.push_back(rankNames(verdicts.never_published, place_of) +
+                    " never published progress (never started, or using another store prefix?)");
+  }
+  return joinParts(parts, "; ");
 }
 
 }  // namespace
@@ -206,85 +327,19 @@ void ProgressTracker::publishLoop() {
 }
 
 std::string ProgressTracker::diagnose(uint64_t seq, const std::string& op) {
-  std::map<int, ProgressRecord> latest;
-  // "ranks 1, 3 on node1 (10.0.0.2), rank 4 on node2 (10.0.0.3)": ranks grouped by where they run.
-  auto names = [&](const std::vector<int>& ranks) {
-    std::vector<std::pair<std::string, std::vector<int>>> groups;  // place suffix -> ranks
-    for (int r : ranks) {
-      const auto it = latest.find(r);
-      const std::string place =
-          it == latest.end() ? placeOf(r, "", "") : placeOf(r, it->second.host, it->second.address);
-      auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == place; });
-      if (group == groups.end()) group = groups.insert(groups.end(), {place, {}});
-      group->second.push_back(r);
-    }
-    std::vector<std::string> texts;
-    for (const auto& [place, members] : groups) {
-      std::string text = members.size() == 1 ? "rank " : "ranks ";
-      for (size_t i = 0; i < members.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(members[i]);
-      texts.push_back(text + place);
-    }
-    return joinParts(texts, ", ");
+  ProgressSnapshot snapshot;
+  const PlaceOf place_of = [&](int r) {
+    const auto it = snapshot.latest.find(r);
+    return it == snapshot.latest.end() ? placeOf(r, "", "") : placeOf(r, it->second.host, it->second.address);
   };
   try {
     // Bounded whatever the store does: a diagnosis that cannot read the
     // store says so rather than holding up the error it explains.
     StoreDeadlineScope bounded(kDiagnosisBudget + interval_ * (2 * kHeartbeatIntervals));
-    std::map<int, ProgressRecord> first;
-    std::set<int> silent;  // ranks not yet seen publishing (again)
-    for (int r = 0; r < size_; ++r) {
-      silent.insert(r);
-      if (!store_->check({keyFor(r)})) continue;
-      // A record that does not parse counts as absent.
-      if (auto record = parseRecord(store_->get(keyFor(r)))) first[r] = latest[r] = *record;
-    }
-    silent.erase(rank_);  // this thread is diagnosing, so this rank is alive
-    for (int waited = 0; waited < 2 * kHeartbeatIntervals && !silent.empty(); ++waited) {
-      std::this_thread::sleep_for(interval_);
-      for (auto it = silent.begin(); it != silent.end();) {
-        const int r = *it;
-        std::optional<ProgressRecord> record;
-        if (store_->check({keyFor(r)})) record = parseRecord(store_->get(keyFor(r)));
-        const bool published_again =
-            record && (!first.count(r) || record->heartbeat != first[r].heartbeat || record->closed);
-        if (record) latest[r] = *record;
-        it = published_again ? silent.erase(it) : std::next(it);
-      }
-    }
-
-    std::vector<int> never_arrived, stopped, closed, never_published;
-    for (int r = 0; r < size_; ++r) {
-      if (!latest.count(r)) {
-        if (r != rank_) never_published.push_back(r);
-        continue;
-      }
-      // A silent or closed rank's record is final or stale, so whether it
-      // would have arrived is unknown.
-      if (latest[r].closed) {
-        closed.push_back(r);
-      } else if (silent.count(r)) {
-        stopped.push_back(r);
-      } else if (latest[r].started < seq && r != rank_) {
-        never_arrived.push_back(r);
-      }
-    }
-    std::vector<std::string> parts;
-    if (!never_arrived.empty()) {
-      parts.push_back(names(never_arrived) + " never arrived at " + op + " #" + std::to_string(seq) + " " +
-                      lastStartedNote(never_arrived, latest));
-    }
-    if (!stopped.empty()) {
-      parts.push_back(names(stopped) + " stopped publishing progress (process dead or hung, or its host cut off?)");
-    }
-    if (!closed.empty()) {
-      parts.push_back(names(closed) + " closed " + (closed.size() == 1 ? "its" : "their") +
-                      " communicator (exited or destroyed it)");
-    }
-    if (!never_published.empty()) {
-      parts.push_back(names(never_published) +
-                      " never published progress (never started, or using another store prefix?)");
-    }
-    return joinParts(parts, "; ");
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) keys.push_back(keyFor(r));
+    watchRecords(*store_, keys, rank_, interval_, 2 * kHeartbeatIntervals, snapshot);
+    return verdictSentences(judgeRanks(snapshot, size_, rank_, seq), snapshot, seq, op, place_of);
   } catch (const std::exception& e) {
     std::string sentence = std::string("could not read the ranks' progress from the store: ") + e.what();
     // Unreachable store and failed collective together: most likely this
@@ -298,11 +353,9 @@ std::string ProgressTracker::diagnose(uint64_t seq, const std::string& op) {
       }
     }
     if (!elsewhere.empty()) {
-      constexpr size_t kListed = 8;
-      const size_t more = elsewhere.size() > kListed ? elsewhere.size() - kListed : 0;
-      elsewhere.resize(std::min(elsewhere.size(), kListed));
-      sentence += "; rank " + std::to_string(rank_) + placeOf(rank_, host_, address_) + " may be cut off from the network: it lost " +
-                  names(elsewhere) + (more ? " and " + std::to_string(more) + " more" : "") + " on other hosts";
+      sentence += "; rank " + std::to_string(rank_) + placeOf(rank_, host_, address_) +
+                  " may be cut off from the network: it lost " + lostRanksText(elsewhere, place_of) +
+                  " on other hosts";
     }
     return sentence;
   }
