@@ -56,7 +56,8 @@ struct DoctorContext {
   metrics::Nvml* nvml = nullptr;  // nullptr: NVML not available
   std::string nvml_error;          // why nvml is nullptr
 
-  std::optional<std::string> getenv(const std::string& name) const {
+  // One variable of `env`; nullopt when it is not set.
+  std::optional<std::string> envValue(const std::string& name) const {
     auto it = env.find(name);
     if (it == env.end()) return std::nullopt;
     return it->second;

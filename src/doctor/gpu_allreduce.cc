@@ -75,7 +75,7 @@ std::string lastLines(const std::string& text, size_t count) {
 
 int visibleGpuCount(const DoctorContext& ctx) {
   int count = static_cast<int>(ctx.nvml->gpus().size());
-  auto visible = ctx.getenv("CUDA_VISIBLE_DEVICES");
+  auto visible = ctx.envValue("CUDA_VISIBLE_DEVICES");
   if (!visible || visible->empty()) return count;
   int listed = 1;
   for (char c : *visible) listed += c == ',' ? 1 : 0;
@@ -108,7 +108,7 @@ CheckResult checkAllreduce(const DoctorContext& ctx) {
 
   ChildRun run;
   try {
-    run = runChild(argv, ctx.env, timeout, ctx.getenv("TMPDIR").value_or("/tmp"));
+    run = runChild(argv, ctx.env, timeout, ctx.envValue("TMPDIR").value_or("/tmp"));
   } catch (const Error& e) {
     return fail(name, e.message(), "pass the dtrain binary's path; see `dtrain doctor --help`", command);
   }

@@ -108,7 +108,7 @@ CheckResult checkCount(const DoctorContext& ctx) {
            << ctx.nvml->pciBusId(gpu).value_or("?") << " " << ctx.nvml->uuid(gpu).value_or("?") << "\n";
   }
   std::string visible;
-  if (auto cvd = ctx.getenv("CUDA_VISIBLE_DEVICES")) {
+  if (auto cvd = ctx.envValue("CUDA_VISIBLE_DEVICES")) {
     visible = "; CUDA_VISIBLE_DEVICES=" + *cvd + " (NVML counts every GPU, CUDA only these)";
   }
   std::string reason = plural(found, "GPU") + (found > 0 ? ": " + modelSummary(*ctx.nvml) : "");

@@ -70,7 +70,7 @@ ExpectedGpus expectedGpus(const DoctorContext& ctx) {
       {"SLURM_GPUS_PER_NODE", countPerNode, "a count such as 4 or h100:4"},
   };
   for (const Source& source : sources) {
-    auto value = ctx.getenv(source.variable);
+    auto value = ctx.envValue(source.variable);
     if (!value || value->empty()) continue;
     if (auto count = source.parse(*value)) return {count, source.variable, {}};
     return {std::nullopt, source.variable,

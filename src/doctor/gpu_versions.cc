@@ -53,7 +53,7 @@ DTRAIN_SETTING(std::string, kNcclLibrary, "nccl-library", "DTRAIN_NCCL_LIBRARY",
 
 std::vector<std::string> candidates(const DoctorContext& ctx, const SettingBase& setting,
                                     std::vector<std::string> defaults) {
-  auto chosen = ctx.getenv(setting.env());
+  auto chosen = ctx.envValue(setting.env());
   if (chosen && !chosen->empty()) return {*chosen};
   return defaults;
 }

@@ -83,7 +83,7 @@ NcclNameList parseNcclNameList(const std::string& value, const std::string& vari
 
 CheckResult checkSocketIfname(const DoctorContext& ctx) {
   const std::string name = "nccl.socket_ifname";
-  auto value = ctx.getenv("NCCL_SOCKET_IFNAME");
+  auto value = ctx.envValue("NCCL_SOCKET_IFNAME");
   if (!value || value->empty()) return pass(name, "NCCL_SOCKET_IFNAME unset: NCCL chooses an interface");
   NcclNameList list;
   try {
@@ -133,7 +133,7 @@ CheckResult checkSocketIfname(const DoctorContext& ctx) {
 CheckResult checkIbHca(const DoctorContext& ctx) {
   const std::string name = "nccl.ib_hca";
   std::vector<std::string> devices = rdmaDevices(ctx);
-  auto value = ctx.getenv("NCCL_IB_HCA");
+  auto value = ctx.envValue("NCCL_IB_HCA");
   if (!value || value->empty()) {
     if (devices.empty()) return skip(name, "NCCL_IB_HCA unset and no RDMA devices");
     return pass(name, "NCCL_IB_HCA unset: NCCL uses every RDMA device (" + join(devices) + ")");
@@ -192,12 +192,12 @@ CheckResult checkDebugEnv(const DoctorContext& ctx) {
     found.push_back(variable + "=" + value + " (" + why + ")");
     names.push_back(variable);
   };
-  auto get = [&](const char* variable) { return ctx.getenv(variable).value_or(""); };
+  auto get = [&](const char* variable) { return ctx.envValue(variable).value_or(""); };
   std::string debug = upper(get("NCCL_DEBUG"));
   if (debug == "INFO" || debug == "TRACE") {
     note("NCCL_DEBUG", get("NCCL_DEBUG"), "every rank logs each connection and collective setup");
   }
-  if (ctx.getenv("NCCL_DEBUG_SUBSYS")) {
+  if (ctx.envValue("NCCL_DEBUG_SUBSYS")) {
     note("NCCL_DEBUG_SUBSYS", get("NCCL_DEBUG_SUBSYS"), "debug logging of NCCL subsystems");
   }
   if (get("NCCL_P2P_DISABLE") == "1") {
@@ -209,7 +209,7 @@ CheckResult checkDebugEnv(const DoctorContext& ctx) {
   if (get("NCCL_IB_DISABLE") == "1" && !rdmaDevices(ctx).empty()) {
     note("NCCL_IB_DISABLE", "1", "RDMA devices are present but NCCL uses TCP sockets between nodes");
   }
-  if (ctx.getenv("NCCL_CHECKS_DISABLE")) {
+  if (ctx.envValue("NCCL_CHECKS_DISABLE")) {
     note("NCCL_CHECKS_DISABLE", get("NCCL_CHECKS_DISABLE"),
          "a debugging switch, deprecated since NCCL 2.2: argument errors turn into hangs or corrupt results");
   }
