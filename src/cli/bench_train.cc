@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/option_binding.h"
 #include "cli/training_runtime.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/host.h"
 #include "common/process.h"
@@ -164,9 +165,9 @@ std::optional<nlohmann::json> runGroup(const BoundOptions<BenchTrainCli>& bound,
 
 int runBench(const BoundOptions<BenchTrainCli>& bound) {
   const BenchTrainCli& f = bound.options;
-  const char* world = std::getenv("WORLD_SIZE");
+  const bool in_a_group = envString("WORLD_SIZE").has_value();
   auto run_worker = trainingRuntime<int (*)(const BenchTrainOptions*)>("dtrain_run_bench_train");
-  if (f.gpus.empty() && world != nullptr) return run_worker(&f.bench);  // one row, this group
+  if (f.gpus.empty() && in_a_group) return run_worker(&f.bench);  // one row, this group
 
   const std::vector<int> counts = parseGpuList(f.gpus.empty() ? "1" : f.gpus);
   const std::filesystem::path dir(makeTemporaryDirectory("dtrain-bench-train"));

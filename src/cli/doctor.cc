@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_binding.h"
+#include "common/env.h"
 #include "common/host.h"
 #include "common/process.h"
 #include "common/error.h"
@@ -123,7 +124,7 @@ int runDoctor(const DoctorFlags& flags, const GivenOptions& given) {
   if (flags.json) {
     std::fputs(doctor::formatJson(report).c_str(), stdout);
   } else {
-    bool color = ::isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;
+    bool color = ::isatty(STDOUT_FILENO) && !envString("NO_COLOR");
     std::fputs(doctor::formatTable(report, color).c_str(), stdout);
   }
   std::fflush(stdout);

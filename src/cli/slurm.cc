@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_binding.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/hostlist.h"
 #include "common/system_root.h"
@@ -40,12 +41,12 @@ int runSlurmConf(const SlurmConfFlags& flags) {
 int runSlurmHostnames(const std::optional<std::string>& expression) {
   std::string text = expression.value_or("");
   if (!expression) {
-    const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
-    if (nodelist == nullptr || *nodelist == '\0') {
+    const std::optional<std::string> nodelist = envString("SLURM_JOB_NODELIST");
+    if (!nodelist || nodelist->empty()) {
       throw ConfigError("dtrain slurm hostnames: expected a hostlist expression such as 'node[01-04]' "
                         "(or SLURM_JOB_NODELIST set)");
     }
-    text = nodelist;
+    text = *nodelist;
   }
   for (const std::string& host : expandHostlist(text)) std::printf("%s\n", host.c_str());
   return 0;

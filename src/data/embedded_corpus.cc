@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "common/host.h"
 #include "data/corpus_tokenizer.h"
@@ -116,8 +116,8 @@ std::vector<std::string> embeddedCorpusFiles(const std::string& dir) {
 }
 
 std::string defaultCacheDir() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') return std::string(xdg) + "/dtrain";
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') return std::string(home) + "/.cache/dtrain";
+  if (auto xdg = envString("XDG_CACHE_HOME"); xdg && xdg->starts_with('/')) return *xdg + "/dtrain";
+  if (auto home = envString("HOME"); home && home->starts_with('/')) return *home + "/.cache/dtrain";
   return "/tmp/dtrain-cache";
 }
 

@@ -1,11 +1,11 @@
 #include "dtrain/init.h"
 
-#include <cstdlib>
 #include <exception>
 #include <optional>
 
 #include "comm/communicator.h"
 #include "comm/world.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "train/train_settings.h"
@@ -101,7 +101,7 @@ void Context::allreduceSum(std::vector<double>& values) {
 
 std::shared_ptr<Context> init(const InitOptions& options) {
   auto world = std::make_unique<World>();
-  if (std::getenv("WORLD_SIZE") == nullptr && std::getenv("RANK") == nullptr) {
+  if (!envString("WORLD_SIZE") && !envString("RANK")) {
     world->store = std::make_shared<HashStore>();  // a job of one process
   } else {
     *world = worldFromEnvironment();

@@ -1,7 +1,6 @@
 #include "train/training_job.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <thread>
 
 #if DTRAIN_TORCH_CUDA
@@ -9,6 +8,7 @@
 #endif
 
 #include "comm/communicator.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "train/tensor_buffer.h"
 
@@ -18,7 +18,7 @@ namespace {
 // Shares the cores among the ranks of this node (torchrun's
 // OMP_NUM_THREADS advice), unless the user chose a thread count.
 void shareCores(const Context& ctx) {
-  if (std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  if (envString("OMP_NUM_THREADS")) return;
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   torch::set_num_threads(std::max(1, cores / std::max(1, ctx.localWorldSize())));
 }
