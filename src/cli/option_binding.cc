@@ -19,11 +19,12 @@ std::string helpLine(const Option& option) {
 }
 
 std::string typeLabel(const Option& option) {
-  if (option.typeName() == "choice") {
+  std::vector<std::string> choices;
+  if (const auto* words = dynamic_cast<const ChoiceOption*>(&option)) choices = words->choices();
+  if (const auto* words = dynamic_cast<const EnumOption*>(&option)) choices = words->choices();
+  if (!choices.empty()) {
     std::string words;
-    for (const std::string& choice : static_cast<const ChoiceOption&>(option).choices()) {
-      words += (words.empty() ? "" : "|") + choice;
-    }
+    for (const std::string& choice : choices) words += (words.empty() ? "" : "|") + choice;
     return words;
   }
   std::string label = option.typeName();

@@ -372,6 +372,53 @@ void ChoiceOption::check() const {
   reject(field_, "unknown");
 }
 
+// ---- enum choices ----
+
+EnumOption::EnumOption(std::string names, std::function<int()> get, std::function<void(int)> put,
+                       std::vector<Word> words, std::string help)
+    : OptionBuilder<EnumOption>(std::move(names), std::move(help)),
+      get_(std::move(get)),
+      put_(std::move(put)),
+      words_(std::move(words)) {}
+
+std::vector<std::string> EnumOption::choices() const {
+  std::vector<std::string> words;
+  for (const Word& word : words_) words.push_back(word.first);
+  return words;
+}
+
+EnumOption& EnumOption::describedAs(std::string accepted) {
+  described_ = std::move(accepted);
+  return *this;
+}
+
+std::string EnumOption::accepted() const {
+  return described_.empty() ? "one of " + joined(choices(), " or ") : described_;
+}
+
+std::string EnumOption::valueText() const {
+  const int value = get_();
+  for (const Word& word : words_) {
+    if (word.second == value) return word.first;
+  }
+  return std::to_string(value);  // a value no word names: check() refuses it
+}
+
+void EnumOption::set(const std::string& text) {
+  for (const Word& word : words_) {
+    if (word.first == text) return put_(word.second);
+  }
+  reject(text, "unknown");
+}
+
+void EnumOption::check() const {
+  const int value = get_();
+  for (const Word& word : words_) {
+    if (word.second == value) return;
+  }
+  reject(valueText(), "not one of the choices");
+}
+
 // ---- switches ----
 
 SwitchOption::SwitchOption(std::string names, bool& field, std::string help, bool negated)
@@ -385,16 +432,18 @@ void SwitchOption::set(const std::string& text) { field_ = parseBool(text, displ
 
 OptionSet::OptionSet(std::string command) : command_(std::move(command)) {}
 
-template <typename O, typename... Args>
-O& OptionSet::add(Args&&... args) {
-  auto option = std::make_unique<O>(std::forward<Args>(args)...);
+Option& OptionSet::adopt(std::unique_ptr<Option> option) {
   for (const std::string& name : splitNames(option->names())) {
     if (find(name) != nullptr) throw ConfigError(command_ + ": option " + name + " is declared twice");
   }
   option->captureDefault();
-  O& ref = *option;
   options_.push_back(std::move(option));
-  return ref;
+  return *options_.back();
+}
+
+template <typename O, typename... Args>
+O& OptionSet::add(Args&&... args) {
+  return static_cast<O&>(adopt(std::make_unique<O>(std::forward<Args>(args)...)));
 }
 
 IntegerOption<int64_t>& OptionSet::integer(std::string names, int64_t& field, std::string help) {

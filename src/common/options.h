@@ -13,6 +13,8 @@
 //   set.integer("--batch-size", o.data.batch_size, "Samples per rank per step").range(1, 1 << 20);
 //   set.number("--lr", o.optim.lr, "Peak learning rate").atLeast(0);
 //   set.choice("--optimizer", o.optim.optimizer, {"sgd", "adamw"}, "Optimizer");
+//   set.choice("--rdzv-backend", cfg.backend, {{"static", RendezvousBackend::kStatic},
+//              {"c10d", RendezvousBackend::kC10d}, {"etcd", RendezvousBackend::kEtcd}}, "Rendezvous");
 //   set.toggle("--nesterov", o.optim.nesterov, "Nesterov momentum");
 //
 // Contract:
@@ -33,6 +35,8 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace dtrain {
@@ -55,7 +59,8 @@ class Option {
   // For --help and the docs: the default, or what not giving it means.
   const std::string& defaultShown() const { return default_meaning_.empty() ? default_text_ : default_meaning_; }
 
-  // "integer", "number", "text", "choice", "switch", "port", "path".
+  // "integer", "number", "text", "choice", "switch", "port", "path"; a kind
+  // declared outside common/ may name its value's form instead ("MIN:MAX").
   virtual std::string typeName() const = 0;
   // What set() accepts, for --help and messages: "an integer from 1 to 64".
   virtual std::string accepted() const = 0;
@@ -241,6 +246,34 @@ class ChoiceOption : public OptionBuilder<ChoiceOption> {
   bool optional_ = false;
 };
 
+// One word of a fixed list, parsed once into an enum class field, so no
+// code after the parse compares the word. Several words may name one value
+// (aliases: "etcd-v3" for kEtcd); valueText() gives the first word listed
+// for the field's value. Declared with OptionSet::choice over an enum field;
+// the field is reached through `get`/`put` so this class needs no template.
+class EnumOption : public OptionBuilder<EnumOption> {
+ public:
+  using Word = std::pair<std::string, int>;
+  EnumOption(std::string names, std::function<int()> get, std::function<void(int)> put, std::vector<Word> words,
+             std::string help);
+  // Every word, aliases included, as declared.
+  std::vector<std::string> choices() const;
+  // Says what is accepted in place of "one of a, b or c" (--help, the docs
+  // and messages): "static, c10d or etcd (alias etcd-v3)".
+  EnumOption& describedAs(std::string accepted);
+  std::string typeName() const override { return "choice"; }
+  std::string accepted() const override;
+  std::string valueText() const override;
+  void set(const std::string& text) override;
+  void check() const override;
+
+ private:
+  std::function<int()> get_;
+  std::function<void(int)> put_;
+  std::vector<Word> words_;
+  std::string described_;
+};
+
 // A switch: "--x" sets the field to true, or to false for a negated one
 // ("--no-cuda-graphs" over cuda_graphs = true).
 class SwitchOption : public OptionBuilder<SwitchOption> {
@@ -276,9 +309,26 @@ class OptionSet {
   TextOption& text(std::string names, std::string& field, std::string help);
   PathOption& path(std::string names, std::string& field, std::string help);
   ChoiceOption& choice(std::string names, std::string& field, std::vector<std::string> choices, std::string help);
+  // A word of `words` parsed into an enum class field.
+  template <typename E>
+    requires std::is_enum_v<E>
+  EnumOption& choice(std::string names, E& field, std::vector<std::pair<std::string, E>> words, std::string help) {
+    std::vector<EnumOption::Word> values;
+    for (auto& [word, value] : words) values.emplace_back(std::move(word), static_cast<int>(value));
+    return declare<EnumOption>(
+        std::move(names), [&field] { return static_cast<int>(field); },
+        [&field](int value) { field = static_cast<E>(value); }, std::move(values), std::move(help));
+  }
   SwitchOption& toggle(std::string names, bool& field, std::string help);
   // "--no-x" that turns `field` (true by default) off.
   SwitchOption& negatedToggle(std::string names, bool& field, std::string help);
+
+  // An option of a kind declared outside common/ (a subclass of Option that
+  // a command's own grammar needs), under the same rules as the ones above.
+  template <typename O, typename... Args>
+  O& declare(Args&&... args) {
+    return static_cast<O&>(adopt(std::make_unique<O>(std::forward<Args>(args)...)));
+  }
 
   const std::vector<std::unique_ptr<Option>>& options() const { return options_; }
   // nullptr when no option has this name.
@@ -295,6 +345,8 @@ class OptionSet {
  private:
   template <typename O, typename... Args>
   O& add(Args&&... args);
+  // Refuses a name declared already, records the default, keeps the option.
+  Option& adopt(std::unique_ptr<Option> option);
 
   std::string command_;
   std::vector<std::unique_ptr<Option>> options_;

@@ -212,6 +212,68 @@ TEST_F(OptionsTest, TheDocsTableListsEveryVisibleOption) {
   EXPECT_EQ(md.find("--internal"), std::string::npos) << "hidden options stay out of the docs";
 }
 
+enum class Backend { kStatic, kC10d, kEtcd };
+
+struct EnumSample {
+  Backend backend = Backend::kStatic;
+  Backend store = Backend::kC10d;
+};
+
+class EnumOptionTest : public ::testing::Test {
+ protected:
+  EnumOptionTest() : set_("dtrain enum") {
+    set_.choice("--backend", sample_.backend,
+                {{"static", Backend::kStatic}, {"c10d", Backend::kC10d}, {"etcd", Backend::kEtcd},
+                 {"etcd-v3", Backend::kEtcd}},
+                "Rendezvous backend");
+    set_.choice("--store", sample_.store, {{"c10d", Backend::kC10d}, {"etcd", Backend::kEtcd}}, "Store")
+        .describedAs("c10d or etcd (not static)");
+  }
+  std::string rejection(const std::string& name, const std::string& value) {
+    return testing::configErrorOf([&] { set_.find(name)->set(value); });
+  }
+
+  EnumSample sample_;
+  OptionSet set_;
+};
+
+TEST_F(EnumOptionTest, AWordIsParsedOnceIntoTheEnum) {
+  EXPECT_EQ(rejection("--backend", "c10d"), "");
+  EXPECT_EQ(sample_.backend, Backend::kC10d);
+  EXPECT_EQ(rejection("--backend", "etcd-v3"), "") << "an alias";
+  EXPECT_EQ(sample_.backend, Backend::kEtcd);
+  EXPECT_EQ(set_.find("--backend")->valueText(), "etcd") << "the first word listed for the value";
+}
+
+TEST_F(EnumOptionTest, AnUnknownWordIsRefusedAndTheFieldKept) {
+  EXPECT_EQ(rejection("--backend", "zookeeper"),
+            "--backend 'zookeeper': unknown; expected one of static, c10d, etcd or etcd-v3");
+  EXPECT_EQ(rejection("--backend", "C10D"), "--backend 'C10D': unknown; expected one of static, c10d, etcd or etcd-v3")
+      << "words are matched exactly";
+  EXPECT_EQ(sample_.backend, Backend::kStatic);
+  EXPECT_EQ(rejection("--store", "static"), "--store 'static': unknown; expected c10d or etcd (not static)");
+}
+
+TEST_F(EnumOptionTest, DefaultsChecksArgumentsAndDocsSpeakTheWords) {
+  EXPECT_EQ(set_.find("--backend")->defaultText(), "static");
+  EXPECT_EQ(set_.find("--store")->defaultText(), "c10d");
+  EXPECT_EQ(set_.find("--backend")->typeName(), "choice");
+  EXPECT_EQ(static_cast<const EnumOption*>(set_.find("--backend"))->choices(),
+            (std::vector<std::string>{"static", "c10d", "etcd", "etcd-v3"}));
+  EXPECT_TRUE(set_.arguments().empty());
+  sample_.backend = Backend::kEtcd;
+  EXPECT_EQ(set_.arguments(), (std::vector<std::string>{"--backend", "etcd"}));
+  set_.checkAll();
+  sample_.store = Backend::kStatic;
+  EXPECT_EQ(testing::configErrorOf([&] { set_.checkAll(); }),
+            "--store '0': not one of the choices; expected c10d or etcd (not static)")
+      << "a value no word of the option names is shown as its number";
+  const std::string md = set_.markdown();
+  EXPECT_NE(md.find("| `--backend` | choice | `static` | one of static, c10d, etcd or etcd-v3 | Rendezvous backend |"),
+            std::string::npos)
+      << md;
+}
+
 TEST(OptionSetTest, ANameDeclaredTwiceIsRefused) {
   int a = 0, b = 0;
   OptionSet set("dtrain twice");
