@@ -1,9 +1,6 @@
 #include "launch/elastic_agent.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -227,18 +224,19 @@ int ElasticAgent::storeLost(WorkerGroup* group, const std::string& error) {
   }
   if (!failures.empty()) std::fputs(formatFailureSummary(failures, host_, last_attempt_).c_str(), stderr);
   const RendezvousConfig& rdzv = config_.rendezvous;
+  const bool etcd = rdzv.backend == RendezvousBackend::kEtcd;
   std::string endpoint = rdzv.endpoint_host + ":" + std::to_string(rdzv.endpoint_port);
-  if (rdzv.backend == "etcd") {
+  if (etcd) {
     endpoint.clear();
     for (const auto& member : rdzv.etcd_endpoints) endpoint += (endpoint.empty() ? "" : ",") + member;
   }
   std::string summary = "dtrain launch: lost the job store at " + endpoint + ": " + error + "\n";
-  if (rdzv.backend == "etcd") {
+  if (etcd) {
     summary += "  Every member of the etcd cluster (" + endpoint +
                ") is out of reach from this node: the cluster lost its quorum, or this node is cut off "
                "from the network.\n";
   } else {
-    summary += "  With --rdzv-backend " + rdzv.backend + " the job's state lives in the agent on " +
+    summary += "  With --rdzv-backend " + rendezvousBackendName(rdzv.backend) + " the job's state lives in the agent on " +
                rdzv.endpoint_host +
                " that hosts the store: once that node is gone (or cut off from this one) no restart can "
                "rendezvous again, whatever restarts are left (--max-restarts " +

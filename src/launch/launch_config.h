@@ -65,7 +65,8 @@ struct LaunchConfig {
   bool help_requested = false;
 };
 
-// Parses a torchrun command line (everything after `dtrain launch`).
+// Parses a torchrun command line (everything after `dtrain launch`) against
+// the options declared in launch_options.h.
 // Accepts dash and underscore spellings (--nproc-per-node, --nproc_per_node),
 // `--flag value` and `--flag=value`, and PET_<FLAG> environment variables
 // (PET_NPROC_PER_NODE, ...) for flags not given; explicit flags win over
@@ -84,7 +85,7 @@ LaunchConfig parseLaunchArgs(const std::vector<std::string>& args,
 // A run id unique on this host: "job-<UTC yyyymmdd-HHMMSS>-<pid>".
 std::string localRunId();
 
-// `dtrain launch --help`: every flag with its default and one line of help.
+// `dtrain launch --help`: every declared option with its default and help.
 std::string launchUsage();
 
 // True when path (or, for a bare name, the first executable of that name on

@@ -8,54 +8,9 @@
 #include "common/error.h"
 #include "common/settings.h"
 #include "launch/launch_config.h"
+#include "launch/launch_options.h"
 
 namespace dtrain {
-
-// torchrun's flags (torch/distributed/run.py, torch 2.x) and dtrain's three
-// additions (signals-to-handle, shutdown-timeout, exit-barrier-timeout).
-const std::vector<LaunchFlag> kLaunchFlags = {
-    {"nnodes", 0, "MIN:MAX", "1:1", "number of nodes, or the range MIN:MAX of an elastic job"},
-    {"nproc-per-node", 0, "N", "1", "workers on this node: a number, gpu, cpu, or auto (GPUs, else CPUs)"},
-    {"node-rank", 0, "RANK", "0", "this node's rank (static rendezvous)"},
-    {"master-addr", 0, "ADDR", "127.0.0.1", "address of node 0, which hosts the store (static rendezvous)"},
-    {"master-port", 0, "PORT", "29500",
-     "the workers' MASTER_PORT on node 0 (static rendezvous); the agents' store takes the next port when there "
-     "are several nodes"},
-    {"local-addr", 0, "ADDR", "", "this node's address as the other nodes reach it (default: found)"},
-    {"rdzv-backend", 0, "BACKEND", "static",
-     "rendezvous backend: static, c10d (an agent hosts the store), or etcd (alias etcd-v3: the store is an etcd "
-     "cluster, so the job survives losing any one node)"},
-    {"rdzv-endpoint", 0, "HOST[:PORT]", "",
-     "c10d rendezvous store, [IPv6] in brackets, port 29400 by default; etcd: the members, HOST:PORT[,HOST:PORT...], "
-     "port 2379 by default"},
-    {"rdzv-id", 0, "ID", "none",
-     "run id shared by every node of the job; without it, Slurm's job id, or a fresh job-<time>-<pid> for a "
-     "single node"},
-    {"rdzv-conf", 0, "KEY=VALUE,...", "",
-     "join_timeout, last_call_timeout, close_timeout, keep_alive_interval (seconds), "
-     "keep_alive_max_attempt, is_host"},
-    {"standalone", 0, nullptr, "", "one node: c10d rendezvous on 127.0.0.1, a free port, a fresh run id"},
-    {"max-restarts", 0, "N", "0", "times the worker group is restarted after a failure"},
-    {"monitor-interval", 0, "SECONDS", "0.1", "seconds between checks of the workers"},
-    {"start-method", 0, "METHOD", "spawn", "spawn, fork or forkserver: accepted, workers are always exec'd"},
-    {"role", 0, "ROLE", "default", "the workers' role name"},
-    {"module", 'm', nullptr, "", "run the script as a Python module (python -u -m MODULE)"},
-    {"no-python", 0, nullptr, "", "run the script as an executable, without python"},
-    {"run-path", 0, nullptr, "", "accepted; the script runs as python -u SCRIPT, as by default"},
-    {"log-dir", 0, "DIR", "",
-     "directory for the workers' log files, in a folder <run-id>_<random> of each run's own (default: a new one "
-     "under $TMPDIR)"},
-    {"redirects", 'r', "STD", "0",
-     "streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:1,1:2"},
-    {"tee", 't', "STD", "0", "streams to log files and the console, as --redirects"},
-    {"local-ranks-filter", 0, "RANKS", "", "show only these local ranks on the console: 0,2"},
-    {"log-line-prefix-template", 0, "TEMPLATE", "",
-     "console line prefix from ${rank} ${local_rank} ${role_name} ${host}"},
-    {"signals-to-handle", 0, "SIGNALS", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2",
-     "signals the agent catches and forwards to the workers before it stops them"},
-    {"shutdown-timeout", 0, "SECONDS", "30", "seconds between SIGTERM and SIGKILL when stopping workers"},
-    {"exit-barrier-timeout", 0, "SECONDS", "300", "seconds a node whose workers finished waits for the others"},
-};
 
 void FlagValue::fail(const std::string& expected) const { throw ConfigError(where() + ": " + expected); }
 
@@ -110,22 +65,61 @@ std::string trimmed(const std::string& text) {
   return text.substr(begin, text.find_last_not_of(" \t\n\r") - begin + 1);
 }
 
+TorchrunOption::TorchrunOption(std::string names, std::string metavar, std::string default_text,
+                               std::string accepted, std::string help, Give give)
+    : OptionBuilder<TorchrunOption>(std::move(names), std::move(help)),
+      metavar_(std::move(metavar)),
+      accepted_(std::move(accepted)),
+      give_(std::move(give)) {
+  set(default_text);
+}
+
+void TorchrunOption::set(const std::string& text) { give(FlagValue{text, longName(), false}); }
+
+void TorchrunOption::give(const FlagValue& value) {
+  give_(value);
+  text_ = value.value;
+}
+
 namespace {
 
-const LaunchFlag* findLongFlag(const std::string& spelled) {
+// The long name without "--": "nproc-per-node".
+std::string flagName(const Option& option) { return option.longName().substr(2); }
+
+// The one-letter name ("-r"), or "" for none.
+std::string shortName(const Option& option) {
+  for (const std::string& name : splitList(option.names(), ',')) {
+    if (name.size() == 2 && name[0] == '-') return name;
+  }
+  return "";
+}
+
+// How --help and messages show the value: "MIN:MAX", "{static,c10d,...}".
+std::string metavarOf(const Option& option) {
+  if (const auto* words = dynamic_cast<const EnumOption*>(&option)) {
+    std::string text;
+    for (const std::string& word : words->choices()) text += (text.empty() ? "{" : ",") + word;
+    return text + "}";
+  }
+  std::string text = option.typeName();
+  for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return text;
+}
+
+const Option* findLongFlag(const OptionSet& flags, const std::string& spelled) {
   std::string want = spelled;
   for (char& c : want) c = c == '_' ? '-' : c;
   if (want.empty()) return nullptr;
-  for (const LaunchFlag& f : kLaunchFlags) {
-    if (want == f.name) return &f;
+  for (const auto& option : flags.options()) {
+    if (want == flagName(*option)) return option.get();
   }
-  std::vector<const LaunchFlag*> matches;
-  for (const LaunchFlag& f : kLaunchFlags) {
-    if (std::string(f.name).rfind(want, 0) == 0) matches.push_back(&f);
+  std::vector<const Option*> matches;
+  for (const auto& option : flags.options()) {
+    if (flagName(*option).rfind(want, 0) == 0) matches.push_back(option.get());
   }
   if (matches.size() > 1) {
     std::string names;
-    for (const LaunchFlag* f : matches) names += std::string(names.empty() ? "" : ", ") + "--" + f->name;
+    for (const Option* option : matches) names += (names.empty() ? "" : ", ") + option->longName();
     throw ConfigError("ambiguous option --" + spelled + " could match " + names);
   }
   return matches.empty() ? nullptr : matches[0];
@@ -138,9 +132,50 @@ bool isNegativeNumber(const std::string& s) {
 // What argparse takes for an option rather than a value or the script.
 bool isFlagToken(const std::string& s) { return s.size() > 1 && s[0] == '-' && !isNegativeNumber(s); }
 
+// One flag token (and its value): which option, as spelled, and the value.
+struct FlagToken {
+  const Option* option = nullptr;
+  std::string spelled;
+  std::optional<std::string> inline_value;
+};
+
+FlagToken readFlagToken(const OptionSet& flags, const std::string& token) {
+  FlagToken read;
+  if (token[1] == '-') {
+    size_t eq = token.find('=');
+    read.spelled = token.substr(0, eq);
+    if (eq != std::string::npos) read.inline_value = token.substr(eq + 1);
+    read.option = findLongFlag(flags, read.spelled.substr(2));
+  } else {
+    read.spelled = token.substr(0, 2);
+    read.option = flags.find(read.spelled);
+    if (read.option != nullptr && token.size() > 2) {
+      if (read.option->isSwitch()) {
+        throw ConfigError("unrecognized argument " + token + " (" + read.spelled + " takes no value)");
+      }
+      read.inline_value = token.substr(token[2] == '=' ? 3 : 2);
+    }
+  }
+  if (read.option == nullptr) {
+    throw ConfigError("unrecognized argument " + read.spelled + " (dtrain launch --help lists the flags)");
+  }
+  return read;
+}
+
+// Parses `value` into `option`; a refusal names where the value came from.
+void giveValue(Option& option, const FlagValue& value) {
+  if (auto* torchrun = dynamic_cast<TorchrunOption*>(&option)) return torchrun->give(value);
+  if (option.isSwitch()) return option.set(value.toSwitch() ? "true" : "false");
+  try {
+    option.set(value.value);
+  } catch (const ConfigError&) {
+    value.fail("expected " + option.accepted());
+  }
+}
+
 }  // namespace
 
-LaunchArgs readLaunchArgs(const std::vector<std::string>& args) {
+LaunchArgs readLaunchArgs(const OptionSet& flags, const std::vector<std::string>& args) {
   LaunchArgs parsed;
   size_t i = 0;
   for (; i < args.size(); ++i) {
@@ -154,38 +189,18 @@ LaunchArgs readLaunchArgs(const std::vector<std::string>& args) {
       parsed.help = true;
       return parsed;
     }
-    const LaunchFlag* flag = nullptr;
-    std::string spelled;
-    std::optional<std::string> inline_value;
-    if (token[1] == '-') {
-      size_t eq = token.find('=');
-      spelled = token.substr(0, eq);
-      if (eq != std::string::npos) inline_value = token.substr(eq + 1);
-      flag = findLongFlag(spelled.substr(2));
-    } else {
-      spelled = token.substr(0, 2);
-      for (const LaunchFlag& f : kLaunchFlags) {
-        if (f.short_name == token[1]) flag = &f;
-      }
-      if (flag != nullptr && token.size() > 2) {
-        if (flag->metavar == nullptr) throw ConfigError("unrecognized argument " + token + " (" + spelled + " takes no value)");
-        inline_value = token.substr(token[2] == '=' ? 3 : 2);
-      }
-    }
-    if (flag == nullptr) {
-      throw ConfigError("unrecognized argument " + spelled + " (dtrain launch --help lists the flags)");
-    }
-    FlagValue value{"1", spelled, false};
-    if (flag->metavar == nullptr) {
-      if (inline_value) throw ConfigError(spelled + " takes no value (got '" + *inline_value + "')");
-    } else if (inline_value) {
-      value.value = *inline_value;
+    const FlagToken read = readFlagToken(flags, token);
+    FlagValue value{"1", read.spelled, false};
+    if (read.option->isSwitch()) {
+      if (read.inline_value) throw ConfigError(read.spelled + " takes no value (got '" + *read.inline_value + "')");
+    } else if (read.inline_value) {
+      value.value = *read.inline_value;
     } else if (i + 1 < args.size() && !isFlagToken(args[i + 1])) {
       value.value = args[++i];
     } else {
-      throw ConfigError(spelled + " expects a value: " + spelled + " " + flag->metavar);
+      throw ConfigError(read.spelled + " expects a value: " + read.spelled + " " + metavarOf(*read.option));
     }
-    parsed.values[flag->name] = value;
+    parsed.values[flagName(*read.option)] = value;
   }
   parsed.script_index = i;
   return parsed;
@@ -197,32 +212,68 @@ std::string petVariable(const std::string& flag) {
   return name;
 }
 
-void addPetValues(LaunchArgs& args, const std::map<std::string, std::string>& env) {
-  for (const LaunchFlag& f : kLaunchFlags) {
-    if (args.values.count(f.name)) continue;
-    auto it = env.find(petVariable(f.name));
-    if (it != env.end() && !it->second.empty()) args.values[f.name] = FlagValue{it->second, it->first, true};
+void addPetValues(const OptionSet& flags, LaunchArgs& args, const std::map<std::string, std::string>& env) {
+  for (const auto& option : flags.options()) {
+    const std::string name = flagName(*option);
+    if (args.values.count(name)) continue;
+    auto it = env.find(petVariable(name));
+    if (it != env.end() && !it->second.empty()) args.values[name] = FlagValue{it->second, it->first, true};
+  }
+}
+
+void giveValues(const OptionSet& flags, const LaunchArgs& args) {
+  for (const auto& option : flags.options()) {
+    auto it = args.values.find(flagName(*option));
+    if (it != args.values.end()) giveValue(*option, it->second);
   }
 }
 
 std::string launchFlagsMarkdown() {
-  std::string text = "### `dtrain launch`\n\n| option | value | default | meaning |\n|---|---|---|---|\n";
-  for (const LaunchFlag& f : kLaunchFlags) {
-    std::string names = f.short_name != 0 ? std::string("-") + f.short_name + "/--" + f.name : std::string("--") + f.name;
-    text += "| `" + names + "` | " + (f.metavar != nullptr ? f.metavar : "(switch)") + " | " +
-            (f.default_text[0] != '\0' ? "`" + std::string(f.default_text) + "`" : "") + " | " + f.help +
-            " (also `" + petVariable(f.name) + "`) |\n";
-  }
-  return text;
+  LaunchFlags flags;
+  return flags.set.markdown() +
+         "\nEvery option may also be spelled with underscores (`--nproc_per_node`), shortened to an unambiguous "
+         "prefix, or given as a `PET_<OPTION>` environment variable (`PET_NPROC_PER_NODE=4`), as under "
+         "torchrun.\n";
 }
+
+namespace {
+
+// One option's --help entry, in argparse's layout: the names and value from
+// column 2, the help (and default) from column 24, wrapped at 80.
+std::string usageEntry(const Option& option) {
+  constexpr size_t kHelpColumn = 24, kWidth = 80;
+  std::string line = "  ";
+  if (const std::string letter = shortName(option); !letter.empty()) line += letter + ", ";
+  line += option.longName();
+  if (!option.isSwitch()) line += " " + metavarOf(option);
+  line += line.size() + 2 <= kHelpColumn ? std::string(kHelpColumn - line.size(), ' ')
+                                         : "\n" + std::string(kHelpColumn, ' ');
+  std::string help = option.help();
+  if (!option.isSwitch() && !option.defaultShown().empty()) help += " (default: " + option.defaultShown() + ")";
+  size_t column = kHelpColumn;
+  for (const std::string& word : splitList(help, ' ')) {
+    if (column > kHelpColumn && column + 1 + word.size() > kWidth) {
+      line += "\n" + std::string(kHelpColumn, ' ');
+      column = kHelpColumn;
+    }
+    if (column > kHelpColumn) {
+      line += ' ';
+      ++column;
+    }
+    line += word;
+    column += word.size();
+  }
+  return line + "\n";
+}
+
+}  // namespace
 
 std::string launchUsage() {
   std::string text =
       "usage: dtrain launch [options] training_script [training_script_args ...]\n"
       "\n"
       "Starts the workers of this node and restarts them after a failure; a drop-in\n"
-      "for torchrun. "
-"Each flag may be spelled with underscores (--nproc_per_node) and\n"
+      "for torchrun. Each flag may be spelled with underscores (--nproc_per_node) and\n"
       "given as --flag VALUE or --flag=VALUE, or as a PET_<FLAG> environment variable\n"
       "(PET_NPROC_PER_NODE=4). A flag wins over its PET_ variable, which wins over\n"
       "Slurm's environment (under srun: nodes, node rank, node 0, GPUs, job id),\n"
@@ -234,30 +285,9 @@ std::string launchUsage() {
       "\n"
       "options:\n"
       "  -h, --help            show this help message and exit\n";
-  constexpr size_t kHelpColumn = 24, kWidth = 80;  // argparse's layout
-  for (const LaunchFlag& f : kLaunchFlags) {
-    std::string line = "  ";
-    if (f.short_name != 0) line += std::string("-") + f.short_name + ", ";
-    line += std::string("--") + f.name;
-    if (f.metavar != nullptr) line += std::string(" ") + f.metavar;
-    line += line.size() + 2 <= kHelpColumn ? std::string(kHelpColumn - line.size(), ' ')
-                                           : "\n" + std::string(kHelpColumn, ' ');
-    std::string help = f.help;
-    if (f.default_text[0] != '\0') help += std::string(" (default: ") + f.default_text + ")";
-    size_t column = kHelpColumn;
-    for (const std::string& word : splitList(help, ' ')) {
-      if (column > kHelpColumn && column + 1 + word.size() > kWidth) {
-        line += "\n" + std::string(kHelpColumn, ' ');
-        column = kHelpColumn;
-      }
-      if (column > kHelpColumn) {
-        line += ' ';
-        ++column;
-      }
-      line += word;
-      column += word.size();
-    }
-    text += line + "\n";
+  LaunchFlags flags;
+  for (const auto& option : flags.set.options()) {
+    if (!option->hidden()) text += usageEntry(*option);
   }
   return text;
 }

@@ -10,8 +10,6 @@
 namespace dtrain {
 namespace {
 
-constexpr const char* kSupportedBackends = "static, c10d, etcd (alias etcd-v3)";
-
 void validateConfig(const RendezvousConfig& config) {
   auto fail = [](const std::string& why) { throw ConfigError("rendezvous config: " + why); };
   if (config.run_id.empty()) fail("the run id is empty (--rdzv-id)");
@@ -52,15 +50,24 @@ void validateConfig(const RendezvousConfig& config) {
 StoreRole storeRole(const RendezvousConfig& config) {
   if (config.is_host == 1) return StoreRole::kHost;
   if (config.is_host == 0) return StoreRole::kClient;
-  if (config.backend == "static") return config.node_rank == 0 ? StoreRole::kHost : StoreRole::kClient;
+  if (config.backend == RendezvousBackend::kStatic) return config.node_rank == 0 ? StoreRole::kHost : StoreRole::kClient;
   // Several agents of one job may share this machine: the first one hosts.
   return isLocalAddress(config.endpoint_host) ? StoreRole::kHostIfFree : StoreRole::kClient;
 }
 
 }  // namespace
 
+std::string rendezvousBackendName(RendezvousBackend backend) {
+  switch (backend) {
+    case RendezvousBackend::kStatic: return "static";
+    case RendezvousBackend::kC10d: return "c10d";
+    case RendezvousBackend::kEtcd: return "etcd";
+  }
+  return "backend " + std::to_string(static_cast<int>(backend));
+}
+
 std::unique_ptr<RendezvousHandler> createRendezvousHandler(const RendezvousConfig& config) {
-  if (config.backend == "etcd" || config.backend == "etcd-v3") {
+  if (config.backend == RendezvousBackend::kEtcd) {
     validateConfig(config);
 #if DTRAIN_WITH_ETCD_STORE
     const std::string label = "etcd rendezvous '" + config.run_id + "' at " + etcdStoreUrl(config.etcd_endpoints);
@@ -70,12 +77,8 @@ std::unique_ptr<RendezvousHandler> createRendezvousHandler(const RendezvousConfi
                       "supported backends: static, c10d");
 #endif
   }
-  if (config.backend != "static" && config.backend != "c10d") {
-    throw ConfigError("rendezvous backend '" + config.backend +
-                      "' is not supported; supported backends: " + kSupportedBackends);
-  }
   validateConfig(config);
-  if (config.backend == "static") {
+  if (config.backend == RendezvousBackend::kStatic) {
     return std::make_unique<StaticRendezvousHandler>(config, storeRole(config));
   }
   return std::make_unique<DynamicRendezvousHandler>(config, storeRole(config));

@@ -45,9 +45,18 @@ namespace dtrain {
 class Store;
 class TcpStoreServer;
 
+// Where the rounds are kept (torchrun's --rdzv-backend).
+enum class RendezvousBackend {
+  kStatic,  // fixed nodes and node ranks; node rank 0 hosts the store
+  kC10d,    // dynamic MIN:MAX rounds in a store one agent hosts
+  kEtcd,    // dynamic rounds in an etcd cluster (etcd_job_store.h)
+};
+// "static", "c10d" or "etcd", for messages.
+std::string rendezvousBackendName(RendezvousBackend backend);
+
 struct RendezvousConfig {
   std::string run_id = "none";
-  std::string backend = "static";  // static | c10d | etcd
+  RendezvousBackend backend = RendezvousBackend::kStatic;
   // etcd: the cluster's client endpoints ("host:port"); endpoint_host/port
   // are the first, for messages.
   std::vector<std::string> etcd_endpoints;
@@ -110,7 +119,7 @@ class RendezvousHandler {
 // when it is the host (static: node_rank 0; c10d: endpoint address is one of
 // this host's, or is_host=1). The server listens from construction (the
 // agent keeps its socket: no bind-and-release race). ConfigError for an
-// unknown backend or inconsistent config.
+// inconsistent config, or etcd in a build without the etcd store.
 std::unique_ptr<RendezvousHandler> createRendezvousHandler(const RendezvousConfig& config);
 
 // True when `host` names an address of this machine (loopback, an interface

@@ -39,7 +39,7 @@ std::string parseError(const Args& args, const Env& env = {}, const std::string&
 
 TEST(LaunchConfigTest, TorchrunDefaults) {
   LaunchConfig c = parse({"train.py"});
-  EXPECT_EQ(c.rendezvous.backend, "static");
+  EXPECT_EQ(c.rendezvous.backend, RendezvousBackend::kStatic);
   EXPECT_EQ(c.rendezvous.min_nodes, 1);
   EXPECT_EQ(c.rendezvous.max_nodes, 1);
   EXPECT_EQ(c.rendezvous.node_rank, 0);
@@ -208,7 +208,7 @@ TEST(LaunchConfigTest, NprocPerNodeWords) {
 
 TEST(LaunchConfigTest, RendezvousEndpoints) {
   LaunchConfig c = parse({"--rdzv-backend", "c10d", "--nnodes", "1:4", "--node-rank", "3", "t.py"});
-  EXPECT_EQ(c.rendezvous.backend, "c10d");
+  EXPECT_EQ(c.rendezvous.backend, RendezvousBackend::kC10d);
   EXPECT_EQ(c.rendezvous.endpoint_host, "127.0.0.1");
   EXPECT_EQ(c.rendezvous.endpoint_port, 29400);
   EXPECT_EQ(c.rendezvous.node_rank, -1) << "c10d assigns node ranks";
@@ -242,7 +242,7 @@ TEST(LaunchConfigTest, Standalone) {
   LaunchConfig a = parse({"--standalone", "--rdzv-id", "ignored", "--rdzv-endpoint", "x:1", "t.py"});
   LaunchConfig b = parse({"--standalone", "t.py"});
   EXPECT_TRUE(a.standalone);
-  EXPECT_EQ(a.rendezvous.backend, "c10d");
+  EXPECT_EQ(a.rendezvous.backend, RendezvousBackend::kC10d);
   EXPECT_EQ(a.rendezvous.endpoint_host, "127.0.0.1");
   EXPECT_GT(a.rendezvous.endpoint_port, 0);
   EXPECT_EQ(a.rendezvous.run_id.size(), 36u) << a.rendezvous.run_id;

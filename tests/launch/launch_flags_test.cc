@@ -1,17 +1,24 @@
-// The command-line grammar: spellings, values, the script boundary, PET_
-// variables, --help text.
+// The command-line grammar over the declared options: spellings, values, the
+// script boundary, PET_ variables, --help text and the docs table.
 #include "launch/launch_flags.h"
 
 #include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "launch/launch_config.h"
+#include "launch/launch_options.h"
 #include "tests/support/text.h"
 
 namespace dtrain {
 namespace {
 
 using Args = std::vector<std::string>;
+
+// The tokenizer over the launcher's declared options.
+LaunchArgs readLaunchArgs(const Args& args) {
+  LaunchFlags flags;
+  return dtrain::readLaunchArgs(flags.set, args);
+}
 
 std::string valueOf(const Args& args, const std::string& flag) {
   LaunchArgs parsed = readLaunchArgs(args);
@@ -37,15 +44,17 @@ TEST(LaunchFlagsTest, EverySpellingOfAValue) {
 }
 
 TEST(LaunchFlagsTest, EveryFlagHasBothSpellings) {
-  for (const LaunchFlag& flag : kLaunchFlags) {
-    std::string dashed = std::string("--") + flag.name, underscored = dashed;
+  LaunchFlags flags;
+  for (const auto& flag : flags.set.options()) {
+    const std::string name = flag->longName().substr(2);
+    std::string dashed = flag->longName(), underscored = dashed;
     for (size_t i = 2; i < underscored.size(); ++i) underscored[i] = underscored[i] == '-' ? '_' : underscored[i];
     for (const std::string& spelling : {dashed, underscored}) {
       Args args = {spelling};
-      if (flag.metavar != nullptr) args.push_back("v");
+      if (!flag->isSwitch()) args.push_back("v");
       LaunchArgs parsed = readLaunchArgs(args);
-      ASSERT_EQ(parsed.values.count(flag.name), 1u) << spelling;
-      EXPECT_EQ(parsed.values.at(flag.name).origin, spelling);
+      ASSERT_EQ(parsed.values.count(name), 1u) << spelling;
+      EXPECT_EQ(parsed.values.at(name).origin, spelling);
       EXPECT_EQ(parsed.script_index, args.size());
     }
   }
@@ -89,8 +98,9 @@ TEST(LaunchFlagsTest, Mistakes) {
 TEST(LaunchFlagsTest, PetVariablesFillOnlyWhatIsMissing) {
   EXPECT_EQ(petVariable("nproc-per-node"), "PET_NPROC_PER_NODE");
   EXPECT_EQ(petVariable("rdzv-conf"), "PET_RDZV_CONF");
+  LaunchFlags flags;
   LaunchArgs parsed = readLaunchArgs({"--nnodes", "2"});
-  addPetValues(parsed, {{"PET_NNODES", "5"}, {"PET_NPROC_PER_NODE", "3"}, {"PET_LOG_DIR", ""}, {"NNODES", "9"}});
+  addPetValues(flags.set, parsed, {{"PET_NNODES", "5"}, {"PET_NPROC_PER_NODE", "3"}, {"PET_LOG_DIR", ""}, {"NNODES", "9"}});
   EXPECT_EQ(parsed.values.at("nnodes").where(), "--nnodes 2");
   EXPECT_EQ(parsed.values.at("nproc-per-node").where(), "PET_NPROC_PER_NODE=3");
   EXPECT_EQ(parsed.values.count("log-dir"), 0u) << "an empty PET_ variable counts as unset";
@@ -110,16 +120,55 @@ TEST(LaunchFlagsTest, ValueConversions) {
 TEST(LaunchFlagsTest, UsageListsEveryFlagWithItsDefault) {
   const std::string usage = launchUsage();
   EXPECT_EQ(usage.rfind("usage: dtrain launch [options] training_script [training_script_args ...]\n", 0), 0u);
-  for (const LaunchFlag& flag : kLaunchFlags) {
-    EXPECT_NE(usage.find(std::string("--") + flag.name), std::string::npos) << flag.name;
-    const std::string first_words = std::string(flag.help).substr(0, 20);
-    EXPECT_NE(usage.find(first_words), std::string::npos) << flag.name;
+  LaunchFlags flags;
+  for (const auto& flag : flags.set.options()) {
+    EXPECT_NE(usage.find(flag->longName()), std::string::npos) << flag->longName();
+    const std::string first_words = flag->help().substr(0, 20);
+    EXPECT_NE(usage.find(first_words), std::string::npos) << flag->longName();
   }
   for (const std::string& line : splitList(usage, '\n')) EXPECT_LE(line.size(), 80u) << line;
   EXPECT_NE(usage.find("  -r, --redirects STD"), std::string::npos);
   EXPECT_NE(usage.find("  --nnodes MIN:MAX      number of nodes"), std::string::npos) << "argparse's column 24";
   EXPECT_NE(usage.find("(default: 1:1)"), std::string::npos);
   EXPECT_NE(usage.find("PET_NPROC_PER_NODE"), std::string::npos);
+}
+
+// The flags' values are parsed by their declarations: each field starts at
+// its declared default, and a refusal names where the value came from.
+TEST(LaunchFlagsTest, DeclaredDefaultsAndValueChecks) {
+  LaunchFlags flags;
+  EXPECT_EQ(flags.values.config.rendezvous.min_nodes, 1);
+  EXPECT_EQ(flags.values.config.master_addr, "127.0.0.1");
+  EXPECT_EQ(flags.values.config.monitor_interval, std::chrono::milliseconds(100));
+  EXPECT_EQ(flags.values.config.rendezvous.backend, RendezvousBackend::kStatic);
+  EXPECT_EQ(flags.values.start_method, StartMethod::kSpawn);
+  EXPECT_EQ(flags.set.find("--signals-to-handle")->defaultText(), "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2");
+  EXPECT_EQ(flags.set.find("--rdzv-backend")->defaultText(), "static");
+
+  LaunchArgs parsed = readLaunchArgs({"--rdzv_backend=etcd-v3", "--start-method", "fork", "-r3", "t.py"});
+  giveValues(flags.set, parsed);
+  EXPECT_EQ(flags.values.config.rendezvous.backend, RendezvousBackend::kEtcd) << "etcd-v3 is an alias";
+  EXPECT_EQ(flags.values.start_method, StartMethod::kFork);
+  EXPECT_EQ(flags.values.redirects.all, StreamSet::kBoth);
+
+  addPetValues(flags.set, parsed, {{"PET_START_METHOD", "thread"}});
+  EXPECT_EQ(testing::configErrorOf([&] { giveValues(flags.set, parsed); }), "") << "the flag wins over PET_";
+  LaunchArgs from_env;
+  addPetValues(flags.set, from_env, {{"PET_START_METHOD", "thread"}});
+  EXPECT_EQ(testing::configErrorOf([&] { giveValues(flags.set, from_env); }),
+            "PET_START_METHOD=thread: expected spawn, fork or forkserver");
+}
+
+TEST(LaunchFlagsTest, TheDocsTableComesFromTheDeclaration) {
+  const std::string md = launchFlagsMarkdown();
+  EXPECT_EQ(md.rfind("### `dtrain launch`\n", 0), 0u) << md;
+  EXPECT_NE(md.find("| `--nnodes` | MIN:MAX | `1:1` | N or MIN:MAX, positive integers | number of nodes"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| `-r/--redirects` | STD | `0` |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| `--rdzv-backend` | choice | `static` | static, c10d or etcd"), std::string::npos) << md;
+  EXPECT_NE(md.find("| `--standalone` | switch |  | no value |"), std::string::npos) << md;
+  EXPECT_NE(md.find("PET_NPROC_PER_NODE"), std::string::npos) << md;
 }
 
 }  // namespace

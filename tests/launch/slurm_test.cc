@@ -123,7 +123,7 @@ TEST(SlurmTest, MalformedVariablesAreNamed) {
 
 TEST(SlurmPrecedenceTest, SlurmFillsTheStaticRendezvous) {
   LaunchConfig config = parse({}, slurmJob());
-  EXPECT_EQ(config.rendezvous.backend, "static");
+  EXPECT_EQ(config.rendezvous.backend, RendezvousBackend::kStatic);
   EXPECT_EQ(config.rendezvous.max_nodes, 4);
   EXPECT_EQ(config.rendezvous.node_rank, 2);
   EXPECT_EQ(config.rendezvous.endpoint_host, "gpu007");

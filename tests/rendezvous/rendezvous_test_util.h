@@ -33,7 +33,9 @@ inline RendezvousConfig testConfig(const std::string& backend, uint16_t port,
                                    const std::string& run_id = "test-run") {
   RendezvousConfig config;
   config.run_id = run_id;
-  config.backend = backend;
+  config.backend = backend == "etcd"   ? RendezvousBackend::kEtcd
+                   : backend == "c10d" ? RendezvousBackend::kC10d
+                                       : RendezvousBackend::kStatic;
   config.endpoint_host = "127.0.0.1";
   config.endpoint_port = port;
   config.join_timeout = seconds(15);
