@@ -392,12 +392,21 @@ EnumOption& EnumOption::describedAs(std::string accepted) {
   return *this;
 }
 
+EnumOption& EnumOption::optionalValue(int unset, std::string meaning) {
+  optional_ = true;
+  unset_ = unset;
+  default_meaning_ = std::move(meaning);
+  captureDefault();  // declared before this call, as the unset value's number
+  return *this;
+}
+
 std::string EnumOption::accepted() const {
   return described_.empty() ? "one of " + joined(choices(), " or ") : described_;
 }
 
 std::string EnumOption::valueText() const {
   const int value = get_();
+  if (optional_ && value == unset_) return "";
   for (const Word& word : words_) {
     if (word.second == value) return word.first;
   }
@@ -405,6 +414,7 @@ std::string EnumOption::valueText() const {
 }
 
 void EnumOption::set(const std::string& text) {
+  if (optional_ && text.empty()) return put_(unset_);
   for (const Word& word : words_) {
     if (word.first == text) return put_(word.second);
   }
@@ -413,6 +423,7 @@ void EnumOption::set(const std::string& text) {
 
 void EnumOption::check() const {
   const int value = get_();
+  if (optional_ && value == unset_) return;
   for (const Word& word : words_) {
     if (word.second == value) return;
   }

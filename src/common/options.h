@@ -261,6 +261,13 @@ class EnumOption : public OptionBuilder<EnumOption> {
   // Says what is accepted in place of "one of a, b or c" (--help, the docs
   // and messages): "static, c10d or etcd (alias etcd-v3)".
   EnumOption& describedAs(std::string accepted);
+  // The field's value `unset` means "not given" (`meaning` in --help and
+  // the docs): "" sets it and check() accepts it; it has no word.
+  template <typename E>
+    requires std::is_enum_v<E>
+  EnumOption& optional(E unset, std::string meaning) {
+    return optionalValue(static_cast<int>(unset), std::move(meaning));
+  }
   std::string typeName() const override { return "choice"; }
   std::string accepted() const override;
   std::string valueText() const override;
@@ -268,10 +275,14 @@ class EnumOption : public OptionBuilder<EnumOption> {
   void check() const override;
 
  private:
+  EnumOption& optionalValue(int unset, std::string meaning);
+
   std::function<int()> get_;
   std::function<void(int)> put_;
   std::vector<Word> words_;
   std::string described_;
+  bool optional_ = false;
+  int unset_ = 0;
 };
 
 // A switch: "--x" sets the field to true, or to false for a negated one
