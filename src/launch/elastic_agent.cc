@@ -250,156 +250,214 @@ int ElasticAgent::storeLost(WorkerGroup* group, const std::string& error) {
 
 int ElasticAgent::run() {
   rendezvous_ = createRendezvousHandler(config_.rendezvous);
-  const std::string restart_key = "/run/" + config_.rendezvous.run_id + "/restart_count";
-  const std::string me = host_ + ":" + std::to_string(::getpid());
+  restart_key_ = "/run/" + config_.rendezvous.run_id + "/restart_count";
+  me_ = host_ + ":" + std::to_string(::getpid());
   if (config_.default_omp_num_threads) {
     DTRAIN_LOG_WARN("setting OMP_NUM_THREADS=1 for each of the " << config_.nproc_per_node << " workers, as "
                     "torchrun does when a node runs more than one and the variable is unset, so that they do "
                     "not overload the machine; set OMP_NUM_THREADS to tune it");
   }
-  while (true) {
-    RendezvousResult round;
-    int restart_count = 0;
-    try {
-      round = rendezvous_->nextRendezvous();
-      restart_count = static_cast<int>(round.root_store->add(restart_key, 0));
-    } catch (const IoError& e) {
-      return storeLost(nullptr, e.message());  // between groups: the store host went away
-    }
-    DTRAIN_LOG_INFO(rendezvous_->describe() << ": generation " << round.generation << ", node "
-                    << round.group_rank << " of " << round.group_world_size << ", ranks "
-                    << round.rank_offset << ".." << round.rank_offset + config_.nproc_per_node - 1
-                    << " of " << round.world_size << ", restart " << restart_count << "/" << config_.max_restarts);
-    WorkerSpec spec;
-    spec.argv = config_.worker_argv;
-    spec.role = config_.role;
-    spec.host = host_;
-    spec.log_dir = log_dir_;
-    // Named by the restart count, as torchrun's attempt_<n>; a round that
-    // consumed no restart (a node joined, a port was taken) starts afresh in
-    // the same folder, so no error file of the last round is read as this one's.
-    spec.attempt = restart_count;
-    std::error_code ec;
-    std::filesystem::remove_all(attemptLogDir(restart_count), ec);
-    spec.redirects = config_.redirects;
-    spec.tees = config_.tees;
-    spec.local_ranks_filter = config_.local_ranks_filter;
-    spec.line_prefix_template = config_.log_line_prefix_template;
-    spec.shutdown_timeout = config_.shutdown_timeout;
-    const std::string master_port = masterPort(round);
-    WorkerGroup group(spec, workerEnvironments(round, restart_count, master_port));
-    has_workers_.store(true);
-    try {
-      group.start();
-    } catch (const ConfigError&) {
-      round.store->compareSet("agent/failed", "", me);
-      round.store->set("agent/failed_restart_count", std::to_string(config_.max_restarts + 1));
-      rendezvous_->shutdown();
-      throw;
-    }
+  State state = State::kRendezvous;
+  while (state != State::kDone) state = step(state);
+  return exit_code_;
+}
 
-    try {
-      last_attempt_ = restart_count;
-      Outcome outcome = monitor(group, round);
-      struct ClearWorkers {
-        std::atomic<bool>& flag;
-        ~ClearWorkers() { flag.store(false); }
-      } clear_workers{has_workers_};
-      if (outcome == Outcome::kStopped) return 128 + stop_signal_.load();
-      if (outcome == Outcome::kStoppedByWorkers) {
-        // A signal reached the workers without this agent (Slurm signals
-        // every process of a step): they saved their work; run again, not
-        // restarted here.
-        DTRAIN_LOG_WARN("the workers stopped after writing a checkpoint (exit " << kExitStoppedAfterCheckpoint
-                        << "); not restarting them");
-        rendezvous_->shutdown();
-        return kExitStoppedAfterCheckpoint;
-      }
-      if (outcome == Outcome::kSucceeded) {
-        // Every node's group must be done before anyone tears the store down.
-        const std::string count_key = "agent/exit_barrier/count";
-        const std::string done_key = "agent/exit_barrier/done";
-        if (round.store->add(count_key, 1) == round.group_world_size) round.store->set(done_key, "1");
-        auto deadline = std::chrono::steady_clock::now() + config_.exit_barrier_timeout;
-        while (!round.store->check({done_key}) && !round.store->check({"agent/failed"})) {
-          if (std::chrono::steady_clock::now() > deadline) {
-            DTRAIN_LOG_WARN("exit barrier timed out after " << config_.exit_barrier_timeout.count()
-                            << " ms; leaving anyway");
-            break;
-          }
-          sleepFor(std::chrono::milliseconds(20), stop_signal_);
-        }
-        if (!round.store->check({"agent/failed"})) {
-          rendezvous_->shutdown();
-          return 0;
-        }
-        outcome = Outcome::kFailedElsewhere;
-      }
-      if (outcome == Outcome::kMembershipChanged) {
-        DTRAIN_LOG_INFO("a node is waiting to join; re-rendezvous (no restart consumed)");
-        group.stop();
-        continue;
-      }
-
-      std::vector<WorkerFailure> failures = group.failures();
-      // The gang has failed (here, elsewhere, or a node is gone): the
-      // workers left are blocked in collectives with a dead or failed peer
-      // and can neither finish a step nor checkpoint it, so they get a
-      // short grace rather than --shutdown-timeout.
-      group.stop(SIGTERM, kFailedGroupGrace);
-      int restarts_after = 0;
-      if ((outcome == Outcome::kFailedHere || outcome == Outcome::kPeerLost) &&
-          round.store->compareSet("agent/failed", "", me) == me) {
-        // First to see this generation fail: count it, once for all nodes.
-        // Only a port this agent chose is replaced: one the user gave
-        // (--master-port) is the one their firewall opens.
-        const bool port_collision = !failures.empty() && mentionsPortCollision(failures.front());
-        if (port_collision && config_.worker_master_port > 0) {
-          DTRAIN_LOG_WARN("MASTER_PORT " << config_.worker_master_port << " (--master-port) is in use on this "
-                          "host; the workers keep the port they were given: free it or choose another");
-        }
-        if (port_collision && config_.worker_master_port == 0 && port_retries_ < kMaxPortRetries) {
-          ++port_retries_;
-          DTRAIN_LOG_WARN("MASTER_PORT " << master_port << ", which this agent chose, "
-                          "was taken before the workers bound it; retrying on another port (no restart used, "
-                          << port_retries_ << "/" << kMaxPortRetries << ")");
-          restarts_after = restart_count;
-        } else {
-          restarts_after = static_cast<int>(round.root_store->add(restart_key, 1));
-        }
-        round.store->set("agent/failed_restart_count", std::to_string(restarts_after));
-      } else {
-        restarts_after = static_cast<int>(
-            parseInt64(round.store->get("agent/failed_restart_count"), "failed_restart_count"));
-      }
-      if (!failures.empty()) {
-        std::fputs(formatFailureSummary(failures, host_, restart_count).c_str(), stderr);
-        std::fputs(missingModuleHint(failures.front(), config_.python_path, config_.python_origin).c_str(), stderr);
-        std::fprintf(stderr, "Logs: %s/\n", attemptLogDir(restart_count).c_str());
-        std::ofstream(log_dir_ + "/failure.json") << failureSummaryJson(failures, host_, restart_count);
-      }
-      if (restarts_after > config_.max_restarts) {
-        rendezvous_->shutdown();
-        if (!failures.empty()) return launcherExitCode(failures.front());
-        if (outcome == Outcome::kPeerLost) {
-          std::fprintf(stderr, "dtrain launch: lost %s and no restarts are left (--max-restarts %d)\n",
-                       lost_nodes_.c_str(), config_.max_restarts);
-          return 1;
-        }
-        std::fprintf(stderr, "dtrain launch: the worker group failed on another node (%s) and no restarts "
-                             "are left (--max-restarts %d)\n",
-                     round.store->get("agent/failed").c_str(), config_.max_restarts);
-        return 1;
-      }
-      DTRAIN_LOG_WARN("worker group failed; restarting (" << restarts_after << "/" << config_.max_restarts << ")");
-    } catch (const StoreServerFailed&) {
-      throw;  // this agent's own store server failed: its message says why
-    } catch (const IoError& e) {
-      return storeLost(&group, e.message());
-    } catch (const TimeoutError& e) {
-      return storeLost(&group, e.message());
+ElasticAgent::State ElasticAgent::step(State state) {
+  if (state == State::kRendezvous) return rendezvousState();
+  if (state == State::kStartWorkers) return startWorkersState();
+  State next = State::kDone;
+  try {
+    switch (state) {
+      case State::kMonitor: next = monitorState(); break;
+      case State::kExitBarrier: next = exitBarrierState(); break;
+      case State::kFailure: next = failureState(); break;
+      case State::kReport: next = reportState(); break;
+      default: break;
     }
+  } catch (const StoreServerFailed&) {
+    throw;  // this agent's own store server failed: its message says why
+  } catch (const IoError& e) {
+    next = finish(storeLost(attempt_.group.get(), e.message()));
+  } catch (const TimeoutError& e) {
+    next = finish(storeLost(attempt_.group.get(), e.message()));
   }
+  if (next == State::kRendezvous || next == State::kDone) {
+    // The attempt is over: its workers are stopped (or finished).
+    has_workers_.store(false);
+    attempt_.group.reset();
+  }
+  return next;
+}
+
+ElasticAgent::State ElasticAgent::finish(int exit_code) {
+  exit_code_ = exit_code;
+  return State::kDone;
+}
+
+ElasticAgent::State ElasticAgent::rendezvousState() {
+  attempt_ = Attempt{};
+  try {
+    attempt_.round = rendezvous_->nextRendezvous();
+    attempt_.restart_count = static_cast<int>(attempt_.round.root_store->add(restart_key_, 0));
+  } catch (const IoError& e) {
+    return finish(storeLost(nullptr, e.message()));  // between groups: the store host went away
+  }
+  const RendezvousResult& round = attempt_.round;
+  DTRAIN_LOG_INFO(rendezvous_->describe() << ": generation " << round.generation << ", node "
+                  << round.group_rank << " of " << round.group_world_size << ", ranks "
+                  << round.rank_offset << ".." << round.rank_offset + config_.nproc_per_node - 1
+                  << " of " << round.world_size << ", restart " << attempt_.restart_count << "/"
+                  << config_.max_restarts);
+  return State::kStartWorkers;
+}
+
+ElasticAgent::State ElasticAgent::startWorkersState() {
+  WorkerSpec spec;
+  spec.argv = config_.worker_argv;
+  spec.role = config_.role;
+  spec.host = host_;
+  spec.log_dir = log_dir_;
+  // Named by the restart count, as torchrun's attempt_<n>; a round that
+  // consumed no restart (a node joined, a port was taken) starts afresh in
+  // the same folder, so no error file of the last round is read as this one's.
+  spec.attempt = attempt_.restart_count;
+  std::error_code ec;
+  std::filesystem::remove_all(attemptLogDir(attempt_.restart_count), ec);
+  spec.redirects = config_.redirects;
+  spec.tees = config_.tees;
+  spec.local_ranks_filter = config_.local_ranks_filter;
+  spec.line_prefix_template = config_.log_line_prefix_template;
+  spec.shutdown_timeout = config_.shutdown_timeout;
+  attempt_.master_port = masterPort(attempt_.round);
+  attempt_.group = std::make_unique<WorkerGroup>(
+      spec, workerEnvironments(attempt_.round, attempt_.restart_count, attempt_.master_port));
+  has_workers_.store(true);
+  try {
+    attempt_.group->start();
+  } catch (const ConfigError&) {
+    // No restart can start a program that is not there: fail every node.
+    attempt_.round.store->compareSet("agent/failed", "", me_);
+    attempt_.round.store->set("agent/failed_restart_count", std::to_string(config_.max_restarts + 1));
+    rendezvous_->shutdown();
+    attempt_.group.reset();
+    throw;
+  }
+  return State::kMonitor;
+}
+
+ElasticAgent::State ElasticAgent::monitorState() {
+  last_attempt_ = attempt_.restart_count;
+  attempt_.outcome = monitor(*attempt_.group, attempt_.round);
+  switch (attempt_.outcome) {
+    case Outcome::kStopped: return finish(128 + stop_signal_.load());
+    case Outcome::kStoppedByWorkers:
+      // A signal reached the workers without this agent (Slurm signals
+      // every process of a step): they saved their work; run again, not
+      // restarted here.
+      DTRAIN_LOG_WARN("the workers stopped after writing a checkpoint (exit " << kExitStoppedAfterCheckpoint
+                      << "); not restarting them");
+      rendezvous_->shutdown();
+      return finish(kExitStoppedAfterCheckpoint);
+    case Outcome::kSucceeded: return State::kExitBarrier;
+    case Outcome::kMembershipChanged:
+      DTRAIN_LOG_INFO("a node is waiting to join; re-rendezvous (no restart consumed)");
+      attempt_.group->stop();
+      return State::kRendezvous;
+    case Outcome::kFailedHere:
+    case Outcome::kFailedElsewhere:
+    case Outcome::kPeerLost: break;
+  }
+  return State::kFailure;
+}
+
+ElasticAgent::State ElasticAgent::exitBarrierState() {
+  Store& store = *attempt_.round.store;
+  const std::string count_key = "agent/exit_barrier/count";
+  const std::string done_key = "agent/exit_barrier/done";
+  if (store.add(count_key, 1) == attempt_.round.group_world_size) store.set(done_key, "1");
+  auto deadline = std::chrono::steady_clock::now() + config_.exit_barrier_timeout;
+  while (!store.check({done_key}) && !store.check({"agent/failed"})) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      DTRAIN_LOG_WARN("exit barrier timed out after " << config_.exit_barrier_timeout.count()
+                      << " ms; leaving anyway");
+      break;
+    }
+    sleepFor(std::chrono::milliseconds(20), stop_signal_);
+  }
+  if (!store.check({"agent/failed"})) {
+    rendezvous_->shutdown();
+    return finish(0);
+  }
+  attempt_.outcome = Outcome::kFailedElsewhere;
+  return State::kFailure;
+}
+
+ElasticAgent::State ElasticAgent::failureState() {
+  attempt_.failures = attempt_.group->failures();
+  // The gang has failed (here, elsewhere, or a node is gone): the workers
+  // left are blocked in collectives with a dead or failed peer and can
+  // neither finish a step nor checkpoint it, so they get a short grace
+  // rather than --shutdown-timeout.
+  attempt_.group->stop(SIGTERM, kFailedGroupGrace);
+  const bool seen_here = attempt_.outcome == Outcome::kFailedHere || attempt_.outcome == Outcome::kPeerLost;
+  if (seen_here && attempt_.round.store->compareSet("agent/failed", "", me_) == me_) {
+    attempt_.restarts_after = countFailure();
+  } else {
+    attempt_.restarts_after = static_cast<int>(
+        parseInt64(attempt_.round.store->get("agent/failed_restart_count"), "failed_restart_count"));
+  }
+  return State::kReport;
+}
+
+int ElasticAgent::countFailure() {
+  // First to see this generation fail: count it, once for all nodes. Only
+  // a port this agent chose is replaced: one the user gave (--master-port)
+  // is the one their firewall opens.
+  const std::vector<WorkerFailure>& failures = attempt_.failures;
+  const bool port_collision = !failures.empty() && mentionsPortCollision(failures.front());
+  if (port_collision && config_.worker_master_port > 0) {
+    DTRAIN_LOG_WARN("MASTER_PORT " << config_.worker_master_port << " (--master-port) is in use on this "
+                    "host; the workers keep the port they were given: free it or choose another");
+  }
+  int restarts_after = 0;
+  if (port_collision && config_.worker_master_port == 0 && port_retries_ < kMaxPortRetries) {
+    ++port_retries_;
+    DTRAIN_LOG_WARN("MASTER_PORT " << attempt_.master_port << ", which this agent chose, "
+                    "was taken before the workers bound it; retrying on another port (no restart used, "
+                    << port_retries_ << "/" << kMaxPortRetries << ")");
+    restarts_after = attempt_.restart_count;
+  } else {
+    restarts_after = static_cast<int>(attempt_.round.root_store->add(restart_key_, 1));
+  }
+  attempt_.round.store->set("agent/failed_restart_count", std::to_string(restarts_after));
+  return restarts_after;
+}
+
+ElasticAgent::State ElasticAgent::reportState() {
+  const std::vector<WorkerFailure>& failures = attempt_.failures;
+  const int restart_count = attempt_.restart_count;
+  if (!failures.empty()) {
+    std::fputs(formatFailureSummary(failures, host_, restart_count).c_str(), stderr);
+    std::fputs(missingModuleHint(failures.front(), config_.python_path, config_.python_origin).c_str(), stderr);
+    std::fprintf(stderr, "Logs: %s/\n", attemptLogDir(restart_count).c_str());
+    std::ofstream(log_dir_ + "/failure.json") << failureSummaryJson(failures, host_, restart_count);
+  }
+  if (attempt_.restarts_after <= config_.max_restarts) {
+    DTRAIN_LOG_WARN("worker group failed; restarting (" << attempt_.restarts_after << "/" << config_.max_restarts
+                    << ")");
+    return State::kRendezvous;
+  }
+  rendezvous_->shutdown();
+  if (!failures.empty()) return finish(launcherExitCode(failures.front()));
+  if (attempt_.outcome == Outcome::kPeerLost) {
+    std::fprintf(stderr, "dtrain launch: lost %s and no restarts are left (--max-restarts %d)\n",
+                 lost_nodes_.c_str(), config_.max_restarts);
+    return finish(1);
+  }
+  std::fprintf(stderr, "dtrain launch: the worker group failed on another node (%s) and no restarts "
+                       "are left (--max-restarts %d)\n",
+               attempt_.round.store->get("agent/failed").c_str(), config_.max_restarts);
+  return finish(1);
 }
 
 }  // namespace dtrain
