@@ -20,9 +20,12 @@
 namespace dtrain::cli {
 namespace {
 
+// --backend (auto: nccl when GPUs are visible).
+enum class BenchBackend { kAuto, kGloo, kNccl };
+
 struct CollectiveFlags {
   std::string min_bytes = "32M", max_bytes = "32M", step_bytes, dtype = "float", op = "sum";
-  std::string backend = "auto";
+  BenchBackend backend = BenchBackend::kAuto;
   uint64_t factor = 2;
   int root = 0, iters = 20, warmup = 5, check = 1;
   int average = 1, blocking = 0, cuda_graph = 0, ngpus = 1;
@@ -38,10 +41,12 @@ std::vector<ReduceOp> allReduceOps() {
   return {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg};
 }
 
-std::string resolveBackend(const std::string& requested) {
-  if (requested == "gloo" || requested == "nccl") return requested;
-  if (requested != "auto") {
-    throw ConfigError("--backend '" + requested + "' is not a backend; expected auto, gloo or nccl");
+// The backend's name, as comm/ and bench/ take it.
+std::string resolveBackend(BenchBackend requested) {
+  switch (requested) {
+    case BenchBackend::kGloo: return "gloo";
+    case BenchBackend::kNccl: return "nccl";
+    case BenchBackend::kAuto: break;
   }
   return backendAvailable("nccl") && bench::cudaDeviceCount() > 0 ? "nccl" : "gloo";
 }
@@ -158,7 +163,9 @@ void declareCollectiveOptions(OptionSet& set, CollectiveFlags& f) {
       .range(0, 1 << 20);
   set.integer("-g,--ngpus", f.ngpus, "GPUs per process: one thread and communicator rank each (nccl)")
       .range(1, 64);
-  set.choice("--backend", f.backend, {"auto", "gloo", "nccl"}, "auto (nccl when GPUs are visible), gloo or nccl");
+  set.choice("--backend", f.backend,
+             {{"auto", BenchBackend::kAuto}, {"gloo", BenchBackend::kGloo}, {"nccl", BenchBackend::kNccl}},
+             "auto (nccl when GPUs are visible), gloo or nccl");
   set.number("--timeout", f.timeout_s, "Seconds before a collective is declared hung")
       .above(0)
       .atMost(7 * 24 * 3600)

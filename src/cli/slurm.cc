@@ -17,9 +17,12 @@
 namespace dtrain::cli {
 namespace {
 
+// --only: which part of the configuration to print (kBoth: not given).
+enum class SlurmConfPart { kBoth, kNode, kGres };
+
 struct SlurmConfFlags {
   std::string root = "/";
-  std::string only;  // "", "node" or "gres"
+  SlurmConfPart only = SlurmConfPart::kBoth;
   bool gres_files = false;
   bool no_gpus = false;
 };
@@ -27,11 +30,11 @@ struct SlurmConfFlags {
 int runSlurmConf(const SlurmConfFlags& flags) {
   SystemRoot root(flags.root);
   doctor::SlurmNode node = doctor::describeSlurmNode(root, !flags.no_gpus);
-  const bool all = flags.only.empty();
+  const bool all = flags.only == SlurmConfPart::kBoth;
   if (all) std::printf("# slurm.conf\n");
-  if (all || flags.only == "node") std::printf("%s\n", doctor::slurmNodeLine(node).c_str());
+  if (all || flags.only == SlurmConfPart::kNode) std::printf("%s\n", doctor::slurmNodeLine(node).c_str());
   if (all) std::printf("# gres.conf\n");
-  if (all || flags.only == "gres") {
+  if (all || flags.only == SlurmConfPart::kGres) {
     for (const std::string& line : doctor::gresConfLines(node, flags.gres_files)) std::printf("%s\n", line.c_str());
   }
   return 0;
@@ -54,9 +57,9 @@ int runSlurmHostnames(const std::optional<std::string>& expression) {
 
 void declareSlurmConfOptions(OptionSet& set, SlurmConfFlags& f) {
   set.path("--root", f.root, "Read /proc and /sys under this directory instead of /").existingDirectory();
-  set.choice("--only", f.only, {"node", "gres"},
+  set.choice("--only", f.only, {{"node", SlurmConfPart::kNode}, {"gres", SlurmConfPart::kGres}},
              "Print only the slurm.conf node line (node) or the gres.conf lines (gres)")
-      .optional("both");
+      .optional(SlurmConfPart::kBoth, "both");
   set.toggle("--gres-files", f.gres_files,
              "gres.conf: one 'Name=gpu Type= File=/dev/nvidia[...]' line per GPU type instead of AutoDetect=nvml");
   set.toggle("--no-gpus", f.no_gpus, "Do not open NVML: no Gres, no gres.conf lines");

