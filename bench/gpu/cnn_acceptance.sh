@@ -2,7 +2,7 @@
 # The fused CNN blocks (batch-norm statistics/apply/backward with the
 # residual add and ReLU, src/models/kernels/batch_norm.cu) and ResNet-50
 # against torch.compile, on the GPU machine, in one device call:
-#   - build dtrain, kernels_test, kernels_bench and fused_ops_test against
+#   - build dtrain, kernels_test, kernels_bench and models_test (its Fused* tests) against
 #     the installed PyTorch's libtorch;
 #   - the batch-norm kernel tests (against the CPU reference, determinism,
 #     graph capture), the fused batch-norm operation and the fused ResNets
@@ -47,7 +47,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WITH_GLOO=O
   -DDTRAIN_WITH_NCCL=ON -DDTRAIN_WITH_CUDA_KERNELS=ON -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_DEPS_PREFIX="$deps" \
   -DCMAKE_PREFIX_PATH="$deps/usr;$torch_prefix" \
   -DNCCL_INCLUDE_DIR="$nccl_home/include" -DNCCL_LIBRARY="$nccl_home/lib/libnccl.so.2" > "$OUT/build.log" 2>&1 \
-  && ninja -C build-gpu dtrain kernels_test kernels_bench fused_ops_test >> "$OUT/build.log" 2>&1 \
+  && ninja -C build-gpu dtrain kernels_test kernels_bench models_test >> "$OUT/build.log" 2>&1 \
   || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; tail -30 "$OUT/build.log"; exit 1; }
 echo "built in $((SECONDS - start)) s"
 kbin=build-gpu/tests/models/kernels
@@ -58,7 +58,7 @@ timeout 120 $kbin/kernels_test --gtest_brief=1 --gtest_filter='*BatchNorm*' > "$
 echo "kernels_test exit $?"
 grep -E "^\[  (PASSED|FAILED) |Failure|out of tolerance|worst" "$OUT/kernels_test.log" | head -30
 log "fused batch-norm operation and fused ResNets against DTRAIN_FUSED_KERNELS=0"
-timeout 180 build-gpu/tests/models/fused_ops_test --gtest_brief=1 --gtest_filter='*BatchNorm*:*FusedResNet*' \
+timeout 180 build-gpu/tests/models/models_test --gtest_brief=1 --gtest_filter='Fused*BatchNorm*:Fused*FusedResNet*' \
   > "$OUT/fused_ops_test.log" 2>&1
 echo "fused_ops_test exit $?"
 grep -E "^\[  (PASSED|FAILED) |Failure|worst|declined|Skipped" "$OUT/fused_ops_test.log" | head -30

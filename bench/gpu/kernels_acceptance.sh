@@ -5,9 +5,9 @@
 # against its CPU reference, determinism, graph capture), the bandwidth table
 # at GPT-2 124M / Llama 3.2 1B shapes, and the same operations through
 # PyTorch eager and torch.compile (bench/peers/torch_fused_ops.py). Then the
-# torch side of the kernels: fused_ops_test (every fused autograd operation
+# torch side of the kernels: models_test's Fused* tests (every fused autograd operation
 # and whole tiny gpt2/llama models against DTRAIN_FUSED_KERNELS=0, and a CUDA
-# graph of a fused forward + backward), train_fused_optim_test (AdamW and
+# graph of a fused forward + backward), optim_test's FusedAdamW tests (AdamW and
 # gradient clipping fused against the torch operations, and captured), and
 # adamw_bench (AdamW fused against torch operations, 124M and 1.2B elements, GB/s).
 #   bench/gpu/kernels_acceptance.sh [all|kernels|fused]
@@ -54,20 +54,20 @@ fi
 [[ $part == kernels ]] && exit 0
 
 # The torch side builds apart, so that a failure there leaves the results above.
-log "build the fused autograd operations and AdamW (fused_ops_test, train_fused_optim_test, adamw_bench)"
-if ninja -C build-gpu fused_ops_test train_fused_optim_test adamw_bench > "$OUT/build_fused.log" 2>&1; then
+log "build the fused autograd operations and AdamW (models_test, optim_test, adamw_bench)"
+if ninja -C build-gpu models_test optim_test adamw_bench > "$OUT/build_fused.log" 2>&1; then
   log "fused_ops_test"
-  build-gpu/tests/models/fused_ops_test --gtest_brief=1 > "$OUT/fused_ops_test.log" 2>&1
+  build-gpu/tests/models/models_test --gtest_brief=1 --gtest_filter='Fused*' > "$OUT/fused_ops_test.log" 2>&1
   echo "fused_ops_test exit $?"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|out of tolerance|worst relative|Skipped|declined" "$OUT/fused_ops_test.log" | head -60
 
   log "train_fused_optim_test"
-  build-gpu/tests/train/train_fused_optim_test --gtest_brief=1 > "$OUT/train_fused_optim_test.log" 2>&1
+  build-gpu/tests/optim/optim_test --gtest_brief=1 --gtest_filter='FusedAdamW*' > "$OUT/train_fused_optim_test.log" 2>&1
   echo "train_fused_optim_test exit $?"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|Which is|Skipped" "$OUT/train_fused_optim_test.log" | head -30
 
   log "adamw_bench (fused AdamW against torch operations)"
-  build-gpu/tests/train/adamw_bench 2>&1 | tee "$OUT/adamw_bench.md"
+  build-gpu/tests/optim/adamw_bench 2>&1 | tee "$OUT/adamw_bench.md"
 else
   grep -B2 -A12 "error" "$OUT/build_fused.log" | head -80
   tail -30 "$OUT/build_fused.log"

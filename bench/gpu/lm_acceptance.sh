@@ -13,7 +13,7 @@
 # torch.compile; later ones hit Inductor's cache in /tmp.
 #   bench/gpu/lm_acceptance.sh            build if needed, then compare
 #   bench/gpu/lm_acceptance.sh build      only build (when the build alone needs a call)
-# fused_ops_test and train_fused_optim_test run first (SKIP_FUSED_TEST=1
+# models_test's and optim_test's fused tests run first (SKIP_FUSED_TEST=1
 # leaves them out); a --breakdown time split of gpt2-124m runs next, and with
 # PROFILE=1 Nsight Compute times every kernel of one eager gpt2-124m step
 # ($OUT/kernels.csv; bench/gpu/kernel_table.py sums it by kernel).
@@ -28,10 +28,10 @@ phase=${1:-compare}
 suite=lm-acceptance
 source bench/gpu/lib.sh
 
-# dtrain with the fused CUDA kernels, and fused_ops_test (every fused
+# dtrain with the fused CUDA kernels, and models_test's Fused* tests (every fused
 # operation and whole tiny models against the libtorch path) beside it.
 build() {
-  local tests="fused_ops_test train_fused_optim_test kernels_test"
+  local tests="models_test optim_test kernels_test"
   [ -n "${SKIP_FUSED_TEST:-}" ] && tests=""
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WITH_GLOO=OFF -DDTRAIN_WITH_TORCH=ON \
     -DDTRAIN_WITH_NCCL=ON -DDTRAIN_WITH_CUDA_KERNELS=ON -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_DEPS_PREFIX="$PWD/.deps" \
@@ -51,12 +51,12 @@ fi
 [ "$phase" = build ] && exit 0
 [ "$phase" = compare ] || { echo "unknown phase $phase"; exit 2; }
 
-if [ -x build-gpu/tests/models/fused_ops_test ] && [ -z "${SKIP_FUSED_TEST:-}" ]; then
+if [ -x build-gpu/tests/models/models_test ] && [ -z "${SKIP_FUSED_TEST:-}" ]; then
   log "fused_ops_test"
-  timeout 120 build-gpu/tests/models/fused_ops_test --gtest_brief=1 > "$OUT/fused_ops_test.log" 2>&1
+  timeout 120 build-gpu/tests/models/models_test --gtest_brief=1 --gtest_filter='Fused*' > "$OUT/fused_ops_test.log" 2>&1
   echo "fused_ops_test exit $? after $(( $(date +%s) - started )) s"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|worst relative" "$OUT/fused_ops_test.log" | head -40
-  timeout 60 build-gpu/tests/train/train_fused_optim_test --gtest_brief=1 > "$OUT/fused_optim_test.log" 2>&1
+  timeout 60 build-gpu/tests/optim/optim_test --gtest_brief=1 --gtest_filter='FusedAdamW*' > "$OUT/fused_optim_test.log" 2>&1
   echo "train_fused_optim_test exit $?"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" "$OUT/fused_optim_test.log" | head -20
   timeout 90 build-gpu/tests/models/kernels/kernels_test --gtest_brief=1 > "$OUT/kernels_test.log" 2>&1

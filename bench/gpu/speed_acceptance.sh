@@ -31,7 +31,7 @@ if [ "$phase" = build ]; then
   log "build (libtorch from $torch_prefix)"
   build
   log "CUDA unit tests (optimizer incl. capturable mode, data on the device, loader)"
-  build-gpu/tests/train/train_optim_test > "$OUT/optim_test.log" 2>&1; echo "train_optim_test exit $?"; grep -E "PASSED|FAILED|SKIPPED" "$OUT/optim_test.log" | head
+  build-gpu/tests/optim/optim_test > "$OUT/optim_test.log" 2>&1; echo "train_optim_test exit $?"; grep -E "PASSED|FAILED|SKIPPED" "$OUT/optim_test.log" | head
   # (the dataset-file tests use std::filesystem, which crashes against pip libtorch's own copy of it)
   build-gpu/tests/data/data_test --gtest_filter='DeviceEpochData*:LoaderTest*:DistributedSampler*' > "$OUT/data_test.log" 2>&1; echo "data_test exit $?"; grep -E "PASSED|FAILED|SKIPPED" "$OUT/data_test.log" | head
   log "graphed vs eager: resnet18 on Fashion-MNIST, 2 GPUs x 64, data on the GPU, deterministic cuDNN, 50 steps"

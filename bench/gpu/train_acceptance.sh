@@ -25,7 +25,7 @@ if [ "$phase" = build ]; then
     || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; tail -30 "$OUT/build.log"; exit 1; }
   grep -i "dtrain:" "$OUT/build.log"
   log "equivalence: N GPUs x B == 1 GPU x N*B (NCCL)"
-  worker=build-gpu/tests/train/train_equivalence_worker
+  worker=build-gpu/tests/parallel/train_equivalence_worker
   for opt in sgd adamw; do
     for accum in 1 2; do
       args="--steps 6 --global-batch 48 --optimizer $opt --bucket-mb 0.004 --accum $accum"

@@ -75,12 +75,12 @@ std::string describe(const BenchTrainOptions& c) {
   if (isLanguageModel(c.model)) {
     const models::LanguageModelConfig lm = languageModelConfig(c.model);
     out << " (" << lm.layers << " layers, dim " << lm.dim << ", vocab " << lm.vocab_size << "), seq " << lm.seq_len
-        << ", batch " << c.input.batch_size << "/GPU, " << c.execution.precision << ", AdamW";
+        << ", batch " << c.input.batch_size << "/GPU, " << computePrecisionName(c.execution.precision) << ", AdamW";
     if (c.clip_grad_norm > 0) out << ", clip " << c.clip_grad_norm;
   } else {
-    if (c.model.name.rfind("resnet", 0) == 0) out << " (" << c.model.stem << " stem)";
+    if (c.model.name.rfind("resnet", 0) == 0) out << " (" << stemName(c.model.stem) << " stem)";
     out << ", " << c.input.channels << "x" << c.input.image_size << "x" << c.input.image_size << ", batch "
-        << c.input.batch_size << "/GPU, " << c.execution.precision << ", "
+        << c.input.batch_size << "/GPU, " << computePrecisionName(c.execution.precision) << ", "
         << (c.model.channels_last ? "channels-last" : "NCHW") << ", cudnn.benchmark "
         << (c.execution.cudnn_benchmark ? "on" : "off");
   }
@@ -129,11 +129,11 @@ nlohmann::json jsonReport(const BenchTrainOptions& c, const std::vector<nlohmann
   nlohmann::json out;
   out["bench"] = "train";
   out["config"] = {{"model", c.model.name},
-                   {"stem", c.model.stem},
+                   {"stem", stemName(c.model.stem)},
                    {"language_model", isLanguageModel(c.model)},
                    {"image_size", c.input.image_size},
                    {"batch_size", c.input.batch_size},
-                   {"precision", c.execution.precision},
+                   {"precision", computePrecisionName(c.execution.precision)},
                    {"channels_last", c.model.channels_last},
                    {"steps", c.steps},
                    {"warmup", c.warmup},

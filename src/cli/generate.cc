@@ -7,7 +7,7 @@
 #include "cli/commands.h"
 #include "cli/option_binding.h"
 #include "cli/training_runtime.h"
-#include "train/generate_options.h"
+#include "tools/generate_options.h"
 
 namespace dtrain::cli {
 

@@ -17,15 +17,15 @@ void* trainingRuntimeSymbol(const std::string& name) {
   std::vector<std::string> candidates;
   try {
     const std::filesystem::path dir = std::filesystem::path(selfExecutablePath()).parent_path();
-    candidates.push_back((dir / DTRAIN_TRAIN_LIBRARY_NAME).string());
+    candidates.push_back((dir / DTRAIN_RUNTIME_LIBRARY_NAME).string());
     // An installed tree: <prefix>/bin/dtrain and <prefix>/<libdir>/.
-    candidates.push_back((dir.parent_path() / DTRAIN_INSTALL_LIBDIR / DTRAIN_TRAIN_LIBRARY_NAME).string());
-    candidates.push_back((dir.parent_path() / "lib" / DTRAIN_TRAIN_LIBRARY_NAME).string());
+    candidates.push_back((dir.parent_path() / DTRAIN_INSTALL_LIBDIR / DTRAIN_RUNTIME_LIBRARY_NAME).string());
+    candidates.push_back((dir.parent_path() / "lib" / DTRAIN_RUNTIME_LIBRARY_NAME).string());
   } catch (const IoError&) {
     // Without its own path the binary still finds the runtime where the build put it or on the loader's path.
   }
-  candidates.push_back(DTRAIN_TRAIN_LIBRARY);
-  candidates.push_back(DTRAIN_TRAIN_LIBRARY_NAME);
+  candidates.push_back(DTRAIN_RUNTIME_LIBRARY);
+  candidates.push_back(DTRAIN_RUNTIME_LIBRARY_NAME);
   std::string errors;
   for (const std::string& path : candidates) {
     if (path.find('/') != std::string::npos && !std::filesystem::exists(path)) continue;
@@ -37,7 +37,7 @@ void* trainingRuntimeSymbol(const std::string& name) {
     if (void* fn = ::dlsym(handle, name.c_str())) return fn;
     errors += "\n  " + path + ": no " + name;
   }
-  throw IoError(std::string("cannot load the training runtime ") + DTRAIN_TRAIN_LIBRARY_NAME +
+  throw IoError(std::string("cannot load the training runtime ") + DTRAIN_RUNTIME_LIBRARY_NAME +
                 " (libtorch and its dependencies must be installed):" + (errors.empty() ? " not found" : errors));
 }
 

@@ -82,7 +82,7 @@ class JobStoreEndpoint : public JobStoreLink {
   const std::string& host() const { return host_; }
   uint16_t port() const { return port_; }
   // This agent's address as peers see it: config.local_address, else the
-  // local address of the route to the endpoint (see localAddressToward()).
+  // local address of the route to the endpoint (see localAddressToward() in common/address.h).
   const std::string& localAddress() const override { return local_address_; }
 
   // Host only (a no-op elsewhere): keeps serving until at most

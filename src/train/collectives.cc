@@ -5,7 +5,7 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "train/tensor_buffer.h"
+#include "parallel/tensor_buffer.h"
 
 namespace dtrain::dist {
 namespace {

@@ -22,7 +22,9 @@ bool isDirectory(const std::string& path) {
 
 std::string requireDir(const DataOptions& o, const std::string& fallback, const std::string& hint) {
   const std::string dir = o.data_dir.empty() ? fallback : o.data_dir;
-  if (dir.empty()) throw ConfigError("--dataset " + o.dataset + " needs --data-dir (" + hint + ")");
+  if (dir.empty()) {
+    throw ConfigError(std::string("--dataset ") + datasetName(o.dataset) + " needs --data-dir (" + hint + ")");
+  }
   if (!isDirectory(dir)) {
     throw ConfigError("--data-dir '" + dir + "' is not a directory; expected " + hint);
   }
@@ -84,21 +86,21 @@ ImageClassificationTask::ImageClassificationTask(const DataOptions& data, const 
 }
 
 void ImageClassificationTask::load() {
-  const std::string& name = options_.dataset;
-  if (name == "fashion-mnist" || name == "mnist") {
+  const DatasetKind dataset = options_.dataset;
+  if (dataset == DatasetKind::kFashionMnist || dataset == DatasetKind::kMnist) {
+    const bool fashion = dataset == DatasetKind::kFashionMnist;
     const std::string hint = "the IDX files train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
                              "t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]" +
-                             std::string(name == "fashion-mnist" ? " (Debian: apt-get install dataset-fashion-mnist)"
-                                                                 : "");
-    const std::string dir = requireDir(options_, name == "fashion-mnist" ? kFashionMnistDir : "", hint);
+                             std::string(fashion ? " (Debian: apt-get install dataset-fashion-mnist)" : "");
+    const std::string dir = requireDir(options_, fashion ? kFashionMnistDir : "", hint);
     // The classes are what the data set declares, never what its labels
     // happen to hold: the readers refuse a label outside them.
     classes_ = data::kIdxClasses;
     train_ = data::loadIdxSplit(dir, /*train=*/true, classes_);
     test_ = data::loadIdxSplit(dir, /*train=*/false, classes_);
-    mean_ = name == "fashion-mnist" ? std::vector<float>{0.2860f} : std::vector<float>{0.1307f};
-    std_ = name == "fashion-mnist" ? std::vector<float>{0.3530f} : std::vector<float>{0.3081f};
-  } else if (name == "cifar10") {
+    mean_ = fashion ? std::vector<float>{0.2860f} : std::vector<float>{0.1307f};
+    std_ = fashion ? std::vector<float>{0.3530f} : std::vector<float>{0.3081f};
+  } else if (dataset == DatasetKind::kCifar10) {
     const std::string dir = requireDir(options_, "", "the CIFAR-10 binary version: data_batch_1..5.bin, test_batch.bin");
     classes_ = data::kCifarClasses;
     train_ = data::loadCifarSplit(dir, /*train=*/true);
@@ -106,7 +108,7 @@ void ImageClassificationTask::load() {
     mean_ = {0.4914f, 0.4822f, 0.4465f};
     std_ = {0.2470f, 0.2435f, 0.2616f};
     augment_ = true;
-  } else if (name == "synthetic") {
+  } else if (dataset == DatasetKind::kSynthetic) {
     data::SyntheticSpec spec;
     spec.channels = 3;
     spec.height = spec.width = options_.synthetic_image_size;
@@ -120,13 +122,13 @@ void ImageClassificationTask::load() {
     mean_ = {0.5f, 0.5f, 0.5f};  // uniform bytes: mean 0.5, std ~0.29
     std_ = {0.25f, 0.25f, 0.25f};
   } else {
-    throw ConfigError("--dataset '" + name + "': unknown; expected one of fashion-mnist, mnist, cifar10 or "
-                      "synthetic");
+    throw ConfigError(std::string("--dataset '") + datasetName(dataset) +
+                      "': unknown; expected one of fashion-mnist, mnist, cifar10 or synthetic");
   }
 }
 
 std::string ImageClassificationTask::describe() const {
-  return model_.name + " on " + options_.dataset + " (" + std::to_string(train_.size()) + " train / " +
+  return model_.name + " on " + datasetName(options_.dataset) + " (" + std::to_string(train_.size()) + " train / " +
          std::to_string(test_.size()) + " test)";
 }
 
@@ -135,7 +137,7 @@ std::shared_ptr<models::Model> ImageClassificationTask::makeModel() const {
   o.in_channels = channels_;
   o.num_classes = classes_;
   o.image_size = image_size_;
-  o.stem = model_.stem;
+  o.stem = stemName(model_.stem);  // models::ModelOptions takes the word
   return models::createModel(model_.name, o);
 }
 

@@ -10,8 +10,8 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/settings.h"
-#include "train/checkpoint_file.h"
-#include "train/checkpoint_sharded.h"
+#include "checkpoint/checkpoint_file_writer.h"
+#include "checkpoint/checkpoint_sharded.h"
 #include "train/job_checkpoint_steps.h"
 #include "train/train_settings.h"
 
@@ -60,7 +60,8 @@ JobCheckpoint::JobCheckpoint(TrainingJob& job, const CheckpointOptions& options,
 CheckpointLayout& JobCheckpoint::layout() {
   if (!layout_) {
     Context& ctx = job_.context();
-    layout_ = std::make_unique<CheckpointLayout>(job_.dataParallel(), job_.optimizer(), job_.scaler(), ctx.rank(),
+    layout_ = std::make_unique<CheckpointLayout>(job_.dataParallel(), job_.optimizer(), job_.scaler(),
+                                                 job_.plan().shard, ctx.rank(),
                                                  ctx.size());
   }
   return *layout_;
@@ -130,7 +131,7 @@ void JobCheckpoint::writeMetadata(const std::string& path, const TrainPosition& 
   ShardedMetadata md;
   md.meta = meta(position);
   md.world_size = ctx.size();
-  md.stage = identity_.shard.empty() ? layout().stage() : identity_.shard;
+  md.stage = shardStageName(layout().stage());
   md.tensors = layout().logicalTensors();
   md.aliases = layout().aliases();
   for (int r = 0; r < ctx.size(); ++r) {

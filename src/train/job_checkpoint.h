@@ -55,7 +55,6 @@ struct CheckpointIdentity {
   uint64_t seed = 0;
   std::map<std::string, std::string> model_config;  // language models
   std::string tokenizer, tokenizer_path;            // language models on the embedded corpus
-  std::string shard;  // --shard (empty: as the layout shows it)
 };
 
 struct TrainCheckpointMeta;
@@ -81,7 +80,7 @@ class JobCheckpoint {
   // file system every rank sees?) is an IoError. A failing rank's error (ConfigError for a bad
   // checkpoint, IoError for one it cannot read) is rethrown as it is on
   // that rank, and as the same kind on the others. The meta is checked
-  // field by field (job_checkpoint_checks.h; auto skips a bad one like a
+  // field by field (checkpoint/meta_checks.h; auto skips a bad one like a
   // corrupt one) and against this job: another --model or --optimizer is
   // a ConfigError, as are NaN/Inf values in what the ranks read unless
   // options.allow_nonfinite.

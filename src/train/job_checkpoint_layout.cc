@@ -10,8 +10,8 @@
 #include <unordered_set>
 
 #include "common/error.h"
-#include "train/job_checkpoint_checks.h"
-#include "train/tensor_buffer.h"
+#include "train/nonfinite_tally.h"
+#include "parallel/tensor_buffer.h"
 
 namespace dtrain {
 namespace {
@@ -70,8 +70,9 @@ torch::ScalarType CheckpointLayout::Family::dtypeOf(int slab) const {
   throw ConfigError("checkpoint: this rank holds no '" + name + "' of slab " + std::to_string(slab));
 }
 
-CheckpointLayout::CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, int rank, int world)
-    : dp_(dp), optimizer_(optimizer), scaler_(scaler), rank_(rank), world_(world) {
+CheckpointLayout::CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, ShardStage stage,
+                                   int rank, int world)
+    : dp_(dp), optimizer_(optimizer), scaler_(scaler), rank_(rank), world_(world), stage_(stage) {
   if (dp_.shardsGradients()) pieces_ = dp_.shardLayout().pieces;
   findParameters();
   findFamilies();
@@ -119,15 +120,12 @@ void CheckpointLayout::findFamilies() {
     for (size_t s = 0; s < dp_.slabs().size(); ++s) values.held.push_back({static_cast<int>(s), 0, dp_.slabs()[s].param});
   }
   families_.push_back(std::move(values));
-  bool sliced = false;
   for (const LocalOptimizerState& state : optimizer_.localState()) {
     const std::string name = "optimizer." + state.name;
     auto it = std::find_if(families_.begin(), families_.end(), [&](const Family& f) { return f.name == name; });
     if (it == families_.end()) it = families_.insert(families_.end(), Family{name, {}});
     it->held.push_back({state.slab, state.begin, state.tensor});
-    sliced = sliced || state.tensor.numel() < dp_.paddedSlabNumel(static_cast<size_t>(state.slab));
   }
-  stage_ = dp_.shardsParameters() ? "full" : dp_.shardsGradients() ? "gradients" : sliced ? "optimizer" : "none";
   const std::map<std::string, std::string> param_aliases = aliases_;
   for (const Family& f : families_) {
     if (f.name == kParamFamily) continue;

@@ -35,8 +35,9 @@
 #include "dtrain/checkpoint.h"
 #include "dtrain/data_parallel.h"
 #include "dtrain/optim.h"
-#include "train/checkpoint_file.h"
-#include "train/checkpoint_sharded.h"
+#include "checkpoint/checkpoint_file_writer.h"
+#include "checkpoint/checkpoint_sharded.h"
+#include "parallel/parallel_plan.h"
 
 namespace dtrain {
 
@@ -44,11 +45,13 @@ class NonFiniteTally;
 
 class CheckpointLayout {
  public:
-  // Reads the layout of the live state (no collective). `rank` of `world`.
-  CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, int rank, int world);
+  // Reads the layout of the live state (no collective). `rank` of
+  // `world`; `stage` is the plan's (TrainingJob::plan()), which the
+  // checkpoint's metadata names.
+  CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, ShardStage stage, int rank, int world);
 
-  // "none" | "optimizer" | "gradients" | "full", as the layout shows it.
-  const std::string& stage() const { return stage_; }
+  // The --shard stage of the job the layout was read from.
+  ShardStage stage() const { return stage_; }
   // Every logical tensor (name order) and the aliases of tied weights.
   std::vector<LogicalTensor> logicalTensors() const;
   const std::map<std::string, std::string>& aliases() const { return aliases_; }
@@ -107,7 +110,7 @@ class CheckpointLayout {
   Optimizer& optimizer_;
   GradScaler& scaler_;
   int rank_, world_;
-  std::string stage_;
+  ShardStage stage_;
   std::vector<Parameter> params_;  // DataParallel's order
   std::map<std::string, std::string> aliases_;
   std::vector<Family> families_;

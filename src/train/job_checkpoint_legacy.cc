@@ -10,8 +10,8 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
-#include "train/job_checkpoint_checks.h"
-#include "train/tensor_buffer.h"
+#include "train/nonfinite_tally.h"
+#include "parallel/tensor_buffer.h"
 
 namespace dtrain {
 namespace {

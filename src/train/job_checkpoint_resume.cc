@@ -5,10 +5,10 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "train/checkpoint_file.h"
-#include "train/checkpoint_sharded.h"
+#include "checkpoint/checkpoint_file.h"
+#include "checkpoint/checkpoint_sharded.h"
 #include "train/job_checkpoint.h"
-#include "train/job_checkpoint_checks.h"
+#include "checkpoint/meta_checks.h"
 #include "train/job_checkpoint_legacy.h"
 #include "train/job_checkpoint_steps.h"
 

@@ -45,20 +45,20 @@ bool hasShards(const std::string& dir, const std::string& split) {
 
 LanguageModelTask::LanguageModelTask(const DataOptions& data, const ModelSpec& model, uint64_t seed)
     : options_(data), spec_(model), seed_(seed), config_(languageModelConfig(model)) {
-  if (options_.dataset == "synthetic") {
+  if (options_.dataset == DatasetKind::kSynthetic) {
     makeSynthetic();
-  } else if (options_.dataset == "text") {
+  } else if (options_.dataset == DatasetKind::kText) {
     openText();
   } else {
     throw ConfigError("--model " + spec_.name + " is a language model: it trains on --dataset text or synthetic, "
-                      "not '" + options_.dataset + "'");
+                      "not '" + datasetName(options_.dataset) + "'");
   }
 }
 
 void LanguageModelTask::openText() {
   std::string dir = options_.data_dir;
   if (dir.empty()) {
-    tokenizer_ = options_.tokenizer;
+    tokenizer_ = tokenizerKindName(options_.tokenizer);  // data::makeTokenizer and the checkpoint's meta take the word
     tokenizer_path_ = options_.tokenizer_dir;
     dir = data::preparedEmbeddedCorpus(tokenizer_, tokenizer_path_, options_.cache_dir);
     // The model's vocabulary is the tokenizer's unless --vocab-size says

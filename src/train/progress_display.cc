@@ -24,17 +24,15 @@ std::string formatDuration(double seconds) {
   return text;
 }
 
-ProgressDisplay::ProgressDisplay(const std::string& mode, const std::string& metrics_path)
-    : metrics_path_(metrics_path) {
-  if (mode == "auto") {
-    bar_ = isatty(STDERR_FILENO) != 0;
-    lines_ = !bar_;
-  } else if (mode == "bar") {
-    bar_ = true;
-  } else if (mode == "lines") {
-    lines_ = true;
-  } else if (mode != "none") {
-    throw ConfigError("--progress '" + mode + "': unknown; expected one of auto, bar, lines or none");
+ProgressDisplay::ProgressDisplay(ProgressMode mode, const std::string& metrics_path) : metrics_path_(metrics_path) {
+  switch (mode) {
+    case ProgressMode::kAuto:
+      bar_ = isatty(STDERR_FILENO) != 0;
+      lines_ = !bar_;
+      break;
+    case ProgressMode::kBar: bar_ = true; break;
+    case ProgressMode::kLines: lines_ = true; break;
+    case ProgressMode::kNone: break;
   }
   if (!metrics_path.empty()) {
     metrics_.open(metrics_path, std::ios::app);

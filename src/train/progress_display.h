@@ -13,15 +13,16 @@
 #include <string>
 
 #include "train/train_observer.h"
+#include "train/train_options.h"  // ProgressMode
 
 namespace dtrain {
 
 class ProgressDisplay : public TrainObserver {
  public:
-  // mode: auto (bar when stderr is a terminal, else lines) | bar | lines | none.
-  // ConfigError for another mode. metrics_path: "" or a file appended to
-  // (IoError when it cannot be opened).
-  ProgressDisplay(const std::string& mode, const std::string& metrics_path);
+  // mode: auto (bar when stderr is a terminal, else lines) | bar | lines |
+  // none. metrics_path: "" or a file appended to (IoError when it cannot
+  // be opened).
+  ProgressDisplay(ProgressMode mode, const std::string& metrics_path);
   ~ProgressDisplay() override;
 
   void intervalEnded(const StepReport& report, const BackwardTimeline* sampled) override;

@@ -2,6 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <utility>
+#include <vector>
+
 #include "common/error.h"
 #include "common/options.h"
 #include "models/catalog.h"
@@ -11,6 +14,32 @@ namespace dtrain {
 namespace {
 
 constexpr int64_t kMaxTimeoutSeconds = 7 * 24 * 3600;
+
+// Each choice's words, in the order --help lists them; the ...Name
+// functions read the same tables.
+template <typename E>
+using Words = std::vector<std::pair<std::string, E>>;
+
+const Words<DatasetKind> kDatasets = {{"fashion-mnist", DatasetKind::kFashionMnist},
+                                      {"mnist", DatasetKind::kMnist},
+                                      {"cifar10", DatasetKind::kCifar10},
+                                      {"synthetic", DatasetKind::kSynthetic},
+                                      {"text", DatasetKind::kText}};
+const Words<TokenizerKind> kTokenizers = {
+    {"byte", TokenizerKind::kByte}, {"gpt2", TokenizerKind::kGpt2}, {"sentencepiece", TokenizerKind::kSentencePiece}};
+const Words<StemKind> kStems = {
+    {"auto", StemKind::kAuto}, {"cifar", StemKind::kCifar}, {"imagenet", StemKind::kImageNet}};
+const Words<OptimizerKind> kOptimizers = {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}};
+const Words<ScheduleKind> kSchedules = {
+    {"constant", ScheduleKind::kConstant}, {"cosine", ScheduleKind::kCosine}, {"step", ScheduleKind::kStep}};
+
+template <typename E>
+const char* wordOf(const Words<E>& words, E value) {
+  for (const auto& [word, named] : words) {
+    if (named == value) return word.c_str();
+  }
+  return "";
+}
 
 std::vector<std::string> allModelNames() {
   std::vector<std::string> names = models::modelNames();
@@ -34,7 +63,8 @@ void declareLanguageModel(OptionSet& set, LanguageModelSpec& o) {
               "of 64")
       .range(0, int64_t{1} << 24)
       .defaultMeans("the model's");
-  set.choice("--tie-embeddings", o.tie_embeddings, {"auto", "on", "off"},
+  set.choice("--tie-embeddings", o.tie_embeddings,
+             {{"auto", TieEmbeddings::kAuto}, {"on", TieEmbeddings::kOn}, {"off", TieEmbeddings::kOff}},
              "Language models: the output head reuses the token embedding (auto: as the named size does)");
   set.number("--rope-theta", o.rope_theta, "Llama: base of the rotary embedding frequencies")
       .atLeast(0)
@@ -49,7 +79,7 @@ void declareModel(OptionSet& set, ModelSpec& o, bool with_stem) {
   set.choice("--model", o.name, allModelNames(), "The network to train");
   declareLanguageModel(set, o.lm);
   if (with_stem) {
-    set.choice("--stem", o.stem, {"auto", "cifar", "imagenet"},
+    set.choice("--stem", o.stem, kStems,
                "ResNet stem: imagenet (as torchvision) | cifar (3x3, no max-pool) | auto (cifar up to 64 pixels)");
   }
   set.toggle("--channels-last", o.channels_last, "Images and conv weights in channels-last memory format");
@@ -57,10 +87,14 @@ void declareModel(OptionSet& set, ModelSpec& o, bool with_stem) {
 
 void declareExecution(OptionSet& set, ExecutionOptions& o, bool bench) {
   if (bench) {
-    set.choice("--precision", o.precision, {"fp32", "bf16"}, "fp32 | bf16 (autocast)");
+    set.choice("--precision", o.precision, {{"fp32", ComputePrecision::kFp32}, {"bf16", ComputePrecision::kBf16}},
+               "fp32 | bf16 (autocast)");
     set.negatedToggle("--no-cuda-graphs", o.cuda_graphs, "Run every step eagerly instead of replaying a CUDA graph");
   } else {
-    set.choice("--precision", o.precision, {"fp32", "bf16", "fp16"},
+    set.choice("--precision", o.precision,
+               {{"fp32", ComputePrecision::kFp32},
+                {"bf16", ComputePrecision::kBf16},
+                {"fp16", ComputePrecision::kFp16}},
                "fp32 | bf16 (autocast) | fp16 (autocast + loss scaling)");
     set.toggle("--cuda-graphs", o.cuda_graphs,
                "Capture forward, backward, all-reduce and optimizer step into one CUDA graph after warm-up and "
@@ -77,7 +111,8 @@ void declareExecution(OptionSet& set, ExecutionOptions& o, bool bench) {
 }
 
 void declareParallel(OptionSet& set, ParallelOptions& o) {
-  set.choice("--backend", o.backend, {"auto", "nccl", "gloo"},
+  set.choice("--backend", o.backend,
+             {{"auto", CommBackend::kAuto}, {"nccl", CommBackend::kNccl}, {"gloo", CommBackend::kGloo}},
              "Collective backend: nccl on GPUs, gloo on CPUs; auto: $DTRAIN_BACKEND, else nccl when a GPU is "
              "visible");
   set.integer("--timeout", o.timeout_s, "Seconds a collective may take before the job fails")
@@ -87,19 +122,21 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
       .above(0)
       .atMost(16384)
       .unit("MiB");
-  set.choice("--shard", o.shard, {"none", "optimizer", "gradients", "full"},
+  set.choice("--shard", o.shard,
+             {{"none", ShardStage::kNone}, {"optimizer", ShardStage::kOptimizer}, {"gradients", ShardStage::kGradients},
+              {"full", ShardStage::kFull}},
              "What is sharded across ranks: none (replicated, as DDP), optimizer (ZeRO-1: each rank keeps and "
              "updates 1/N of the optimizer state, then the parameters are all-gathered), gradients (ZeRO-2: "
              "also 1/N of the gradients, reduce-scattered bucket by bucket during backward) or full (ZeRO-3, "
              "FSDP's FULL_SHARD: also 1/N of the parameters, each transformer block all-gathered just before "
              "its forward and its backward; with --precision bf16 the gathered parameters are bf16)");
-  set.choice("--reduce-dtype", o.reduce_dtype, {"fp32", "bf16"},
+  set.choice("--reduce-dtype", o.reduce_dtype, {{"fp32", ReduceDtype::kFp32}, {"bf16", ReduceDtype::kBf16}},
              "The dtype gradients are reduce-scattered in with --shard gradients or full (bf16: half the bytes; "
              "each rank's gradient shard stays fp32)");
 }
 
 void declareData(OptionSet& set, DataOptions& o) {
-  set.choice("--dataset", o.dataset, {"fashion-mnist", "mnist", "cifar10", "synthetic", "text"},
+  set.choice("--dataset", o.dataset, kDatasets,
              "The data set (text: token shards for language models)");
   set.path("--data-dir", o.data_dir,
            "Directory of the data set's files (fashion-mnist default: /usr/share/datasets/fashion-mnist; text: "
@@ -108,8 +145,7 @@ void declareData(OptionSet& set, DataOptions& o) {
   set.path("--val-data", o.val_data,
            "Text: validation token shards (a directory, a shard or a glob; default: the *_val_* shards of "
            "--data-dir)");
-  set.choice("--tokenizer", o.tokenizer, {"byte", "gpt2", "sentencepiece"},
-             "Text without --data-dir: how the embedded corpus is tokenized");
+  declareTokenizerChoice(set, o.tokenizer, "Text without --data-dir: how the embedded corpus is tokenized");
   set.path("--tokenizer-dir", o.tokenizer_dir,
            "gpt2: the directory of encoder.json and vocab.bpe; sentencepiece: the .model file");
   set.path("--cache-dir", o.cache_dir,
@@ -134,7 +170,7 @@ void declareData(OptionSet& set, DataOptions& o) {
 }
 
 void declareOptimizer(OptionSet& set, OptimizerOptions& o) {
-  set.choice("--optimizer", o.kind, {"sgd", "adamw"}, "The optimizer");
+  set.choice("--optimizer", o.kind, kOptimizers, "The optimizer");
   set.number("--lr", o.lr, "Peak learning rate").range(0, 100);
   set.number("--momentum", o.momentum, "SGD momentum").atLeast(0).below(1);
   set.toggle("--nesterov", o.nesterov, "Nesterov momentum (SGD)");
@@ -149,7 +185,7 @@ void declareOptimizer(OptionSet& set, OptimizerOptions& o) {
 void declareSchedule(OptionSet& set, ScheduleOptions& o) {
   set.integer("--epochs", o.epochs, "Passes over the training set").range(1, kMaxEpochs);
   set.integer("--max-steps", o.max_steps, "Stop after this many steps (0: run all epochs)").range(0, kMaxSteps);
-  set.choice("--schedule", o.kind, {"constant", "cosine", "step"}, "Learning-rate schedule");
+  set.choice("--schedule", o.kind, kSchedules, "Learning-rate schedule");
   set.number("--warmup", o.warmup_epochs, "Linear warmup, in epochs (fractions allowed)")
       .range(0, static_cast<double>(kMaxEpochs))
       .unit("epochs");
@@ -197,7 +233,9 @@ void declareObservability(OptionSet& set, ObservabilityOptions& o) {
   set.integer("--eval-steps", o.eval_steps, "Also evaluate every N steps (0: off)").range(0, kMaxSteps);
   set.integer("--log-every", o.log_every, "Progress every N steps").range(1, kMaxSteps);
   set.path("--metrics-jsonl", o.metrics_jsonl, "Append step/eval/summary records as JSON lines here").creatable();
-  set.choice("--progress", o.progress, {"auto", "bar", "lines", "none"},
+  set.choice("--progress", o.progress,
+             {{"auto", ProgressMode::kAuto}, {"bar", ProgressMode::kBar}, {"lines", ProgressMode::kLines},
+              {"none", ProgressMode::kNone}},
              "Progress display: a bar on a terminal (auto), plain lines, or none");
   set.toggle("--print-bucket-timeline", o.print_bucket_timeline,
              "At the end, print when each gradient bucket's all-reduce ran against the end of backward");
@@ -213,6 +251,16 @@ void declareObservability(OptionSet& set, ObservabilityOptions& o) {
 }
 
 }  // namespace
+
+const char* datasetName(DatasetKind dataset) { return wordOf(kDatasets, dataset); }
+const char* tokenizerKindName(TokenizerKind kind) { return wordOf(kTokenizers, kind); }
+const char* stemName(StemKind stem) { return wordOf(kStems, stem); }
+const char* optimizerName(OptimizerKind kind) { return wordOf(kOptimizers, kind); }
+const char* scheduleName(ScheduleKind kind) { return wordOf(kSchedules, kind); }
+
+EnumOption& declareTokenizerChoice(OptionSet& set, TokenizerKind& field, const std::string& help) {
+  return set.choice("--tokenizer", field, kTokenizers, help);
+}
 
 void declareTrainOptions(OptionSet& set, TrainOptions& o) {
   declareModel(set, o.model, /*with_stem=*/false);
@@ -262,7 +310,7 @@ models::LanguageModelOverrides languageModelOverrides(const LanguageModelSpec& o
   set(out.ffn_dim, o.ffn_dim);
   set(out.seq_len, o.seq_len);
   set(out.vocab_size, o.vocab_size);
-  if (o.tie_embeddings != "auto") out.tie_embeddings = o.tie_embeddings == "on";
+  if (o.tie_embeddings != TieEmbeddings::kAuto) out.tie_embeddings = o.tie_embeddings == TieEmbeddings::kOn;
   if (o.rope_theta > 0) out.rope_theta = o.rope_theta;
   return out;
 }
@@ -275,21 +323,22 @@ namespace {
 
 // The language-model flags make no sense for an image model, and the image
 // data sets none for a language model.
-void checkModelAndData(const ModelSpec& model, const std::string& dataset) {
+void checkModelAndData(const ModelSpec& model, DatasetKind dataset) {
   if (isLanguageModel(model)) {
     languageModelConfig(model);  // names the flag that is out of range
-    if (dataset != "text" && dataset != "synthetic") {
+    if (dataset != DatasetKind::kText && dataset != DatasetKind::kSynthetic) {
       throw ConfigError("--model " + model.name + " is a language model: it trains on --dataset text (token "
-                        "shards in --data-dir, or the embedded corpus) or --dataset synthetic, not '" + dataset + "'");
+                        "shards in --data-dir, or the embedded corpus) or --dataset synthetic, not '" +
+                        datasetName(dataset) + "'");
     }
     return;
   }
-  if (dataset == "text") {
+  if (dataset == DatasetKind::kText) {
     throw ConfigError("--dataset text is for language models (--model gpt2, llama, ...), not --model " + model.name);
   }
   const LanguageModelSpec& lm = model.lm;
   if (lm.layers || lm.dim || lm.heads || lm.kv_heads || lm.ffn_dim || lm.seq_len || lm.vocab_size ||
-      lm.tie_embeddings != "auto" || lm.rope_theta > 0) {
+      lm.tie_embeddings != TieEmbeddings::kAuto || lm.rope_theta > 0) {
     throw ConfigError("--layers, --dim, --heads, --kv-heads, --ffn-dim, --seq-len, --vocab-size, --tie-embeddings "
                       "and --rope-theta shape language models; --model " + model.name + " is an image model");
   }
@@ -297,23 +346,12 @@ void checkModelAndData(const ModelSpec& model, const std::string& dataset) {
 
 }  // namespace
 
-namespace {
+PlannedModel plannedModel(const ModelSpec& model) { return {model.name, isLanguageModel(model)}; }
 
-// --shard and --reduce-dtype against each other and the model.
-void checkParallel(const ParallelOptions& parallel, const ModelSpec& model) {
-  const std::string& shard = parallel.shard;
-  if (shard == "full" && !isLanguageModel(model)) {
-    throw ConfigError("--shard full with --model " + model.name + ": ZeRO-3 gathers a model unit by unit and only "
-                      "the language models (gpt2, llama) have sharding units; use --shard gradients");
-  }
-  if (parallel.reduce_dtype != "fp32" && shard != "gradients" && shard != "full") {
-    throw ConfigError("--reduce-dtype " + parallel.reduce_dtype + " with --shard " + shard +
-                      ": only --shard gradients and full reduce from staging buffers of their own dtype; use "
-                      "--reduce-dtype fp32 or one of those");
-  }
+double optimizerStateBytes(const OptimizerOptions& optimizer) {
+  if (optimizer.kind == OptimizerKind::kAdamW) return 8;
+  return optimizer.momentum > 0 ? 4 : 0;
 }
-
-}  // namespace
 
 void checkTrainOptions(const TrainOptions& options) {
   TrainOptions copy = options;
@@ -328,7 +366,7 @@ void checkTrainOptions(const TrainOptions& options) {
   if (!isLanguageModel(options.model) && options.data.tokens_per_step > 0) {
     throw ConfigError("--tokens-per-step is for language models, not --model " + options.model.name);
   }
-  checkParallel(options.parallel, options.model);
+  planParallelism(options.parallel, 1, plannedModel(options.model));  // the combinations any world size refuses
 }
 
 void checkBenchTrainOptions(const BenchTrainOptions& options) {
@@ -336,8 +374,8 @@ void checkBenchTrainOptions(const BenchTrainOptions& options) {
   OptionSet set("dtrain bench train");
   declareBenchTrainOptions(set, copy);
   set.checkAll();
-  checkModelAndData(options.model, isLanguageModel(options.model) ? "synthetic" : "synthetic");
-  checkParallel(options.parallel, options.model);
+  checkModelAndData(options.model, DatasetKind::kSynthetic);
+  planParallelism(options.parallel, 1, plannedModel(options.model));
   if (options.execution.cuda_graphs && options.warmup <= options.execution.graph_warmup) {
     throw ConfigError("--warmup " + std::to_string(options.warmup) +
                       " leaves no room to capture the CUDA graph after " +

@@ -11,19 +11,41 @@
 #include <cstdint>
 #include <string>
 
+#include "checkpoint/meta_checks.h"  // kMaxBatch, kMaxEpochs, kMaxSteps
+#include "parallel/parallel_plan.h"    // ParallelOptions, ComputePrecision
+
 namespace dtrain {
 
+class EnumOption;
 class OptionSet;
 
-// Bounds of the flags; a checkpoint's meta is held to the same ones.
-inline constexpr int64_t kMaxBatch = int64_t{1} << 20;
-inline constexpr int64_t kMaxEpochs = 1'000'000;
-inline constexpr int64_t kMaxSteps = int64_t{1} << 40;
+// The choices of the flags, each parsed once into its enum. The ...Name
+// functions give a value's word as the flag spells it (and as files and
+// library calls that take words, such as data::makeTokenizer, want it).
+enum class DatasetKind { kFashionMnist, kMnist, kCifar10, kSynthetic, kText };
+// kUnset: not given (dtrain generate: the checkpoint's; dtrain tokenize:
+// byte, or the SentencePiece model it trains).
+enum class TokenizerKind { kByte, kGpt2, kSentencePiece, kUnset };
+enum class TieEmbeddings { kAuto, kOn, kOff };  // auto: as the named size does
+enum class StemKind { kAuto, kCifar, kImageNet };  // ResNets; auto: cifar up to 64 pixels
+enum class OptimizerKind { kSgd, kAdamW };
+enum class ScheduleKind { kConstant, kCosine, kStep };
+enum class ProgressMode { kAuto, kBar, kLines, kNone };  // auto: a bar on a terminal, else lines
+
+const char* datasetName(DatasetKind dataset);
+const char* tokenizerKindName(TokenizerKind kind);  // "" for kUnset
+const char* stemName(StemKind stem);
+const char* optimizerName(OptimizerKind kind);
+const char* scheduleName(ScheduleKind kind);
+
+// The words of --tokenizer (dtrain train, generate, tokenize).
+EnumOption& declareTokenizerChoice(OptionSet& set, TokenizerKind& field, const std::string& help);
+
 
 // Where the batches come from.
 struct DataOptions {
   // fashion-mnist | mnist | cifar10 | synthetic (images) | text (language models)
-  std::string dataset = "fashion-mnist";
+  DatasetKind dataset = DatasetKind::kFashionMnist;
   std::string data_dir;                   // default per data set (fashion-mnist: Debian's path; text: the
                                           // embedded corpus); text: token shards (a directory or glob)
   int64_t batch_size = 64;                // per rank (language models: sequences per micro-batch)
@@ -34,7 +56,7 @@ struct DataOptions {
   int64_t synthetic_image_size = 32;
   // Language models.
   std::string val_data;                   // validation shards; default: the *_val_* shards of --data-dir
-  std::string tokenizer = "byte";         // byte | gpt2 | sentencepiece: how the embedded corpus is tokenized
+  TokenizerKind tokenizer = TokenizerKind::kByte;  // how the embedded corpus is tokenized
   std::string tokenizer_dir;              // gpt2: encoder.json + vocab.bpe; sentencepiece: the .model file
   std::string cache_dir;                  // where the tokenized embedded corpus is kept
   int64_t tokens_per_step = 0;            // global tokens per optimizer step (0: one micro-batch per rank)
@@ -50,7 +72,7 @@ struct LanguageModelSpec {
   int64_t ffn_dim = 0;
   int64_t seq_len = 0;
   int64_t vocab_size = 0;
-  std::string tie_embeddings = "auto";  // auto (the named size's) | on | off
+  TieEmbeddings tie_embeddings = TieEmbeddings::kAuto;
   double rope_theta = 0;
   bool activation_checkpointing = false;  // recompute each block's activations in backward
 };
@@ -58,7 +80,7 @@ struct LanguageModelSpec {
 // Which network, and its memory format.
 struct ModelSpec {
   std::string name = "cnn";     // mlp | cnn | resnet18 | resnet34 | resnet50 | gpt2[-size] | llama[-size]
-  std::string stem = "auto";    // resnets: auto | cifar | imagenet
+  StemKind stem = StemKind::kAuto;  // resnets
   bool channels_last = false;
   LanguageModelSpec lm;         // gpt2 / llama only
 };
@@ -68,7 +90,7 @@ bool isLanguageModel(const ModelSpec& model);
 
 // The optimizer and its hyper-parameters.
 struct OptimizerOptions {
-  std::string kind = "sgd";     // sgd | adamw
+  OptimizerKind kind = OptimizerKind::kSgd;
   double lr = 0.05;             // peak
   double momentum = 0.9;
   bool nesterov = false;
@@ -82,7 +104,7 @@ struct OptimizerOptions {
 struct ScheduleOptions {
   int64_t epochs = 3;
   int64_t max_steps = 0;        // 0 = all epochs
-  std::string kind = "cosine";  // constant | cosine | step
+  ScheduleKind kind = ScheduleKind::kCosine;
   double warmup_epochs = 0.2;
   int64_t warmup_steps = -1;    // >= 0: linear warm-up over this many steps instead of --warmup epochs
   double min_lr = 0;            // cosine: the floor it decays to
@@ -92,21 +114,15 @@ struct ScheduleOptions {
 
 // How a step runs on the device.
 struct ExecutionOptions {
-  std::string precision = "fp32";  // fp32 | bf16 | fp16
+  ComputePrecision precision = ComputePrecision::kFp32;
   bool cuda_graphs = false;        // capture the whole step after warm-up
   int64_t graph_warmup = 3;        // eager steps of a batch size before its capture
   bool cudnn_benchmark = true;
   bool deterministic = false;
 };
 
-// The process group and the gradient all-reduce.
-struct ParallelOptions {
-  std::string backend = "auto";  // auto | nccl | gloo ($DTRAIN_BACKEND)
-  int64_t timeout_s = 600;       // collective timeout
-  double bucket_mb = 25;         // gradient bucket cap (the first bucket is 1 MiB)
-  std::string shard = "none";    // none | optimizer (ZeRO-1) | gradients (ZeRO-2) | full (ZeRO-3)
-  std::string reduce_dtype = "fp32";  // fp32 | bf16: what gradients are reduce-scattered in (ZeRO-2, ZeRO-3)
-};
+// The process group and the gradient all-reduce: ParallelOptions
+// (parallel/parallel_plan.h), parsed into a ParallelPlan.
 
 struct CheckpointOptions {
   std::string dir;         // empty = no checkpoints
@@ -121,7 +137,7 @@ struct ObservabilityOptions {
   int64_t log_every = 50;            // steps
   int64_t eval_every = 1;            // epochs; 0 = at the end only
   int64_t eval_steps = 0;            // also every N steps (0: off)
-  std::string progress = "auto";     // auto | bar | lines | none
+  ProgressMode progress = ProgressMode::kAuto;
   std::string metrics_jsonl;         // rank 0 appends one JSON object per line
   int metrics_port = 0;              // Prometheus on this port + LOCAL_RANK (0: off)
   std::string timeline;              // Chrome trace of some steps
@@ -152,7 +168,7 @@ struct SyntheticBatchOptions {
 struct BenchTrainOptions {
   BenchTrainOptions() {
     model.name = "resnet50";
-    model.stem = "imagenet";
+    model.stem = StemKind::kImageNet;
     execution.cuda_graphs = true;
   }
   ModelSpec model;
@@ -172,6 +188,14 @@ struct BenchTrainOptions {
 #include "models/lm_config.h"
 
 namespace dtrain {
+
+// What planParallelism needs to know of the model: its name, and whether
+// it has ZeRO-3's sharding units (the language models).
+PlannedModel plannedModel(const ModelSpec& model);
+
+// Bytes of optimizer state per parameter: AdamW 8 (two fp32 moments), SGD
+// 4 with momentum, 0 without.
+double optimizerStateBytes(const OptimizerOptions& optimizer);
 
 // The language model's shape: the named size with the flags over it.
 // ConfigError naming the flag that is out of range.

@@ -267,4 +267,13 @@ bool TrainStep::captureInto(Graph& g) {
 #endif
 }
 
+Precision autocastPrecision(ComputePrecision precision) {
+  switch (precision) {
+    case ComputePrecision::kFp32: return Precision::kFp32;
+    case ComputePrecision::kBf16: return Precision::kBf16;
+    case ComputePrecision::kFp16: return Precision::kFp16;
+  }
+  return Precision::kFp32;
+}
+
 }  // namespace dtrain

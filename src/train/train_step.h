@@ -61,8 +61,13 @@
 #include "dtrain/data_parallel.h"
 #include "dtrain/optim.h"
 #include "models/model.h"
+#include "parallel/parallel_plan.h"  // ComputePrecision
 
 namespace dtrain {
+
+// --precision as autocast's precision (the one place the flag's enum
+// becomes dtrain::Precision).
+Precision autocastPrecision(ComputePrecision precision);
 
 // Hears where a step is (see the contract). Must not throw.
 class StepObserver {

@@ -15,7 +15,7 @@
 #include "models/lm_counts.h"
 #include "train/device_memory_stats.h"
 #include "train/language_modeling.h"
-#include "train/memory_estimate.h"
+#include "plan/memory_estimate.h"
 #include "train/progress_display.h"
 #include "train/step_timeline.h"
 #include "train/train_metrics.h"
@@ -84,7 +84,7 @@ std::unique_ptr<Task> makeTask(const TrainOptions& o) {
 }
 
 CheckpointIdentity identityOf(const TrainOptions& o, const Task& task) {
-  CheckpointIdentity id{o.model.name, o.data.dataset, o.data.batch_size, o.seed, {}, {}, {}, o.parallel.shard};
+  CheckpointIdentity id{o.model.name, datasetName(o.data.dataset), o.data.batch_size, o.seed, {}, {}, {}};
   if (const auto* lm = dynamic_cast<const LanguageModelTask*>(&task)) {
     id.model_config = models::languageModelMetadata(lm->config());
     id.tokenizer = lm->tokenizer();
@@ -104,7 +104,7 @@ LoopSettings loopSettings(const TrainOptions& o, TrainingJob& job) {
   LoopSettings s{o.schedule.epochs, o.schedule.max_steps, o.observe.log_every, o.observe.eval_every,
                  o.observe.eval_steps, o.checkpoint.every};
   s.flops_per_sample = job.model().trainingFlopsPerSample();
-  s.peak_flops_per_device = metrics::peakDenseFlops(job.deviceName(), o.execution.precision);
+  s.peak_flops_per_device = metrics::peakDenseFlops(job.deviceName(), computePrecisionName(o.execution.precision));
   return s;
 }
 
@@ -120,8 +120,7 @@ std::optional<MemoryInputs> memoryInputs(const TrainOptions& o, const Task& task
   in.shard = o.parallel.shard;
   in.precision = o.execution.precision;
   in.reduce_dtype = o.parallel.reduce_dtype;
-  in.optimizer = o.optimizer.kind;
-  in.momentum = o.optimizer.momentum;
+  in.optimizer_state_bytes = optimizerStateBytes(o.optimizer);
   in.bucket_mb = o.parallel.bucket_mb;
   in.tokens = o.data.batch_size * lm->config().seq_len;
   in.activation_checkpointing = o.model.lm.activation_checkpointing;
@@ -131,10 +130,14 @@ std::optional<MemoryInputs> memoryInputs(const TrainOptions& o, const Task& task
 }
 
 // What --shard splits, for the start line.
-std::string shardNote(const std::string& shard, int ranks) {
-  if (shard == "optimizer") return " (sharded over " + std::to_string(ranks) + " ranks, ZeRO-1)";
-  if (shard == "gradients") return " (sharded over " + std::to_string(ranks) + " ranks, ZeRO-2)";
-  if (shard == "full") return " (sharded over " + std::to_string(ranks) + " ranks, ZeRO-3)";
+std::string shardNote(const ParallelPlan& plan) {
+  const std::string over = " (sharded over " + std::to_string(plan.dp_shard) + " ranks, ZeRO-";
+  switch (plan.shard) {
+    case ShardStage::kOptimizer: return over + "1)";
+    case ShardStage::kGradients: return over + "2)";
+    case ShardStage::kFull: return over + "3)";
+    case ShardStage::kNone: break;
+  }
   return "";
 }
 
@@ -145,8 +148,8 @@ std::string startLine(const TrainOptions& o, const Task& task, TrainingJob& job,
   return "dtrain train: " + task.describe() + ", " + std::to_string(ctx.size()) + " rank(s) x batch " +
          std::to_string(o.data.batch_size) + (micro > 1 ? " x " + std::to_string(micro) + " micro-batches" : "") +
          ", " + ctx.backend() + " on " + ctx.device().str() + ", " +
-         precisionName(job.precision()) + ", " + o.optimizer.kind + " state " +
-         std::to_string(job.optimizer().stateBytes()) + " bytes per rank" + shardNote(o.parallel.shard, ctx.size()) +
+         precisionName(job.precision()) + ", " + optimizerName(o.optimizer.kind) + " state " +
+         std::to_string(job.optimizer().stateBytes()) + " bytes per rank" + shardNote(job.plan()) +
          ", gradients " + std::to_string(job.dataParallel().gradientBytes()) + " bytes per rank" +
          ", parameters " + std::to_string(job.dataParallel().parameterBytes()) + " bytes per rank" +
          (position.step > 0 ? ", resumed at step " + std::to_string(position.step) : std::string()) +

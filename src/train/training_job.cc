@@ -10,7 +10,7 @@
 #include "comm/communicator.h"
 #include "common/env.h"
 #include "common/error.h"
-#include "train/tensor_buffer.h"
+#include "parallel/tensor_buffer.h"
 
 namespace dtrain {
 namespace {
@@ -31,27 +31,23 @@ void configureKernels(const ExecutionOptions& execution) {
   at::globalContext().setDeterministicCuDNN(execution.deterministic);
 }
 
-// How --shard lays DataParallel out: ZeRO-1 pads each slab so that it
-// splits into equal slices of 64-element multiples (every slice stays
-// aligned); ZeRO-2 pads each bucket so (DataParallel does that itself).
-DataParallelOptions dataParallelOptions(const JobParts& parts, const Context& ctx, models::Model& model,
+// How the plan lays DataParallel out (the one place its stage becomes
+// DataParallelOptions' switches): ZeRO-1 pads each slab so that it splits
+// into equal slices of 64-element multiples (every slice stays aligned);
+// ZeRO-2 pads each bucket so (DataParallel does that itself).
+DataParallelOptions dataParallelOptions(const ParallelPlan& plan, const Context& ctx, models::Model& model,
                                         Precision precision) {
   DataParallelOptions options;
-  options.bucket_mb = parts.parallel.bucket_mb;
-  options.first_bucket_mb = std::min(1.0, parts.parallel.bucket_mb);
+  options.bucket_mb = plan.bucket_mb;
+  options.first_bucket_mb = plan.first_bucket_mb;
   options.timeout = ctx.collectiveTimeout();
   options.no_weight_decay = model.noWeightDecayParameters();
-  if (parts.parallel.shard == "optimizer") options.slab_multiple = int64_t{64} * ctx.size();
-  const std::string& shard = parts.parallel.shard;
-  if (shard == "gradients" || shard == "full") {
+  if (plan.shard == ShardStage::kOptimizer) options.slab_multiple = int64_t{64} * plan.dp_shard;
+  if (plan.shardsGradients()) {
     options.shard_gradients = true;
-    options.reduce_dtype = parts.parallel.reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
-  } else if (parts.parallel.reduce_dtype != "fp32") {
-    throw ConfigError("--reduce-dtype " + parts.parallel.reduce_dtype + " with --shard " + shard +
-                      ": only --shard gradients and full reduce from staging buffers of their own dtype; use "
-                      "--reduce-dtype fp32 or one of those");
+    options.reduce_dtype = plan.reduce_dtype == ReduceDtype::kBf16 ? torch::kBFloat16 : torch::kFloat;
   }
-  if (shard == "full") {
+  if (plan.shardsParameters()) {
     options.shard_parameters = true;
     options.param_dtype = precision == Precision::kBf16   ? torch::kBFloat16
                           : precision == Precision::kFp16 ? torch::kHalf
@@ -61,16 +57,17 @@ DataParallelOptions dataParallelOptions(const JobParts& parts, const Context& ct
 }
 
 // The optimizer --optimizer names, over the slabs or this rank's share of
-// them as --shard says.
-std::unique_ptr<Optimizer> makeJobOptimizer(const JobParts& parts, DataParallel& dp, Context& ctx) {
+// them as the plan's stage says.
+std::unique_ptr<Optimizer> makeJobOptimizer(const JobParts& parts, const ParallelPlan& plan, DataParallel& dp,
+                                            Context& ctx) {
   const OptimizerOptions& options = parts.optimizer;
   const auto make = [&options](std::vector<FlatSlab> slices) { return makeOptimizer(options, slices); };
-  if (parts.parallel.shard == "optimizer") {
+  if (plan.shard == ShardStage::kOptimizer) {
     std::vector<int64_t> logical;
     for (size_t i = 0; i < dp.slabs().size(); ++i) logical.push_back(dp.slabNumel(i));
     return makeShardedOptimizer(dp.slabs(), logical, ctx.communicator(), make, ctx.collectiveTimeout());
   }
-  if (parts.parallel.shard == "gradients" || parts.parallel.shard == "full") {
+  if (plan.shardsGradients()) {
     return makeShardedOptimizer(dp.shardLayout(), ctx.communicator(), make, ctx.collectiveTimeout());
   }
   return makeOptimizer(options, dp.slabs());
@@ -89,7 +86,7 @@ void useChannelsLast(torch::nn::Module& model) {
 }
 
 std::unique_ptr<Optimizer> makeOptimizer(const OptimizerOptions& options, const std::vector<FlatSlab>& slabs) {
-  if (options.kind == "sgd") {
+  if (options.kind == OptimizerKind::kSgd) {
     SGDOptions o;
     o.lr = options.lr;
     o.momentum = options.momentum;
@@ -97,22 +94,19 @@ std::unique_ptr<Optimizer> makeOptimizer(const OptimizerOptions& options, const 
     o.nesterov = options.nesterov;
     return makeSGD(slabs, o);
   }
-  if (options.kind == "adamw") {
-    AdamWOptions o;
-    o.lr = options.lr;
-    o.beta1 = options.beta1;
-    o.beta2 = options.beta2;
-    o.weight_decay = options.weight_decay;
-    return makeAdamW(slabs, o);
-  }
-  throw ConfigError("--optimizer '" + options.kind + "': unknown; expected one of sgd or adamw");
+  AdamWOptions o;
+  o.lr = options.lr;
+  o.beta1 = options.beta1;
+  o.beta2 = options.beta2;
+  o.weight_decay = options.weight_decay;
+  return makeAdamW(slabs, o);
 }
 
 TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
-    : precision_(parsePrecision(parts.execution.precision)) {
+    : precision_(autocastPrecision(parts.execution.precision)) {
   configureKernels(parts.execution);
   InitOptions init_options;
-  init_options.backend = parts.parallel.backend;
+  init_options.backend = commBackendName(parts.parallel.backend);  // the library API takes the word
   init_options.collective_timeout = std::chrono::seconds(parts.parallel.timeout_s);
   ctx_ = init(init_options);
   shareCores(*ctx_);
@@ -124,12 +118,13 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   if (parts.channels_last) useChannelsLast(*model_);
   model_->to(ctx_->device());
 
-  DataParallelOptions dp_options = dataParallelOptions(parts, *ctx_, *model_, precision_);
+  plan_ = planParallelism(parts.parallel, ctx_->size());
+  DataParallelOptions dp_options = dataParallelOptions(plan_, *ctx_, *model_, precision_);
   // ZeRO-3's gathers: a communicator of their own on the GPUs (NCCL would
   // otherwise order them with the reduce-scatters).
   if (dp_options.shard_parameters && ctx_->device().is_cuda()) dp_options.gather_communicator = ctx_->newCommunicator("gather");
   dp_ = std::make_unique<DataParallel>(model_, ctx_->communicator(), std::move(dp_options));
-  optimizer_ = makeJobOptimizer(parts, *dp_, *ctx_);
+  optimizer_ = makeJobOptimizer(parts, plan_, *dp_, *ctx_);
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision_ == Precision::kFp16;
   scaler_ = std::make_unique<GradScaler>(scaler_options);

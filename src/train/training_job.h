@@ -39,7 +39,8 @@ struct JobParts {
 
 class TrainingJob {
  public:
-  // ConfigError for options that cannot run here (an unknown backend, fp16
+  // ConfigError for options that cannot run here (a bad combination of
+  // the parallelism options, an unknown backend, fp16
   // where autocast lacks it, ...); errors of the group's start-up propagate.
   TrainingJob(const JobParts& parts, const ModelFactory& make_model);
   ~TrainingJob();
@@ -49,6 +50,8 @@ class TrainingJob {
   Context& context() { return *ctx_; }
   torch::Device device() const { return ctx_->device(); }
   Precision precision() const { return precision_; }
+  // The parallelism the options planned over this world.
+  const ParallelPlan& plan() const { return plan_; }
   models::Model& model() { return *model_; }
   DataParallel& dataParallel() { return *dp_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -64,6 +67,7 @@ class TrainingJob {
   std::shared_ptr<Context> ctx_;
   std::unique_ptr<JobStreamGuard> stream_;
   Precision precision_;
+  ParallelPlan plan_;
   std::shared_ptr<models::Model> model_;
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -9,7 +9,7 @@ namespace dtrain {
 
 LrScheduleOptions scheduleFor(const ScheduleOptions& options, double base_lr, int64_t steps_per_epoch) {
   LrScheduleOptions s;
-  s.kind = options.kind;
+  s.kind = scheduleName(options.kind);  // the library API (dtrain/lr_schedule.h) takes the word
   s.base_lr = base_lr;
   s.min_lr = options.min_lr;
   // The run's length: its epochs, or --max-steps when that ends it sooner.
@@ -20,7 +20,9 @@ LrScheduleOptions scheduleFor(const ScheduleOptions& options, double base_lr, in
   } else {
     // A warm-up in epochs is cut short by a run shorter than it.
     s.warmup_steps = static_cast<int64_t>(std::llround(options.warmup_epochs * static_cast<double>(steps_per_epoch)));
-    if (s.kind == "cosine") s.warmup_steps = std::min(s.warmup_steps, std::max<int64_t>(0, s.total_steps - 1));
+    if (options.kind == ScheduleKind::kCosine) {
+      s.warmup_steps = std::min(s.warmup_steps, std::max<int64_t>(0, s.total_steps - 1));
+    }
   }
   const double step_epochs =
       options.step_epochs > 0 ? options.step_epochs : std::max(1.0, static_cast<double>(options.epochs) / 3.0);

@@ -8,7 +8,7 @@ set(doctor_gpu_fake_libs
   "dtrain_fake_cudart_14_0\;FAKE_CUDART_VERSION=14000"
   "dtrain_fake_nccl\;FAKE_NCCL_VERSION=22809"
 )
-dtrain_add_test(doctor_gpu_checks_test SOURCES gpu_checks_test.cc LIBS dtrain_doctor dtrain_metrics NO_DTRAIN_BIN)
+dtrain_add_test(doctor_gpu_checks_test QUICK SOURCES gpu_checks_test.cc LIBS dtrain_doctor dtrain_metrics NO_DTRAIN_BIN)
 target_include_directories(doctor_gpu_checks_test PRIVATE ${PROJECT_SOURCE_DIR}/tests/metrics)
 target_compile_definitions(doctor_gpu_checks_test PRIVATE DTRAIN_FAKE_NVML="$<TARGET_FILE:dtrain_fake_nvml>")
 add_dependencies(doctor_gpu_checks_test dtrain_fake_nvml)

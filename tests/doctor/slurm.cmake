@@ -4,7 +4,7 @@
 # Slurm on loopback (slurm/cluster_test.sh: munged, slurmctld, slurmd from
 # Debian's packages, installed by scripts/setup.sh) running
 # deploy/slurm/dtrain.sbatch.
-dtrain_add_test(slurm_test
+dtrain_add_test(slurm_test QUICK
   SOURCES fixture_tree.cc slurm_conf_test.cc slurm_hostnames_test.cc slurm_healthcheck_test.cc
   LIBS dtrain_doctor)
 target_compile_definitions(slurm_test PRIVATE DTRAIN_FAKE_NVML="$<TARGET_FILE:dtrain_fake_nvml>")

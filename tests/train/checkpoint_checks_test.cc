@@ -22,9 +22,9 @@
 #include "models/model.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
-#include "train/checkpoint_file.h"
-#include "train/checkpoint_sharded.h"
-#include "train/checkpoint_tools.h"
+#include "checkpoint/checkpoint_file_writer.h"
+#include "checkpoint/checkpoint_sharded.h"
+#include "checkpoint/checkpoint_tools.h"
 #include "train/job_checkpoint.h"
 #include "train/training_job.h"
 
@@ -36,8 +36,8 @@ using testing::TempDir;
 
 // A one-rank training job of an MLP with a few hundred parameters.
 struct TinyJob {
-  explicit TinyJob(std::vector<int64_t> hidden = {8}, const std::string& optimizer_kind = "sgd") {
-    parallel.backend = "gloo";
+  explicit TinyJob(std::vector<int64_t> hidden = {8}, OptimizerKind optimizer_kind = OptimizerKind::kSgd) {
+    parallel.backend = CommBackend::kGloo;
     optimizer.kind = optimizer_kind;
     const JobParts parts{parallel, execution, optimizer, false, 5, {}};
     models::ModelOptions model;
@@ -53,7 +53,7 @@ struct TinyJob {
     options.dir = dir;
     options.resume = resume;
     options.allow_nonfinite = allow_nonfinite;
-    return JobCheckpoint(*job, options, CheckpointIdentity{"mlp", "synthetic", 4, 5, {}, {}, {}, ""});
+    return JobCheckpoint(*job, options, CheckpointIdentity{"mlp", "synthetic", 4, 5, {}, {}, {}});
   }
 
   // Saves the job's state as the checkpoint of `step` in `dir`; its path.
@@ -105,7 +105,7 @@ void editShardTensor(const std::string& ckpt, const std::string& name,
   {
     const CheckpointFile file(shard);
     meta = file.meta();
-    tensors = file.readAll();
+    tensors = readAllTensors(file);
   }
   std::vector<TensorToWrite> out;
   bool found = false;
@@ -195,7 +195,7 @@ TEST(CheckpointChecksTest, ACheckpointOfAnotherModelOrOptimizerIsAClearError) {
   EXPECT_EQ(tiny.resumeError(ckpt), "checkpoint " + ckpt + "/metadata.dtck: field 'model': the checkpoint is of "
                                     "'cnn', this job trains 'mlp' (--model)");
   editMeta(ckpt, [](nlohmann::json& meta) { meta["model"] = "mlp"; });
-  TinyJob adamw({8}, "adamw");
+  TinyJob adamw({8}, OptimizerKind::kAdamW);
   EXPECT_EQ(adamw.resumeError(ckpt), "checkpoint " + ckpt + "/metadata.dtck: field 'optimizer': the checkpoint holds "
                                      "the state of 'sgd', this job runs 'adamw' (--optimizer)");
   // Same names, other shapes: the tensor and both shapes, as before.

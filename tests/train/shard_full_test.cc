@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <string>
 
-#include "dtrain/checkpoint.h"
+#include "tests/support/checkpoint_view.h"
 #include "tests/support/bad_input.h"
 #include "tests/support/command.h"
 #include "tests/support/ports.h"
@@ -21,15 +21,16 @@
 
 namespace dtrain {
 namespace {
-
-using testing::contains;
-using testing::dtrainBin;
-using testing::freePort;
-using testing::runCommand;
-using testing::TempDir;
 using testing::bytesPerRank;
 using testing::checkpointOf;
+using testing::CheckpointView;
+using testing::contains;
+using testing::dtrainBin;
 using testing::expectSameState;
+using testing::freePort;
+using testing::readCheckpoint;
+using testing::runCommand;
+using testing::TempDir;
 
 const std::string kTinyGpt = "--model gpt2 --layers 3 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 "
                              "--dataset text --tokenizer byte --batch-size 4 --seed 5 --progress none ";
@@ -69,7 +70,7 @@ TEST(ShardFullTest, TwoRanksEqualReplicatedAndCheckpointsMoveBetweenStagesAndWor
                                          "--checkpoint-dir " + three.path()),
                       300);
   ASSERT_EQ(d.exit_code, 0) << d.output;
-  const CheckpointState resumed = loadCheckpoint(checkpointOf(three, 6));
+  const CheckpointView resumed = readCheckpoint(checkpointOf(three, 6));
   EXPECT_EQ(resumed.meta["world_size"], 3);
   EXPECT_EQ(resumed.meta["step"], 6);
 }

@@ -23,10 +23,11 @@
 #if DTRAIN_TRAIN_HTTP
 #include <httplib.h>
 #endif
-#include "dtrain/checkpoint.h"
+#include "tests/support/checkpoint_view.h"
 
 namespace dtrain {
 namespace {
+using testing::readCheckpoint;
 
 namespace fs = std::filesystem;
 using testing::BadCommandLine;
@@ -89,13 +90,13 @@ TEST(TrainCliTest, KilledRankResumesFromCheckpointToBitwiseEqualParameters) {
   EXPECT_NE(b.output.find("resuming from"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("000000040"), std::string::npos) << "should resume from step 40\n" << b.output;
 
-  auto final_clean = loadCheckpoint(clean + "/ckpt-000000090");
-  auto final_killed = loadCheckpoint(killed + "/ckpt-000000090");
+  auto final_clean = readCheckpoint(clean + "/ckpt-000000090");
+  auto final_killed = readCheckpoint(killed + "/ckpt-000000090");
   ASSERT_FALSE(final_clean.tensors.empty());
   for (const auto& [key, tensor] : final_clean.tensors) {
     if (key.rfind("model.", 0) != 0 && key.rfind("optimizer.", 0) != 0) continue;
     ASSERT_TRUE(final_killed.tensors.count(key)) << key;
-    EXPECT_TRUE(torch::equal(tensor, final_killed.tensors.at(key))) << key << " differs after the restart";
+    EXPECT_TRUE(tensor == final_killed.tensors.at(key)) << key << " differs after the restart";
   }
 }
 
@@ -313,13 +314,13 @@ TEST(TrainCliTest, DataOnDeviceTrainsExactlyLikeTheLoader) {
   auto b = runCommand(launch(2) + common + "--data-on-device --checkpoint-dir " + device_dir, 300);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("data on the device"), std::string::npos) << b.output;
-  auto from_loader = loadCheckpoint(loader_dir + "/ckpt-000000120");
-  auto from_device = loadCheckpoint(device_dir + "/ckpt-000000120");
+  auto from_loader = readCheckpoint(loader_dir + "/ckpt-000000120");
+  auto from_device = readCheckpoint(device_dir + "/ckpt-000000120");
   ASSERT_FALSE(from_loader.tensors.empty());
   for (const auto& [key, tensor] : from_loader.tensors) {
     if (key.rfind("model.", 0) != 0) continue;
     ASSERT_TRUE(from_device.tensors.count(key)) << key;
-    EXPECT_TRUE(torch::equal(tensor, from_device.tensors.at(key))) << key << " differs with --data-on-gpu";
+    EXPECT_TRUE(tensor == from_device.tensors.at(key)) << key << " differs with --data-on-gpu";
   }
 }
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "dtrain/checkpoint.h"
+#include "tests/support/checkpoint_view.h"
 #include "tests/support/bad_input.h"
 #include "tests/support/command.h"
 #include "tests/support/ports.h"
@@ -19,11 +19,11 @@
 
 namespace dtrain {
 namespace {
-
 using testing::BadCommandLine;
 using testing::contains;
 using testing::dtrainBin;
 using testing::freePort;
+using testing::readCheckpoint;
 using testing::runCommand;
 using testing::sourceDir;
 using testing::TempDir;
@@ -111,15 +111,15 @@ TEST(TrainLmTest, KilledRankResumesFromCheckpointToBitwiseEqualParameters) {
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_TRUE(contains(b.output, "kills itself after step 30")) << b.output;
   EXPECT_TRUE(contains(b.output, "000000020")) << "should resume from step 20\n" << b.output;
-  auto final_clean = loadCheckpoint(clean / "ckpt-000000060");
-  auto final_killed = loadCheckpoint(killed / "ckpt-000000060");
+  auto final_clean = readCheckpoint(clean / "ckpt-000000060");
+  auto final_killed = readCheckpoint(killed / "ckpt-000000060");
   ASSERT_TRUE(final_clean.tensors.count("model.param.transformer.wte.weight"));
   EXPECT_EQ(final_clean.meta.at("model_config").at("layers"), "2");
   EXPECT_EQ(final_clean.meta.at("tokenizer").at("kind"), "byte");
   for (const auto& [key, tensor] : final_clean.tensors) {
     if (key.rfind("model.", 0) != 0 && key.rfind("optimizer.", 0) != 0) continue;
     ASSERT_TRUE(final_killed.tensors.count(key)) << key;
-    EXPECT_TRUE(torch::equal(tensor, final_killed.tensors.at(key))) << key << " differs after the restart";
+    EXPECT_TRUE(tensor == final_killed.tensors.at(key)) << key << " differs after the restart";
   }
 }
 

@@ -1,0 +1,65 @@
+#include "checkpoint/checkpoint_options.h"
+
+#include <sys/stat.h>
+
+#include "common/error.h"
+#include "common/options.h"
+
+namespace dtrain {
+
+void declareCheckpointInfoOptions(OptionSet& set, CheckpointToolOptions& o) {
+  set.toggle("--json", o.json, "Print one JSON object (meta, tensors with shape and dtype) instead of text");
+}
+
+void declareCheckpointConsolidateOptions(OptionSet& set, CheckpointToolOptions& o) {
+  set.path("--out", o.out,
+           "The checkpoint file to write: every tensor of the checkpoint whole, in the single-file format that "
+           "`dtrain train --resume`, `dtrain generate` and `dtrain checkpoint export` read")
+      .creatable();
+}
+
+void declareCheckpointExportOptions(OptionSet& set, CheckpointToolOptions& o) {
+  set.path("--out", o.out,
+           "The safetensors file to write: the model's parameters and buffers under their PyTorch state-dict "
+           "names, the model config as metadata")
+      .creatable();
+}
+
+const char* checkpointActionName(CheckpointAction action) {
+  switch (action) {
+    case CheckpointAction::kInfo: return "info";
+    case CheckpointAction::kConsolidate: return "consolidate";
+    case CheckpointAction::kExport: return "export";
+  }
+  return "info";
+}
+
+void checkCheckpointToolOptions(const CheckpointToolOptions& options) {
+  CheckpointToolOptions copy = options;
+  const std::string action = checkpointActionName(options.action);
+  OptionSet set("dtrain checkpoint " + action);
+  switch (options.action) {
+    case CheckpointAction::kInfo: declareCheckpointInfoOptions(set, copy); break;
+    case CheckpointAction::kConsolidate: declareCheckpointConsolidateOptions(set, copy); break;
+    case CheckpointAction::kExport: declareCheckpointExportOptions(set, copy); break;
+  }
+  set.checkAll();
+  if (options.checkpoint.empty()) {
+    throw ConfigError("dtrain checkpoint " + action +
+                      ": expected CHECKPOINT, a checkpoint file of `dtrain train` or its checkpoint directory");
+  }
+  struct stat info {};
+  if (::stat(options.checkpoint.c_str(), &info) != 0) {
+    throw ConfigError("CHECKPOINT " + options.checkpoint +
+                      ": no such file or directory; expected a checkpoint of `dtrain train` (a file or a sharded "
+                      "checkpoint's directory) or its checkpoint directory");
+  }
+  if (options.action == CheckpointAction::kExport && options.out.empty()) {
+    throw ConfigError("dtrain checkpoint export: --out is required: the .safetensors file to write");
+  }
+  if (options.action == CheckpointAction::kConsolidate && options.out.empty()) {
+    throw ConfigError("dtrain checkpoint consolidate: --out is required: the checkpoint file (.dtck) to write");
+  }
+}
+
+}  // namespace dtrain

@@ -1,0 +1,175 @@
+#include "plan/memory_estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "common/error.h"
+
+namespace dtrain {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+int64_t computeBytes(ComputePrecision precision) { return precision == ComputePrecision::kFp32 ? 4 : 2; }
+
+// Bytes per token of one block's saved activations, and of the stream.
+struct BlockActivations {
+  double stream = 4;
+  double full = 0;
+};
+
+BlockActivations blockActivations(const MemoryInputs& in) {
+  const models::LanguageModelConfig& c = *in.lm;
+  BlockActivations b;
+  // The stream has the parameters' dtype: fp32, or the compute dtype when
+  // ZeRO-3 gathers the parameters in it.
+  b.stream = in.shard == ShardStage::kFull ? static_cast<double>(computeBytes(in.precision)) : 4.0;
+  const double d = static_cast<double>(c.dim), f = static_cast<double>(c.ffn_dim);
+  const double k = static_cast<double>(c.kvDim());
+  const double narrow = static_cast<double>(computeBytes(in.precision)) / 2;  // fp32 runs keep fp32 copies
+  // gpt2's fused MLP keeps the fc product but not the GELU's output.
+  const double gpt2_mlp = in.fused_head ? 2 * f : 4 * f;
+  b.full = 2 * b.stream * d + narrow * (c.family == models::LmFamily::kGpt2 ? 12 * d + gpt2_mlp : 8 * d + 4 * k + 6 * f);
+  return b;
+}
+
+int64_t activationBytes(const MemoryInputs& in) {
+  if (in.lm == nullptr || in.tokens <= 0) return 0;
+  const models::LanguageModelConfig& c = *in.lm;
+  const BlockActivations block = blockActivations(in);
+  const double layers = static_cast<double>(c.layers);
+  const double kept = in.activation_checkpointing ? layers * 2 * block.stream * static_cast<double>(c.dim) +
+                                                        block.full
+                                                  : layers * block.full;
+  const double head = in.fused_head ? 2.0 * static_cast<double>(c.dim) : 10.0 * static_cast<double>(c.vocab_size);
+  const double backward = block.full;  // one block's temporaries during its backward
+  return static_cast<int64_t>(static_cast<double>(in.tokens) * (kept + head + backward));
+}
+
+// Gather slots and staging buffers of ZeRO-3 (and ZeRO-2's staging), from
+// the shape: the root unit and the largest block.
+struct UnitSizes {
+  int64_t root = 0;
+  int64_t block = 0;
+  int64_t largest_bucket = 0;  // a block, or the largest table of the root
+};
+
+UnitSizes unitSizes(const MemoryInputs& in) {
+  UnitSizes u;
+  if (in.lm == nullptr || in.lm->layers <= 0) {
+    u.root = in.parameters;
+    u.largest_bucket = in.parameters;
+    return u;
+  }
+  const models::LanguageModelConfig& c = *in.lm;
+  const int64_t d = c.dim, f = c.ffn_dim, k = c.kvDim();
+  const int64_t embedding = c.vocab_size * d;
+  if (c.family == models::LmFamily::kGpt2) {
+    u.block = 4 * d * d + 2 * d * f + 9 * d + f + 4 * d;  // attention, MLP, biases, two LayerNorms
+    u.root = embedding + c.max_seq_len * d + 2 * d + (c.tie_embeddings ? 0 : embedding);
+  } else {
+    u.block = 2 * d * d + 2 * d * k + 3 * d * f + 2 * d;
+    u.root = embedding + d + (c.tie_embeddings ? 0 : embedding);
+  }
+  u.largest_bucket = std::max(u.block, embedding);
+  return u;
+}
+
+std::string flagsText(ShardStage shard, bool checkpointing) {
+  std::string text = std::string("--shard ") + shardStageName(shard);
+  if (checkpointing) text += " --activation-checkpointing";
+  return text;
+}
+
+}  // namespace
+
+MemoryEstimate estimateMemory(const MemoryInputs& in) {
+  MemoryEstimate e;
+  const double p = static_cast<double>(in.parameters), n = static_cast<double>(std::max(1, in.ranks));
+  const double state = in.optimizer_state_bytes;
+  const double reduce = in.reduce_dtype == ReduceDtype::kBf16 ? 2 : 4;
+  const UnitSizes units = unitSizes(in);
+  const double largest_bucket = static_cast<double>(units.largest_bucket);
+  if (in.shard == ShardStage::kFull) {
+    const double c = static_cast<double>(computeBytes(in.precision));
+    e.parameters = static_cast<int64_t>(4 * p / n + c * static_cast<double>(units.root + 2 * units.block));
+    e.gradients = static_cast<int64_t>(4 * p / n + 2 * reduce * largest_bucket);
+    e.optimizer = static_cast<int64_t>(state * p / n);
+  } else {
+    e.parameters = static_cast<int64_t>(4 * p);
+    e.gradients = in.shard == ShardStage::kGradients
+                      ? static_cast<int64_t>(4 * p / n + 2 * reduce * in.bucket_mb * (1 << 20) / 4)
+                      : static_cast<int64_t>(4 * p);
+    e.optimizer = static_cast<int64_t>(in.shard == ShardStage::kNone ? state * p : state * p / n);
+  }
+  e.activations = activationBytes(in);
+  return e;
+}
+
+double zeroPaperBytesPerParameter(ShardStage shard, int ranks) {
+  const double n = static_cast<double>(std::max(1, ranks));
+  switch (shard) {
+    case ShardStage::kOptimizer: return 4 + 12 / n;
+    case ShardStage::kGradients: return 2 + 14 / n;
+    case ShardStage::kFull: return 16 / n;
+    case ShardStage::kNone: break;
+  }
+  return 16;
+}
+
+std::string gibText(int64_t bytes) {
+  char text[32];
+  if (bytes < kGiB / 10) {
+    std::snprintf(text, sizeof(text), "%.2f MiB", static_cast<double>(bytes) / static_cast<double>(1 << 20));
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
+  }
+  return text;
+}
+
+std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& e) {
+  const double paper = zeroPaperBytesPerParameter(in.shard, in.ranks) * static_cast<double>(in.parameters);
+  std::string text = "memory per rank (estimate): parameters " + gibText(e.parameters) + ", gradients " +
+                     gibText(e.gradients) + ", optimizer state " + gibText(e.optimizer);
+  if (in.lm != nullptr) text += ", activations " + gibText(e.activations);
+  char formula[128];
+  std::snprintf(formula, sizeof(formula), "; the ZeRO paper's model state for --shard %s: %.2f bytes/param = ",
+                shardStageName(in.shard), zeroPaperBytesPerParameter(in.shard, in.ranks));
+  return text + formula + gibText(static_cast<int64_t>(paper));
+}
+
+void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& device_name) {
+  const auto needs = [device_bytes](const MemoryInputs& m) {
+    return estimateMemory(m).total() + (m.gpu ? kGiB + device_bytes / 20 : 0);
+  };
+  if (device_bytes <= 0 || needs(in) <= device_bytes) return;
+  const MemoryEstimate e = estimateMemory(in);
+  std::string why = "the model does not fit on " + device_name + " (" + gibText(device_bytes) + "): " +
+                    describeEstimate(in, e) + ", " + gibText(needs(in)) + " with the workspace margin";
+  std::vector<std::pair<ShardStage, bool>> tries;
+  if (in.shard == ShardStage::kNone || in.shard == ShardStage::kOptimizer) {
+    tries.push_back({ShardStage::kGradients, in.activation_checkpointing});
+  }
+  tries.push_back({ShardStage::kFull, in.activation_checkpointing});
+  if (in.lm != nullptr && !in.activation_checkpointing) {
+    tries.push_back({in.shard, true});
+    tries.push_back({ShardStage::kFull, true});
+  }
+  for (const auto& [shard, checkpointing] : tries) {
+    MemoryInputs alt = in;
+    alt.shard = shard;
+    alt.activation_checkpointing = checkpointing;
+    if (needs(alt) <= device_bytes) {
+      throw ConfigError(why + "; " + flagsText(shard, checkpointing) + " would need about " + gibText(needs(alt)));
+    }
+  }
+  throw ConfigError(why + "; even --shard full --activation-checkpointing would need about " + [&] {
+    MemoryInputs alt = in;
+    alt.shard = ShardStage::kFull;
+    alt.activation_checkpointing = in.lm != nullptr;
+    return gibText(needs(alt));
+  }() + ": use more GPUs (--nproc-per-node / more nodes) or a smaller --batch-size");
+}
+
+}  // namespace dtrain

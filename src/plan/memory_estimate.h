@@ -1,0 +1,90 @@
+// What a training job needs per GPU, before it allocates anything: model
+// state (parameters, gradients, optimizer state) as this build lays it out
+// for each --shard stage, the activations of a language model's step, and
+// the ZeRO paper's formula beside them. `dtrain train` and `dtrain bench
+// train` print it at start-up and refuse, before training, a job that
+// cannot fit, naming the flags that would make it fit. (private to
+// train/; torch-free)
+//
+// Model state per parameter, P parameters on N ranks, AdamW (8 bytes of
+// state per parameter; SGD with momentum 4, without 0):
+//   none       4 (fp32 parameters) + 4 (fp32 gradients) + 8
+//   optimizer  4 + 4 + 8/N
+//   gradients  4 + 4/N + 8/N, plus two staging buffers of the largest bucket
+//   full       4/N (fp32 master) + c/N (the gathers' input in the compute
+//              dtype, c = 2 for bf16/fp16, 0 for fp32) + 4/N + 8/N, plus the
+//              gather slots (the root unit and two blocks, compute dtype)
+//              and two staging buffers of the largest unit bucket
+// The ZeRO paper (Rajbhandari et al. 2020, mixed-precision Adam, K = 12)
+// counts 16, 4 + 12/N, 2 + 14/N and 16/N: it keeps fp16 parameters and
+// gradients beside fp32 master weights where dtrain keeps fp32 parameters
+// and lets autocast cast them, so stages 1 and 2 hold 2 to 4 bytes more
+// per parameter here and stage 3 c/N more.
+//
+// Activations of one micro-batch of T tokens (b sequences of s), L blocks
+// of width d, MLP width f, key/value width k, vocabulary V, under autocast
+// (bf16 matmul inputs, a residual stream of the parameters' dtype: fp32, or
+// the compute dtype under --shard full), flash attention (no T x s scores):
+//   gpt2 block: 2 streams + 12 d + 4 f bytes per token (bf16 saved inputs
+//               of the norms, q/k/v, attention output, the MLP's two)
+//   llama block: 2 streams + 8 d + 4 k + 6 f
+// With --activation-checkpointing a block keeps only its input (2 streams)
+// and one block's full set lives during its recomputation. The head: the
+// fused classifier keeps the normed hidden state (2 d per token); without
+// it (CPU) the logits in bf16 and fp32 (10 V). One block's activations
+// more for backward's temporaries. These are estimates: the final summary
+// gives the allocator's measured peak beside them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "models/lm_config.h"
+#include "parallel/parallel_plan.h"
+
+namespace dtrain {
+
+struct MemoryInputs {
+  int64_t parameters = 0;       // P
+  int ranks = 1;                // N
+  ShardStage shard = ShardStage::kNone;
+  ComputePrecision precision = ComputePrecision::kFp32;
+  ReduceDtype reduce_dtype = ReduceDtype::kFp32;
+  double optimizer_state_bytes = 8;  // per parameter: AdamW 8, SGD 4 with momentum, 0 without
+  double bucket_mb = 25;        // --bucket-mb (ZeRO-2's staging buffers)
+  // Language models (lm not null): the shape and one micro-batch.
+  const models::LanguageModelConfig* lm = nullptr;
+  int64_t tokens = 0;           // per micro-batch per rank
+  bool activation_checkpointing = false;
+  bool fused_head = true;       // the fused kernels (CUDA): classifier + cross-entropy, gpt2's MLP
+  bool gpu = true;              // a GPU: checkFits leaves room for its context and workspaces
+};
+
+struct MemoryEstimate {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer = 0;
+  int64_t activations = 0;
+  int64_t total() const { return parameters + gradients + optimizer + activations; }
+};
+
+MemoryEstimate estimateMemory(const MemoryInputs& in);
+
+// The ZeRO paper's model-state bytes per parameter for a stage on N ranks.
+double zeroPaperBytesPerParameter(ShardStage shard, int ranks);
+
+// "1.23 GiB" (below 0.1 GiB: "12.34 MiB").
+std::string gibText(int64_t bytes);
+
+// The start-up line's memory part: dtrain's estimate by kind, the paper's
+// formula beside it.
+std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& estimate);
+
+// ConfigError when the estimate plus a margin (on a GPU 1 GiB and 5% of the
+// device for the CUDA context, cuBLAS/cuDNN workspaces and fragmentation) exceeds
+// `device_bytes`: the message gives the estimate by kind, the device's
+// size, and the first of these that fits: --shard gradients, --shard full,
+// --activation-checkpointing, both, a smaller --batch-size.
+void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& device_name);
+
+}  // namespace dtrain

@@ -1,0 +1,99 @@
+// The per-GPU memory estimate and the check that refuses, before training,
+// a job that cannot fit (train/memory_estimate.h): the ZeRO paper's
+// formula, dtrain's layout per stage, activations with and without
+// checkpointing, and the flags the refusal suggests.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "models/lm_config.h"
+#include "models/lm_counts.h"
+#include "plan/memory_estimate.h"
+
+namespace dtrain {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+MemoryInputs inputs(const models::LanguageModelConfig& config, ShardStage shard, int ranks, int64_t batch) {
+  MemoryInputs in;
+  in.lm = &config;
+  in.parameters = models::parameterCount(config);
+  in.ranks = ranks;
+  in.shard = shard;
+  in.precision = ComputePrecision::kBf16;
+  in.tokens = batch * config.seq_len;
+  return in;
+}
+
+TEST(MemoryEstimateTest, TheZeroPapersFormula) {
+  EXPECT_DOUBLE_EQ(zeroPaperBytesPerParameter(ShardStage::kNone, 8), 16);
+  EXPECT_DOUBLE_EQ(zeroPaperBytesPerParameter(ShardStage::kOptimizer, 4), 4 + 3);
+  EXPECT_DOUBLE_EQ(zeroPaperBytesPerParameter(ShardStage::kGradients, 2), 2 + 7);
+  EXPECT_DOUBLE_EQ(zeroPaperBytesPerParameter(ShardStage::kFull, 8), 2);
+}
+
+// Model state per GPU falls stage by stage and rank by rank, as dtrain lays
+// it out: 16 bytes/param replicated, 4 + 4 + 8/N with ZeRO-1, about
+// (4 + 4 + 8)/N with ZeRO-3 in bf16 (the master shard is cast into the
+// gather slots, no bf16 copy of it is kept).
+TEST(MemoryEstimateTest, ModelStateShrinksWithEachStage) {
+  const auto config = models::namedLanguageModel("llama-8b");
+  const double p = static_cast<double>(models::parameterCount(config));
+  const MemoryEstimate none = estimateMemory(inputs(config, ShardStage::kNone, 2, 1));
+  EXPECT_NEAR(static_cast<double>(none.parameters + none.gradients + none.optimizer), 16 * p, 1e3);
+  const MemoryEstimate zero1 = estimateMemory(inputs(config, ShardStage::kOptimizer, 2, 1));
+  EXPECT_NEAR(static_cast<double>(zero1.optimizer), 4 * p, 1e3);
+  const MemoryEstimate zero3 = estimateMemory(inputs(config, ShardStage::kFull, 2, 1));
+  const double state3 = static_cast<double>(zero3.parameters + zero3.gradients + zero3.optimizer);
+  EXPECT_GT(state3, 8 * p);
+  // 16/2 bytes per parameter, plus the gather slots (the root's two 525M
+  // tables and two blocks, bf16) and two fp32 staging buffers of a table.
+  EXPECT_LT(state3, 9 * p);
+  const MemoryEstimate zero3_of_4 = estimateMemory(inputs(config, ShardStage::kFull, 4, 1));
+  EXPECT_LT(zero3_of_4.optimizer * 2, zero3.optimizer + 2);
+}
+
+TEST(MemoryEstimateTest, CheckpointingKeepsOneBlockOfActivations) {
+  const auto config = models::namedLanguageModel("gpt2-1.5b");
+  MemoryInputs in = inputs(config, ShardStage::kFull, 2, 16);
+  const int64_t plain = estimateMemory(in).activations;
+  in.activation_checkpointing = true;
+  const int64_t checkpointed = estimateMemory(in).activations;
+  // The fused MLP keeps its fc product but not the GELU's output.
+  EXPECT_GT(plain, 27 * kGiB) << "48 blocks of ~24 x 1600 bytes per token for 16k tokens";
+  EXPECT_LT(checkpointed * 4, plain);
+  in.fused_head = false;
+  in.activation_checkpointing = false;
+  EXPECT_GT(estimateMemory(in).activations, plain + 8 * kGiB) << "the GELU's output, 48 x 6400 x 2 bytes per token";
+  const std::string text = describeEstimate(in, estimateMemory(in));
+  EXPECT_NE(text.find("the ZeRO paper's model state for --shard full: 8.00 bytes/param"), std::string::npos) << text;
+}
+
+// An 8B Llama replicated on an 80 GiB GPU is refused, naming the estimate
+// and the flag that fits; gpt2-124m passes.
+TEST(MemoryEstimateTest, AJobThatCannotFitIsRefusedWithTheFlagThatWould) {
+  const auto llama = models::namedLanguageModel("llama-8b");
+  try {
+    checkFits(inputs(llama, ShardStage::kNone, 2, 2), 80 * kGiB, "NVIDIA H100 80GB HBM3");
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("does not fit on NVIDIA H100 80GB HBM3 (80.00 GiB)"), std::string::npos) << what;
+    EXPECT_NE(what.find("optimizer state"), std::string::npos) << what;
+    EXPECT_NE(what.find("--shard full"), std::string::npos) << what;
+  }
+  // Nothing fits on a 1 GiB device: more GPUs or a smaller batch.
+  try {
+    checkFits(inputs(llama, ShardStage::kNone, 2, 2), kGiB, "tiny");
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("smaller --batch-size"), std::string::npos) << e.what();
+  }
+  const auto gpt2 = models::namedLanguageModel("gpt2-124m");
+  EXPECT_NO_THROW(checkFits(inputs(gpt2, ShardStage::kNone, 1, 16), 80 * kGiB, "NVIDIA H100 80GB HBM3"));
+}
+
+}  // namespace
+}  // namespace dtrain
