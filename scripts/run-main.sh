@@ -6,5 +6,5 @@
 # `dtrain train` (e.g. --epochs 1, --model mlp, --checkpoint-dir ckpt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --main
 exec build/src/cli/dtrain launch --nproc-per-node 2 --standalone build/src/cli/dtrain train "$@"
