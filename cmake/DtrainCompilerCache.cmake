@@ -15,8 +15,11 @@ if(DTRAIN_CCACHE_PROGRAM AND NOT DTRAIN_CCACHE STREQUAL "OFF")
   # Precompiled headers are cached only with these sloppinesses (ccache's
   # manual, "Precompiled headers"); CMake's PCH consumers name the header with
   # -include, which needs -fpch-preprocess for GCC.
+  # CCACHE_BASEDIR makes the paths inside the source tree relative, so a
+  # clone in another folder (CI's) hits the objects of this one.
   set(_launcher ${CMAKE_COMMAND} -E env
       "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
+      "CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}" CCACHE_NOHASHDIR=1
       ${DTRAIN_CCACHE_PROGRAM})
   foreach(lang C CXX CUDA)
     if(NOT CMAKE_${lang}_COMPILER_LAUNCHER)
