@@ -20,6 +20,8 @@ ctest_args=("$@")
 if (($# == 0)); then ctest_args=(-LE pick); fi
 ctest --test-dir build --output-on-failure -j3 --timeout 600 "${ctest_args[@]}" 2>&1 | tee "$log" || status=$?
 echo "== The 15 slowest tests of this run (seconds)"
-sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$log" | sort -rn | head -15
+# sed -n 1,15p reads all of sort's output: head would close the pipe early,
+# and sort's SIGPIPE (exit 141) would end this script under pipefail.
+sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$log" | sort -rn | sed -n 1,15p
 if (($# == 0)); then scripts/fuzz.sh 20 || status=$?; fi
 exit "$status"
