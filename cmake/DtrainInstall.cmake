@@ -17,7 +17,7 @@ file(RELATIVE_PATH _dtrain_bin_to_lib ${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BI
 
 # The library targets: every dtrain_* library built here.
 set(_dtrain_libraries)
-foreach(name bench checkpoint checkpoint_format checkpoint_options comm common data doctor exporter generate_options
+foreach(name bench checkpoint checkpoint_format checkpoint_options comm common data doctor exporter generate_options gpu
              kernels launch live_page metrics model_catalog models optim parallel parallel_core plan rendezvous
              sentencepiece store text tools train train_options)
   if(TARGET dtrain_${name})

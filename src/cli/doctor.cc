@@ -21,7 +21,7 @@
 #include "doctor/doctor.h"
 #include "doctor/peer_link.h"
 #include "doctor/report.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::cli {
 namespace {
@@ -105,10 +105,10 @@ int runDoctor(const DoctorFlags& flags, const GivenOptions& given) {
 
   std::map<std::string, std::string> env = currentEnvironment();
   doctor::DoctorContext ctx{root, env, options, nullptr, {}};
-  std::unique_ptr<metrics::Nvml> nvml;
+  std::unique_ptr<gpu::Nvml> nvml;
   if (needsNvml(selected)) {
     try {
-      nvml = metrics::Nvml::open();
+      nvml = gpu::Nvml::open();
       ctx.nvml = nvml.get();
     } catch (const std::exception& e) {
       const auto* error = dynamic_cast<const Error*>(&e);

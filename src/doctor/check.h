@@ -23,7 +23,7 @@
 
 #include "common/system_root.h"
 
-namespace dtrain::metrics {
+namespace dtrain::gpu {
 class Nvml;
 }
 
@@ -53,7 +53,7 @@ struct DoctorContext {
   const SystemRoot& root;
   const std::map<std::string, std::string>& env;
   const DoctorOptions& options;
-  metrics::Nvml* nvml = nullptr;  // nullptr: NVML not available
+  gpu::Nvml* nvml = nullptr;  // nullptr: NVML not available
   std::string nvml_error;          // why nvml is nullptr
 
   // One variable of `env`; nullopt when it is not set.

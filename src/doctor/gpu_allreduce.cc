@@ -16,7 +16,7 @@
 #include "common/error.h"
 #include "common/host.h"
 #include "common/process.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::doctor {
 namespace {

@@ -12,7 +12,7 @@
 #include "doctor/gpu_pci.h"
 #include "doctor/gpu_topology.h"
 #include "doctor/gpu_versions.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::doctor {
 namespace {
@@ -60,7 +60,7 @@ CheckResult checkDriver(const DoctorContext& ctx) {
 }
 
 // "NVIDIA H200 x8" or "NVIDIA A100 x4, NVIDIA H100 x4".
-std::string modelSummary(metrics::Nvml& nvml) {
+std::string modelSummary(gpu::Nvml& nvml) {
   std::vector<std::pair<std::string, int>> models;
   for (unsigned gpu : nvml.gpus()) {
     std::string model = nvml.name(gpu).value_or("unknown model");

@@ -4,12 +4,12 @@
 #include <sstream>
 
 #include "doctor/gpu_expected.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::doctor {
 namespace {
 
-using namespace metrics::nvml_abi;
+using namespace gpu::nvml_abi;
 
 // Findings of one check over all GPUs: the worst decides the status, and the
 // reason lists the findings of that status, worst first.
@@ -57,7 +57,7 @@ struct Activity {
   bool busy = false;
   std::string text;
 };
-Activity activity(metrics::Nvml& nvml, unsigned gpu) {
+Activity activity(gpu::Nvml& nvml, unsigned gpu) {
   auto util = nvml.utilization(gpu);
   if (!util) return {false, "utilization unknown"};
   if (util->gpu > 0) return {true, "busy (" + std::to_string(util->gpu) + "%)"};

@@ -7,12 +7,12 @@
 #include <tuple>
 
 #include "doctor/gpu_expected.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::doctor {
 namespace {
 
-using namespace metrics::nvml_abi;
+using namespace gpu::nvml_abi;
 
 // "00000000:3B:00.0" and "0000:3b:00.0" name the same device.
 std::optional<std::tuple<unsigned, unsigned, unsigned, unsigned>> parseBusId(const std::string& text) {
@@ -54,7 +54,7 @@ struct NvLinks {
   bool hardware = false;                      // some GPU answered for some link
 };
 
-NvLinks readNvLinks(metrics::Nvml& nvml) {
+NvLinks readNvLinks(gpu::Nvml& nvml) {
   const auto& gpus = nvml.gpus();
   const size_t n = gpus.size();
   NvLinks links;
@@ -93,7 +93,7 @@ using LinkMatrix = std::vector<std::vector<std::string>>;
 
 bool isNvLink(const std::string& cell) { return cell.rfind("NV", 0) == 0; }
 
-LinkMatrix linkMatrix(metrics::Nvml& nvml, const NvLinks& links) {
+LinkMatrix linkMatrix(gpu::Nvml& nvml, const NvLinks& links) {
   const auto& gpus = nvml.gpus();
   const size_t n = gpus.size();
   LinkMatrix cell(n, std::vector<std::string>(n));
@@ -171,7 +171,7 @@ struct P2pFindings {
   bool unknown = false;               // some status could not be read
 };
 
-P2pFindings readP2p(metrics::Nvml& nvml, const LinkMatrix& cell) {
+P2pFindings readP2p(gpu::Nvml& nvml, const LinkMatrix& cell) {
   const auto& gpus = nvml.gpus();
   P2pFindings found;
   for (size_t a = 0; a < gpus.size(); ++a) {
@@ -241,7 +241,7 @@ std::string topologyHint(bool links_down, bool p2p_bad) {
 CheckResult checkTopology(const DoctorContext& ctx) {
   const char* name = "gpu.topology";
   if (ctx.nvml == nullptr) return skip(name, "NVML not available");
-  metrics::Nvml& nvml = *ctx.nvml;
+  gpu::Nvml& nvml = *ctx.nvml;
   const size_t n = nvml.gpus().size();
   if (n == 0) return skip(name, "no GPUs");
   const NvLinks links = readNvLinks(nvml);

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/settings.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::doctor {
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "doctor/host_check_functions.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::doctor {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "common/host.h"
 #include "common/error.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::doctor {
 namespace {
@@ -203,7 +203,7 @@ std::string slurmGresType(const std::string& nvml_device_name) {
   return type;
 }
 
-std::vector<SlurmGpu> readSlurmGpus(metrics::Nvml& nvml) {
+std::vector<SlurmGpu> readSlurmGpus(gpu::Nvml& nvml) {
   std::vector<SlurmGpu> gpus;
   for (unsigned gpu : nvml.gpus()) {
     auto name = nvml.name(gpu);
@@ -226,9 +226,9 @@ SlurmNode describeSlurmNode(const SystemRoot& root, bool use_nvml) {
     node.no_gpu_reason = "GPUs not asked for (--no-gpus)";
     return node;
   }
-  std::unique_ptr<metrics::Nvml> nvml;
+  std::unique_ptr<gpu::Nvml> nvml;
   try {
-    nvml = metrics::Nvml::open();
+    nvml = gpu::Nvml::open();
   } catch (const IoError& e) {
     node.no_gpu_reason = e.message();
     return node;

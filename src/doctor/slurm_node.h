@@ -33,7 +33,7 @@
 
 #include "common/system_root.h"
 
-namespace dtrain::metrics {
+namespace dtrain::gpu {
 class Nvml;
 }
 
@@ -76,7 +76,7 @@ std::string slurmGresType(const std::string& nvml_device_name);
 
 // The GPUs NVML lists. A GPU whose name or minor number NVML does not give
 // throws IoError naming it: Slurm could not bind it either.
-std::vector<SlurmGpu> readSlurmGpus(metrics::Nvml& nvml);
+std::vector<SlurmGpu> readSlurmGpus(gpu::Nvml& nvml);
 
 // Reads the node; with use_nvml, opens NVML (DTRAIN_NVML_LIBRARY, else
 // libnvidia-ml.so.1) and an NVML that cannot be opened leaves gpus empty with

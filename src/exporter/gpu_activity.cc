@@ -8,7 +8,7 @@
 namespace dtrain::exporter {
 namespace {
 
-namespace abi = metrics::nvml_abi;
+namespace abi = gpu::nvml_abi;
 
 constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 
@@ -49,9 +49,9 @@ GpuActivity activityOf(const std::vector<std::optional<double>>& v) {
 
 }  // namespace
 
-GpuActivitySampler::GpuActivitySampler(metrics::Nvml& nvml, const std::vector<unsigned>& gpus) : nvml_(nvml) {
+GpuActivitySampler::GpuActivitySampler(gpu::Nvml& nvml, const std::vector<unsigned>& gpus) : nvml_(nvml) {
   for (unsigned gpu : gpus) {
-    std::optional<metrics::NvmlGpmSample> earlier, later;
+    std::optional<gpu::NvmlGpmSample> earlier, later;
     if (nvml_.gpmSupported(gpu)) {
       earlier = nvml_.gpmAllocSample();
       later = nvml_.gpmAllocSample();

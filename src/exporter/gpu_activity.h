@@ -9,7 +9,7 @@
 #include <map>
 #include <optional>
 
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::exporter {
 
@@ -32,7 +32,7 @@ class GpuActivitySampler {
 
   // Takes the first sample of every GPU that has GPM; says once, at info
   // level, which GPUs have none (their DCGM_FI_PROF_* series are left out).
-  GpuActivitySampler(metrics::Nvml& nvml, const std::vector<unsigned>& gpus);
+  GpuActivitySampler(gpu::Nvml& nvml, const std::vector<unsigned>& gpus);
 
   bool supported(unsigned gpu) const { return gpus_.count(gpu) == 1; }
 
@@ -45,12 +45,12 @@ class GpuActivitySampler {
 
  private:
   struct State {
-    metrics::NvmlGpmSample earlier, later;
+    gpu::NvmlGpmSample earlier, later;
     std::chrono::steady_clock::time_point earlier_time;
     std::optional<GpuActivity> last;
   };
 
-  metrics::Nvml& nvml_;
+  gpu::Nvml& nvml_;
   std::map<unsigned, State> gpus_;  // GPUs with GPM, by NVML index
 };
 

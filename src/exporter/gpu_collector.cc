@@ -8,6 +8,8 @@
 namespace dtrain::exporter {
 namespace {
 
+namespace abi = gpu::nvml_abi;
+
 constexpr double kMiB = 1024.0 * 1024.0;
 
 int64_t unixMillis() {
@@ -23,7 +25,7 @@ std::optional<double> asDouble(const std::optional<T>& value) {
 
 }  // namespace
 
-GpuCollector::GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh, SystemRoot root)
+GpuCollector::GpuCollector(gpu::Nvml& nvml, std::chrono::milliseconds slow_refresh, SystemRoot root)
     : nvml_(nvml), slow_refresh_(slow_refresh), root_(std::move(root)) {
   for (unsigned gpu : nvml_.gpus()) {
     GpuIdentity id;
@@ -39,7 +41,7 @@ GpuCollector::GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_r
 }
 
 std::vector<GpuSample> GpuCollector::collect() {
-  for (const metrics::NvmlXidEvent& event : nvml_.pollXidEvents()) {
+  for (const gpu::NvmlXidEvent& event : nvml_.pollXidEvents()) {
     XidState& state = xid_[event.gpu];
     state.last = event.xid;
     ++state.counts[event.xid];
@@ -67,8 +69,8 @@ std::vector<GpuSample> GpuCollector::collect() {
     }
     s.gpu_temp_c = asDouble(nvml_.temperatureC(gpu));
     if (auto mw = nvml_.powerUsageMilliwatts(gpu)) s.power_w = *mw / 1000.0;
-    s.sm_clock_mhz = asDouble(nvml_.clockMhz(gpu, metrics::nvml_abi::NVML_CLOCK_SM));
-    s.mem_clock_mhz = asDouble(nvml_.clockMhz(gpu, metrics::nvml_abi::NVML_CLOCK_MEM));
+    s.sm_clock_mhz = asDouble(nvml_.clockMhz(gpu, abi::NVML_CLOCK_SM));
+    s.mem_clock_mhz = asDouble(nvml_.clockMhz(gpu, abi::NVML_CLOCK_MEM));
     s.clock_event_reasons = asDouble(nvml_.clockEventReasons(gpu));
     Health& health = health_[gpu];
     if (read_health) {
@@ -87,9 +89,9 @@ std::vector<GpuSample> GpuCollector::collect() {
     s.ecc_dbe_volatile = health.ecc_dbe_volatile;
     s.row_remap_pending = health.row_remap_pending;
     s.row_remap_failure = health.row_remap_failure;
-    auto fields = nvml_.fieldValues(gpu, {{metrics::nvml_abi::NVML_FI_DEV_MEMORY_TEMP, 0},
-                                          {metrics::nvml_abi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, metrics::nvml_abi::kNvmlScopeAllLinks},
-                                          {metrics::nvml_abi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, metrics::nvml_abi::kNvmlScopeAllLinks}});
+    auto fields = nvml_.fieldValues(gpu, {{abi::NVML_FI_DEV_MEMORY_TEMP, 0},
+                                          {abi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, abi::kNvmlScopeAllLinks},
+                                          {abi::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, abi::kNvmlScopeAllLinks}});
     s.memory_temp_c = fields[0];
     // NVML counts NVLink data in KiB.
     if (fields[1]) s.nvlink_tx_bytes = *fields[1] * 1024.0;

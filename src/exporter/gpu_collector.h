@@ -15,7 +15,7 @@
 #include "common/system_root.h"
 #include "exporter/gpu_activity.h"
 #include "exporter/gpu_owners.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::exporter {
 
@@ -73,7 +73,7 @@ class GpuCollector {
   // Reads the GPUs' identities, registers them for Xid events and takes
   // their first GPM sample. slow_refresh: see collect(). The owners of the
   // GPUs' processes are read from /proc under `root`.
-  explicit GpuCollector(metrics::Nvml& nvml, std::chrono::milliseconds slow_refresh = std::chrono::seconds(10),
+  explicit GpuCollector(gpu::Nvml& nvml, std::chrono::milliseconds slow_refresh = std::chrono::seconds(10),
                         SystemRoot root = SystemRoot("/"));
 
   // Reads every GPU once, after draining the Xid events queued since the
@@ -100,7 +100,7 @@ class GpuCollector {
     std::optional<double> energy_mj, pcie_replays, ecc_dbe_volatile, row_remap_pending, row_remap_failure;
   };
 
-  metrics::Nvml& nvml_;
+  gpu::Nvml& nvml_;
   std::chrono::milliseconds slow_refresh_;
   std::vector<GpuIdentity> gpus_;
   std::map<unsigned, XidState> xid_;  // by NVML index

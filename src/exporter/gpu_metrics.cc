@@ -10,15 +10,15 @@
 namespace dtrain::exporter {
 namespace {
 
-using metrics::nvml_abi::kClocksEventApplicationsClocksSetting;
-using metrics::nvml_abi::kClocksEventDisplayClockSetting;
-using metrics::nvml_abi::kClocksEventGpuIdle;
-using metrics::nvml_abi::kClocksEventHwPowerBrakeSlowdown;
-using metrics::nvml_abi::kClocksEventHwSlowdown;
-using metrics::nvml_abi::kClocksEventHwThermalSlowdown;
-using metrics::nvml_abi::kClocksEventSwPowerCap;
-using metrics::nvml_abi::kClocksEventSwThermalSlowdown;
-using metrics::nvml_abi::kClocksEventSyncBoost;
+using gpu::nvml_abi::kClocksEventApplicationsClocksSetting;
+using gpu::nvml_abi::kClocksEventDisplayClockSetting;
+using gpu::nvml_abi::kClocksEventGpuIdle;
+using gpu::nvml_abi::kClocksEventHwPowerBrakeSlowdown;
+using gpu::nvml_abi::kClocksEventHwSlowdown;
+using gpu::nvml_abi::kClocksEventHwThermalSlowdown;
+using gpu::nvml_abi::kClocksEventSwPowerCap;
+using gpu::nvml_abi::kClocksEventSwThermalSlowdown;
+using gpu::nvml_abi::kClocksEventSyncBoost;
 
 constexpr const char* kClockEventActive = "dtrain_gpu_clock_event_active";
 constexpr const char* kXidEvents = "dtrain_gpu_xid_events_total";

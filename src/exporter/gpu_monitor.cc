@@ -130,7 +130,7 @@ void GpuMonitor::tryOpenNvml() {
   last_open_attempt_ = std::chrono::steady_clock::now();
   std::string error;
   try {
-    nvml_ = metrics::Nvml::open();
+    nvml_ = gpu::Nvml::open();
     collector_ = std::make_unique<GpuCollector>(*nvml_, options_.slow_interval, SystemRoot(options_.system_root));
     DTRAIN_LOG_INFO("NVML " << nvml_->libraryName() << ": " << collector_->gpus().size() << " GPU(s)");
   } catch (const Error& e) {
@@ -258,7 +258,7 @@ std::string GpuMonitor::statusJson() const {
               {"slurm_job_id", nullptr},
               {"nvml_available", error.empty()},
               {"nvml_error", error.empty() ? Json(nullptr) : Json(error)},
-              {"nvml_library", metrics::nvmlLibraryName()},
+              {"nvml_library", gpu::nvmlLibraryName()},
               {"gpu_count", snapshot->gpus.size()},
               {"interval_s", seconds(options_.interval)},
               {"history_s", options_.history.count()},

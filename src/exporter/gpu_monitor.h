@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "exporter/gpu_collector.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 #include "metrics/prometheus_text.h"
 
 namespace dtrain::exporter {
@@ -85,7 +85,7 @@ class GpuMonitor {
   const metrics::Labels host_labels_;
 
   std::mutex collect_mutex_;  // one collection at a time
-  std::unique_ptr<metrics::Nvml> nvml_;                  // GUARDED_BY(collect_mutex_)
+  std::unique_ptr<gpu::Nvml> nvml_;              // GUARDED_BY(collect_mutex_)
   std::unique_ptr<GpuCollector> collector_;     // GUARDED_BY(collect_mutex_)
   std::chrono::steady_clock::time_point last_open_attempt_;  // GUARDED_BY(collect_mutex_)
   uint64_t collections_ = 0;                    // GUARDED_BY(collect_mutex_)

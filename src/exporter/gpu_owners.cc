@@ -73,9 +73,9 @@ std::optional<GpuOwner> ownerFromCgroup(const std::string& cgroup_text) {
   return std::nullopt;
 }
 
-std::vector<GpuOwner> ownersOf(const SystemRoot& root, const std::vector<metrics::NvmlProcess>& processes) {
+std::vector<GpuOwner> ownersOf(const SystemRoot& root, const std::vector<gpu::NvmlProcess>& processes) {
   std::vector<GpuOwner> owners;
-  for (const metrics::NvmlProcess& process : processes) {
+  for (const gpu::NvmlProcess& process : processes) {
     auto text = root.read("/proc/" + std::to_string(process.pid) + "/cgroup");
     if (!text) continue;
     if (auto owner = ownerFromCgroup(*text)) owners.push_back(*owner);

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/system_root.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::exporter {
 
@@ -38,6 +38,6 @@ std::optional<GpuOwner> ownerFromCgroup(const std::string& cgroup_text);
 
 // The distinct owners of the processes, sorted. A process whose cgroup names
 // no owner, or whose /proc entry is gone or hidden, adds none.
-std::vector<GpuOwner> ownersOf(const SystemRoot& root, const std::vector<metrics::NvmlProcess>& processes);
+std::vector<GpuOwner> ownersOf(const SystemRoot& root, const std::vector<gpu::NvmlProcess>& processes);
 
 }  // namespace dtrain::exporter

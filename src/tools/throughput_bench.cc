@@ -12,7 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "metrics/gpu_peak.h"
+#include "gpu/gpu_peak.h"
+#include "gpu/mfu.h"
 #include "models/lm_counts.h"
 #include "train/device_memory_stats.h"
 #include "plan/memory_estimate.h"
@@ -343,9 +344,8 @@ int runThroughputBench(const BenchTrainOptions& o) {
       static_cast<double>(o.input.batch_size * ctx.size() * o.steps) / std::max(elapsed, 1e-12);
   result["samples_per_s"] = samples_per_s;
   result["flops_per_sample"] = job.model().trainingFlopsPerSample();
-  const double peak = metrics::peakDenseFlops(job.deviceName(), computePrecisionName(o.execution.precision));
-  const double mfu = metrics::modelFlopsUtilisation(samples_per_s * job.model().trainingFlopsPerSample(),
-                                                    ctx.size(), peak);
+  const double peak = gpu::peakDenseFlops(job.deviceName(), computePrecisionName(o.execution.precision));
+  const double mfu = gpu::modelFlopsUtilisation(samples_per_s, job.model().trainingFlopsPerSample(), ctx.size(), peak);
   if (mfu >= 0) result["mfu"] = mfu;
   if (batch.tokens_per_sample > 0) {
     result["tokens_per_s"] = samples_per_s * static_cast<double>(batch.tokens_per_sample);

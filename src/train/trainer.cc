@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "train/bucket_timer.h"
 #include "train/fault_drill.h"
-#include "metrics/gpu_peak.h"
+#include "gpu/gpu_peak.h"
 #include "models/lm_config.h"
 #include "train/image_classification.h"
 #include "train/job_checkpoint.h"
@@ -104,7 +104,7 @@ LoopSettings loopSettings(const TrainOptions& o, TrainingJob& job) {
   LoopSettings s{o.schedule.epochs, o.schedule.max_steps, o.observe.log_every, o.observe.eval_every,
                  o.observe.eval_steps, o.checkpoint.every};
   s.flops_per_sample = job.model().trainingFlopsPerSample();
-  s.peak_flops_per_device = metrics::peakDenseFlops(job.deviceName(), computePrecisionName(o.execution.precision));
+  s.peak_flops_per_device = gpu::peakDenseFlops(job.deviceName(), computePrecisionName(o.execution.precision));
   return s;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gpu/mfu.h"
 #include "train/device_memory_stats.h"
 
 namespace dtrain {
@@ -109,9 +110,8 @@ void TrainingLoop::trainStep(const TrainBatch& batch, int64_t epoch, Clock::time
 }
 
 double TrainingLoop::mfu(double samples_per_s) const {
-  if (settings_.peak_flops_per_device <= 0 || settings_.flops_per_sample <= 0) return -1;
-  return samples_per_s * settings_.flops_per_sample /
-         (settings_.peak_flops_per_device * static_cast<double>(job_.context().size()));
+  return gpu::modelFlopsUtilisation(samples_per_s, settings_.flops_per_sample, job_.context().size(),
+                                    settings_.peak_flops_per_device);
 }
 
 // Every rank: its metrics; rank 0 also the progress line.

@@ -1,6 +1,6 @@
 // The GPU checks of `dtrain doctor` (doctor/gpu_checks.h) as functions: a
 // DoctorContext over a fixture root, an environment map, and NVML opened from
-// the fake library (tests/exporter/fake_nvml.cc) in one of its scenarios.
+// the fake library (tests/gpu/fake_nvml.cc) in one of its scenarios.
 #include "doctor/gpu_checks.h"
 
 #include <gmock/gmock.h>
@@ -20,9 +20,9 @@
 #include "common/error.h"
 #include "common/process.h"
 #include "common/settings.h"
-#include "metrics/nvml.h"
 #include "fake_nvml_library.h"
 #include "fake_nvml_values.h"
+#include "gpu/nvml.h"
 #include "tests/support/temp_dir.h"
 
 namespace dtrain::doctor {
@@ -75,10 +75,10 @@ class GpuChecksTest : public ::testing::Test {
   // (nullptr: NVML absent, as when the library cannot be opened).
   CheckResult run(const std::string& name, const char* scenario = "healthy") {
     if (scenario != nullptr) ::setenv("FAKE_NVML_SCENARIO", scenario, 1);
-    std::unique_ptr<metrics::Nvml> nvml;
+    std::unique_ptr<gpu::Nvml> nvml;
     std::string nvml_error;
     try {
-      nvml = metrics::Nvml::open();
+      nvml = gpu::Nvml::open();
     } catch (const IoError& e) {
       nvml_error = e.message();
     }

@@ -1,9 +1,9 @@
 # The doctor runner and report, the host / RDMA / NCCL-environment / peer
 # checks on fixture trees (fixture_tree.cc), host.numa against the fake NVML
-# (tests/metrics/fake_nvml.cc), and `dtrain doctor` as a real process.
+# (tests/gpu/fake_nvml.cc), and `dtrain doctor` as a real process.
 dtrain_add_test(doctor_host_test QUICK
   SOURCES fixture_tree.cc host_checks_test.cc host_runner_test.cc host_peer_test.cc
-  LIBS dtrain_doctor dtrain_metrics
+  LIBS dtrain_doctor dtrain_gpu
   NO_DTRAIN_BIN)
 target_include_directories(doctor_host_test PRIVATE ${NLOHMANN_JSON_INCLUDE_DIR})
 target_compile_definitions(doctor_host_test PRIVATE DTRAIN_FAKE_NVML="$<TARGET_FILE:dtrain_fake_nvml>")

@@ -9,8 +9,8 @@
 
 #include "common/system_root.h"
 #include "doctor/host_check_functions.h"
-#include "metrics/nvml.h"
 #include "fixture_tree.h"
+#include "gpu/nvml.h"
 #include "tests/support/text.h"
 
 namespace dtrain::doctor {
@@ -36,7 +36,7 @@ class Node {
   FixtureTree tree;
   std::map<std::string, std::string> env;
   DoctorOptions options;
-  metrics::Nvml* nvml = nullptr;
+  gpu::Nvml* nvml = nullptr;
   std::string nvml_error = "NVML not available: test";
 };
 
@@ -350,12 +350,12 @@ class NumaCheck : public ::testing::Test {
  protected:
   void SetUp() override {
     ::setenv("DTRAIN_NVML_LIBRARY", DTRAIN_FAKE_NVML, 1);
-    nvml_ = metrics::Nvml::open();
+    nvml_ = gpu::Nvml::open();
     node_.nvml = nvml_.get();
   }
   void TearDown() override { ::unsetenv("DTRAIN_NVML_LIBRARY"); }
   Node node_;
-  std::unique_ptr<metrics::Nvml> nvml_;
+  std::unique_ptr<gpu::Nvml> nvml_;
 };
 
 TEST_F(NumaCheck, ListsEachGpusNode) {

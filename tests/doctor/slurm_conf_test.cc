@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "tests/support/command.h"
-#include "../metrics/fake_nvml_values.h"
+#include "../gpu/fake_nvml_values.h"
 #include "doctor/slurm_node.h"
 #include "tests/support/temp_dir.h"
 

@@ -13,7 +13,7 @@
 #include "exposition.h"
 #include "fake_nvml_library.h"
 #include "fake_nvml_values.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 #include "tests/support/command.h"
 
 namespace dtrain::testing {
@@ -53,7 +53,7 @@ class GpuActivityTest : public ::testing::Test {
 };
 
 TEST_F(GpuActivityTest, TheFirstCollectionHasDcgmRatiosAndBytesPerSecondWhereTheGpuHasGpm) {
-  auto nvml = metrics::Nvml::open();
+  auto nvml = gpu::Nvml::open();
   GpuCollector collector(*nvml, std::chrono::milliseconds(0));
   auto samples = collector.collect();
   ASSERT_EQ(samples.size(), 2u);

@@ -1,4 +1,4 @@
-// exporter/gpu_collector.h against the fake NVML (tests/metrics/fake_nvml.cc):
+// exporter/gpu_collector.h against the fake NVML (tests/gpu/fake_nvml.cc):
 // NVML's readings in dcgm-exporter's units.
 #include "exporter/gpu_collector.h"
 #include "exporter/gpu_monitor.h"
@@ -9,13 +9,13 @@
 #include "common/error.h"
 #include "fake_nvml_library.h"
 #include "fake_nvml_values.h"
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 namespace dtrain::exporter {
 namespace {
 
 namespace fake = dtrain::testing::fake_nvml;
-using metrics::Nvml;
+using gpu::Nvml;
 
 class GpuCollectorTest : public ::testing::Test {
  protected:

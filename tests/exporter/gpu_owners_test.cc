@@ -78,7 +78,7 @@ TEST(GpuOwnersTest, OwnersOfProcessesAreDistinctSortedAndSkipVanishedPids) {
   writeCgroup(root.path(), 12, "0::/system.slice/slurmstepd.scope/job_10/step_0/user/task_0\n");
   writeCgroup(root.path(), 13, "0::/user.slice/user-0.slice/session-1.scope\n");
   SystemRoot system(root.path());
-  std::vector<metrics::NvmlProcess> processes = {{12, {}}, {10, {}}, {11, {}}, {13, {}}, {99, {}}};
+  std::vector<gpu::NvmlProcess> processes = {{12, {}}, {10, {}}, {11, {}}, {13, {}}, {99, {}}};
   EXPECT_EQ(ownersOf(system, processes), (std::vector<GpuOwner>{{"10", ""}, {"9", ""}}));
   EXPECT_TRUE(ownersOf(system, {}).empty());
 }

@@ -1,7 +1,7 @@
-// metrics/nvml.h in process, against the fake NVML (fake_nvml.cc). Xid
+// gpu/nvml.h in process, against the fake NVML (fake_nvml.cc). Xid
 // events are tested through `dtrain exporter` (tests/exporter/
 // exporter_cli_test.cc): the fake queues its Xid once per process.
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 #include "fake_nvml_library.h"
 #include "fake_nvml_values.h"
 
-namespace dtrain::metrics {
+namespace dtrain::gpu {
 namespace {
 
 namespace fake = dtrain::testing::fake_nvml;
@@ -125,4 +125,4 @@ TEST_F(NvmlTest, ALibraryThatIsNotNvmlIsRefused) {
 }
 
 }  // namespace
-}  // namespace dtrain::metrics
+}  // namespace dtrain::gpu

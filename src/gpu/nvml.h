@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "metrics/nvml_abi.h"
+#include "gpu/nvml_abi.h"
 
-namespace dtrain::metrics {
+namespace dtrain::gpu {
 
 // The library dlopen opens: DTRAIN_NVML_LIBRARY, else "libnvidia-ml.so.1".
 std::string nvmlLibraryName();
@@ -197,4 +197,4 @@ class Nvml {
   bool event_set_failed_ = false;                      // GUARDED_BY(mutex_)
 };
 
-}  // namespace dtrain::metrics
+}  // namespace dtrain::gpu

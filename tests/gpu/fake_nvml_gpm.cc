@@ -7,9 +7,9 @@
 #include <optional>
 
 #include "fake_nvml_values.h"
-#include "metrics/nvml_abi.h"
+#include "gpu/nvml_abi.h"
 
-namespace dtrain::metrics::nvml_abi {
+namespace dtrain::gpu::nvml_abi {
 struct nvmlDevice_st {
   unsigned index;
 };
@@ -18,9 +18,9 @@ struct nvmlGpmSample_st {
   unsigned gpu = 0;
   std::chrono::steady_clock::time_point time;
 };
-}  // namespace dtrain::metrics::nvml_abi
+}  // namespace dtrain::gpu::nvml_abi
 
-using namespace dtrain::metrics::nvml_abi;
+using namespace dtrain::gpu::nvml_abi;
 namespace fake = dtrain::testing::fake_nvml;
 
 namespace {

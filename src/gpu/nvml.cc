@@ -1,4 +1,4 @@
-#include "metrics/nvml.h"
+#include "gpu/nvml.h"
 
 #include <dlfcn.h>
 
@@ -8,9 +8,9 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/settings.h"
-#include "metrics/nvml_functions.h"
+#include "gpu/nvml_functions.h"
 
-namespace dtrain::metrics {
+namespace dtrain::gpu {
 
 using namespace nvml_abi;
 
@@ -558,4 +558,4 @@ std::vector<NvmlXidEvent> Nvml::pollXidEvents() {
   return events;
 }
 
-}  // namespace dtrain::metrics
+}  // namespace dtrain::gpu

@@ -1,4 +1,4 @@
-#include "metrics/gpu_peak.h"
+#include "gpu/gpu_peak.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 
 #include "common/settings.h"
 
-namespace dtrain::metrics {
+namespace dtrain::gpu {
 namespace {
 
 DTRAIN_SETTING(double, kPeakTflops, "peak-tflops", "DTRAIN_PEAK_TFLOPS", 0.0,
@@ -46,4 +46,4 @@ double peakDenseFlops(const std::string& gpu_name, const std::string& precision)
   return 0;
 }
 
-}  // namespace dtrain::metrics
+}  // namespace dtrain::gpu

@@ -1,5 +1,5 @@
 // Peak dense tensor-core throughput of the GPUs dtrain knows, the
-// denominator of model FLOPs utilisation (MFU). Torch-free.
+// denominator of model FLOPs utilisation (MFU, gpu/mfu.h). Torch-free.
 //
 // Figures are NVIDIA's datasheet numbers without sparsity, per GPU:
 //   H100 SXM / H200 (SXM, NVL)   989.4 TFLOP/s bf16/fp16, 494.7 tf32
@@ -14,17 +14,11 @@
 
 #include <string>
 
-namespace dtrain::metrics {
+namespace dtrain::gpu {
 
 // FLOP/s of one GPU for `precision` ("bf16", "fp16", or "fp32" meaning TF32
 // tensor cores), or 0 when the GPU is not in the table (MFU is then not
 // reported). DTRAIN_PEAK_TFLOPS overrides the table (TFLOP/s, any GPU).
 double peakDenseFlops(const std::string& gpu_name, const std::string& precision);
 
-// MFU of `flops_per_second` on `gpus` GPUs of `peak_per_gpu`; -1 when the
-// peak is unknown.
-inline double modelFlopsUtilisation(double flops_per_second, int gpus, double peak_per_gpu) {
-  return peak_per_gpu > 0 && gpus > 0 ? flops_per_second / (peak_per_gpu * gpus) : -1;
-}
-
-}  // namespace dtrain::metrics
+}  // namespace dtrain::gpu

@@ -7,10 +7,10 @@
 #include <utility>
 
 #include "common/log.h"
-#include "metrics/nvml.h"
-#include "metrics/nvml_functions.h"
+#include "gpu/nvml.h"
+#include "gpu/nvml_functions.h"
 
-namespace dtrain::metrics {
+namespace dtrain::gpu {
 
 using namespace nvml_abi;
 
@@ -80,4 +80,4 @@ std::vector<std::optional<double>> Nvml::gpmMetrics(unsigned gpu, const NvmlGpmS
   return out;
 }
 
-}  // namespace dtrain::metrics
+}  // namespace dtrain::gpu

@@ -1,13 +1,13 @@
 // The subset of NVML's C ABI that dtrain calls, declared here so that the
 // build needs neither nvml.h nor libnvidia-ml: the library is opened at run
 // time (nvml.h). Layouts, values and signatures are those of NVIDIA's nvml.h
-// (API version 12); keep them byte-identical. tests/metrics/fake_nvml.cc
+// (API version 12); keep them byte-identical. tests/gpu/fake_nvml.cc
 // implements the same subset.
 #pragma once
 
 #include <climits>
 
-namespace dtrain::metrics::nvml_abi {
+namespace dtrain::gpu::nvml_abi {
 
 using nvmlReturn_t = int;
 using nvmlDevice_t = struct nvmlDevice_st*;
@@ -289,4 +289,4 @@ using GpmSampleFreeFn = nvmlReturn_t (*)(nvmlGpmSample_t);
 using GpmSampleGetFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlGpmSample_t);
 using GpmMetricsGetFn = nvmlReturn_t (*)(nvmlGpmMetricsGet_t*);
 
-}  // namespace dtrain::metrics::nvml_abi
+}  // namespace dtrain::gpu::nvml_abi

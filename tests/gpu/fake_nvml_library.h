@@ -1,4 +1,4 @@
-// Points dtrain's NVML wrapper at a library (the fake one of tests/metrics/)
+// Points dtrain's NVML wrapper at a library (the fake one of tests/gpu/)
 // for the rest of the test process.
 #pragma once
 

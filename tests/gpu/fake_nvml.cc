@@ -20,19 +20,19 @@
 #include <string>
 #include <vector>
 
-#include "metrics/nvml_abi.h"
+#include "gpu/nvml_abi.h"
 #include "fake_nvml_values.h"
 
-namespace dtrain::metrics::nvml_abi {
+namespace dtrain::gpu::nvml_abi {
 struct nvmlDevice_st {
   unsigned index;
 };
 struct nvmlEventSet_st {
   std::atomic<unsigned long long> registered[2];
 };
-}  // namespace dtrain::metrics::nvml_abi
+}  // namespace dtrain::gpu::nvml_abi
 
-using namespace dtrain::metrics::nvml_abi;
+using namespace dtrain::gpu::nvml_abi;
 namespace fake = dtrain::testing::fake_nvml;
 
 namespace {

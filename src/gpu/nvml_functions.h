@@ -1,12 +1,12 @@
 // The NVML functions an Nvml object resolved with dlsym (nvml.h), shared by
-// the files that implement Nvml (nvml.cc, nvml_gpm.cc); private to metrics/.
+// the files that implement Nvml (nvml.cc, nvml_gpm.cc); private to gpu/.
 // A null pointer is a function the library lacks.
 #pragma once
 
-#include "metrics/nvml.h"
-#include "metrics/nvml_abi.h"
+#include "gpu/nvml.h"
+#include "gpu/nvml_abi.h"
 
-namespace dtrain::metrics {
+namespace dtrain::gpu {
 
 struct Nvml::Functions {
   // Required.
@@ -64,4 +64,4 @@ struct Nvml::Functions {
   nvml_abi::GpmMetricsGetFn nvmlGpmMetricsGet = nullptr;
 };
 
-}  // namespace dtrain::metrics
+}  // namespace dtrain::gpu
