@@ -17,9 +17,6 @@
 namespace dtrain::bench {
 namespace {
 
-constexpr int kOutOfPlace = 0;
-constexpr int kInPlace = 1;
-
 // Small integers, so every dtype holds every partial result exactly and the
 // reference does not depend on the order of reduction.
 double patternValue(const CollectiveBenchOptions& o, int rank, size_t i) {

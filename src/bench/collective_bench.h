@@ -60,10 +60,14 @@ struct CollectiveBenchOptions {
   Milliseconds timeout{std::chrono::minutes(5)};
 };
 
+// The two columns of a row, as nccl-tests prints them.
+inline constexpr int kOutOfPlace = 0;
+inline constexpr int kInPlace = 1;
+
 struct CollectiveBenchRow {
   uint64_t bytes = 0;
   uint64_t count = 0;
-  double time_us[2] = {0, 0};  // [out-of-place, in-place]
+  double time_us[2] = {0, 0};  // [kOutOfPlace], [kInPlace]
   double algbw[2] = {0, 0};
   double busbw[2] = {0, 0};
   int64_t wrong[2] = {-1, -1};  // -1: not checked

@@ -1,4 +1,5 @@
 #include "bench/collective_report.h"
+#include "common/text.h"
 
 #include <cstdio>
 #include <set>
@@ -9,13 +10,6 @@
 
 namespace dtrain::bench {
 namespace {
-
-constexpr int kOutOfPlace = 0;
-constexpr int kInPlace = 1;
-
-std::string counted(int n, const char* one, const char* many) {
-  return std::to_string(n) + " " + (n == 1 ? one : many);
-}
 
 // "8 x NVIDIA H100 80GB HBM3", or "4 x A, 4 x B" in order of first rank.
 std::string deviceSummary(const std::vector<std::string>& devices) {

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 
-#include "common/error.h"
-#include "common/log.h"
 #include "checkpoint/checkpoint_file_writer.h"
 #include "checkpoint/checkpoint_sharded.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "common/text.h"
 
 // std::filesystem is not used here: PyTorch's 2.x wheels export their own
 // copy of it from libtorch.so, which binds first and crashes (remove_all).
@@ -16,12 +18,6 @@ namespace dtrain {
 namespace {
 
 std::string baseName(const std::string& path) { return path.substr(path.rfind('/') + 1); }
-
-std::string joined(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
-  return out;
-}
 
 // A sharded checkpoint assembled whole: every tensor, and each alias as a
 // tensor of its own (the single-file layout, where a tied weight is saved

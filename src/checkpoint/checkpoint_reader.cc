@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <map>
 
-#include "common/error.h"
-#include "dtrain/checkpoint.h"
 #include "checkpoint/checkpoint_file_writer.h"
 #include "checkpoint/checkpoint_sharded.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/text.h"
+#include "dtrain/checkpoint.h"
 
 namespace dtrain {
 namespace {
@@ -20,12 +22,6 @@ struct Run {
   int64_t begin = 0;
   int64_t count = 0;
 };
-
-std::string joined(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const std::string& p : parts) out += (out.empty() ? "" : ", ") + p;
-  return out;
-}
 
 std::string crcText(uint32_t crc) {
   char text[16];

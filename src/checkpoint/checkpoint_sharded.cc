@@ -11,10 +11,11 @@
 #include <set>
 #include <tuple>
 
-#include "common/error.h"
-#include "dtrain/checkpoint.h"
-#include "common/log.h"
 #include "checkpoint/checkpoint_file_writer.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "dtrain/checkpoint.h"
 
 namespace dtrain {
 namespace {
@@ -205,11 +206,6 @@ ShardedMetadata readShardedMetadata(const std::string& dir) {
   return parseShardedMetadata(path, file.meta());
 }
 
-bool isDirectory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 bool isShardedCheckpointDir(const std::string& path) {
   if (!isDirectory(path)) return false;
   if (fileSize(join(path, kShardedMetadataFile)) >= 0) return true;
@@ -361,18 +357,5 @@ int removeTree(const std::string& path) {
   return 0;
 }
 
-int makeDirectories(const std::string& dir) {
-  for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
-    const std::string part = dir.substr(0, at);
-    if (::mkdir(part.c_str(), 0755) != 0) {
-      const int err = errno;
-      struct stat st {};
-      // An existing part may answer EROFS or EACCES rather than EEXIST.
-      if (::stat(part.c_str(), &st) != 0) return err;
-      if (!S_ISDIR(st.st_mode)) return ENOTDIR;
-    }
-    if (at == std::string::npos) return 0;
-  }
-}
 
 }  // namespace dtrain

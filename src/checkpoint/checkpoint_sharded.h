@@ -100,8 +100,5 @@ void removeStaleShards(const std::string& dir, int world_size);
 
 // rm -r (no std::filesystem: see checkpoint.cc); 0 or the first errno.
 int removeTree(const std::string& path);
-// mkdir -p; 0 or the errno of the step that failed.
-int makeDirectories(const std::string& dir);
-bool isDirectory(const std::string& path);
 
 }  // namespace dtrain

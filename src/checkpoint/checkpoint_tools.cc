@@ -14,12 +14,13 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "common/error.h"
-#include "common/log.h"
-#include "models/safetensors.h"
 #include "checkpoint/checkpoint_file_writer.h"
 #include "checkpoint/checkpoint_sharded.h"
 #include "checkpoint/meta_checks.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "models/safetensors.h"
 
 namespace dtrain {
 namespace {

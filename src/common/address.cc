@@ -10,15 +10,11 @@
 #include <cctype>
 #include <memory>
 
+#include "common/addrinfo.h"
 #include "common/file_descriptor.h"
 
 namespace dtrain {
 namespace {
-
-struct AddrInfoDeleter {
-  void operator()(addrinfo* info) const { freeaddrinfo(info); }
-};
-using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
 struct IfAddrsDeleter {
   void operator()(ifaddrs* list) const { freeifaddrs(list); }

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/settings.h"
 
 namespace dtrain {
@@ -39,16 +40,6 @@ std::string joined(const std::vector<std::string>& words, const std::string& las
 
 std::string withUnit(const std::string& number, const std::string& unit) {
   return unit.empty() ? number : number + " " + unit;
-}
-
-bool isDirectory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool isRegularFile(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 // Sets `field` to `value` and runs `check`; a refused value leaves the field

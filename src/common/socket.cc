@@ -13,16 +13,12 @@
 #include <climits>
 #include <memory>
 
+#include "common/addrinfo.h"
 #include "common/error.h"
 #include "common/log.h"
 
 namespace dtrain {
 namespace {
-
-struct AddrInfoDeleter {
-  void operator()(addrinfo* info) const { freeaddrinfo(info); }
-};
-using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
 // getaddrinfo for a stream socket; on failure returns null and sets `error`.
 AddrInfoList resolve(const std::string& host, uint16_t port, int flags, std::string* error) {

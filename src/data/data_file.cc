@@ -11,21 +11,13 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace dtrain::data {
 namespace {
 
 // Deflate's best case codes a 258-byte match in 2 bits.
 constexpr uint64_t kMaxDeflateRatio = 1032;
-
-const char* fileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 // " (a link to /dev/zero)" when path is a symbolic link: the name the user
 // gave says nothing about the device behind it.
@@ -58,7 +50,7 @@ DataFile::DataFile(std::string path, std::string role) : path_(std::move(path)),
   struct stat st {};
   DTRAIN_CHECK_ERRNO(::fstat(fd, &st), "cannot stat " + name());
   if (!S_ISREG(st.st_mode)) {
-    throw ConfigError(name() + linkNote(path_) + " is " + fileKind(st.st_mode) + "; expected a regular file");
+    throw ConfigError(name() + linkNote(path_) + " is " + fileKindName(st.st_mode) + "; expected a regular file");
   }
   DTRAIN_CHECK_ERRNO(::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK), "cannot read " + name());
   stored_bytes_ = static_cast<uint64_t>(st.st_size);

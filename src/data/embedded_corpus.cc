@@ -10,6 +10,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/host.h"
 #include "data/corpus_tokenizer.h"
 #include "data/tokenizer.h"
@@ -46,23 +47,6 @@ std::string fileStamp(const std::string& path) {
   return path + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtime);
 }
 
-bool isDirectory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-void makeDirectories(const std::string& path) {
-  std::string partial;
-  for (size_t pos = 0; pos != std::string::npos;) {
-    pos = path.find('/', pos + 1);
-    partial = path.substr(0, pos);
-    if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-      throw errnoError("mkdir", errno, "cannot create the cache folder " + partial);
-    }
-  }
-}
-
 // Removes a folder of plain files (a staging copy of the shards).
 void removeFlatFolder(const std::string& dir) {
   if (DIR* handle = ::opendir(dir.c_str())) {
@@ -77,7 +61,9 @@ void removeFlatFolder(const std::string& dir) {
 
 std::string tokenizeInto(const std::string& parent, const std::vector<std::string>& files,
                          const Tokenizer& tokenizer) {
-  makeDirectories(parent);
+  if (const int err = makeDirectories(parent)) {
+    throw errnoError("mkdir", err, "cannot create the cache folder " + parent);
+  }
   const std::string staging = parent + "/.staging-" + std::to_string(::getpid()) + "-" + hostName();
   CorpusOptions options;
   options.out_dir = staging;

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace dtrain::data {
 
@@ -105,15 +106,6 @@ int openRegularFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) throw errnoError("open", errno, "cannot open " + shardName(path));
   return fd;
-}
-
-std::string fileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
 }
 
 void readHeader(int fd, const std::string& path, int32_t* header) {
@@ -212,7 +204,7 @@ TokenShard::TokenShard(const std::string& path, int64_t vocab_size) : path_(path
     struct stat st {};
     DTRAIN_CHECK_ERRNO(::fstat(fd, &st), "cannot stat " + shardName(path));
     if (!S_ISREG(st.st_mode)) {
-      throw ConfigError(shardName(path) + " is " + fileKind(st.st_mode) + "; expected a regular file");
+      throw ConfigError(shardName(path) + " is " + fileKindName(st.st_mode) + "; expected a regular file");
     }
     if (st.st_size < kTokenShardHeaderBytes) {
       throw ConfigError(shardName(path) + " has " + std::to_string(st.st_size) +

@@ -9,21 +9,11 @@
 #include <memory>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "data/token_shard.h"
 
 namespace dtrain::data {
 namespace {
-
-// mkdir -p with POSIX calls (no std::filesystem: see tests/support/temp_dir.h).
-void makeDirectories(const std::string& dir) {
-  for (size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
-    const std::string prefix = dir.substr(0, slash);
-    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      throw errnoError("mkdir", errno, "cannot create the output directory " + dir);
-    }
-    if (slash == std::string::npos) break;
-  }
-}
 
 bool isShardOf(const std::string& file, const std::string& name) {
   if (!file.ends_with(".bin")) return false;
@@ -88,7 +78,11 @@ void TokenShardSeriesWriter::removeWritten() {
 
 void TokenShardSeriesWriter::flush() {
   // Made with the first shard, so that input refused later leaves nothing behind.
-  if (written_.empty()) makeDirectories(dir_);
+  if (written_.empty()) {
+    if (const int err = makeDirectories(dir_)) {
+      throw errnoError("mkdir", err, "cannot create the output directory " + dir_);
+    }
+  }
   char index[16];
   std::snprintf(index, sizeof(index), "%06zu", written_.size());
   const std::string path = dir_ + "/" + name_ + (buffer_validation_ ? "_val_" : "_train_") + index + ".bin";

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace dtrain::data {
 
@@ -18,11 +19,6 @@ namespace {
 
 // POSIX calls, not std::filesystem: PyTorch's 2.x wheels export a clashing
 // copy of it, which binds first in the training runtime.
-
-bool isDirectory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 bool isPattern(const std::string& spec) { return spec.find_first_of("*?[") != std::string::npos; }
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "doctor/gpu_checks.h"
 #include "doctor/host_checks.h"
 
@@ -12,13 +13,6 @@ namespace dtrain::doctor {
 namespace {
 
 std::string groupOf(const std::string& name) { return name.substr(0, name.find('.')); }
-
-std::string trim(const std::string& text) {
-  const char* space = " \t\r\n";
-  size_t begin = text.find_first_not_of(space);
-  if (begin == std::string::npos) return {};
-  return text.substr(begin, text.find_last_not_of(space) - begin + 1);
-}
 
 // "gpu, gpu.count, gpu.driver, ..., host, host.memlock, ...": groups, each
 // followed by its checks.
@@ -65,7 +59,7 @@ std::vector<std::string> splitNameList(const std::string& text, const std::strin
   size_t begin = 0;
   while (true) {
     size_t comma = text.find(',', begin);
-    std::string item = trim(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
+    std::string item = trimmed(text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin));
     if (item.empty()) {
       throw ConfigError(flag + " '" + text + "': empty item " + std::to_string(items.size() + 1) +
                         "; expected a comma list of check or group names such as host,gpu.count");

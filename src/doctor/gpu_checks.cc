@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/text.h"
 #include "doctor/gpu_allreduce.h"
 #include "doctor/gpu_expected.h"
 #include "doctor/gpu_health.h"
@@ -19,14 +20,10 @@ namespace {
 
 constexpr const char* kDriverVersionFile = "/proc/driver/nvidia/version";
 
-std::string plural(size_t n, const char* word) {
-  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
-}
-
 // "; the PCI bus has 2 NVIDIA GPUs (0000:19:00.0, 0000:3b:00.0)", or "".
 std::string gpusOnBusNote(const std::vector<std::string>& on_bus) {
   if (on_bus.empty()) return "";
-  return "; the PCI bus has " + plural(on_bus.size(), "NVIDIA GPU") + " (" + joinAddresses(on_bus) + ")";
+  return "; the PCI bus has " + counted(on_bus.size(), "NVIDIA GPU") + " (" + joinAddresses(on_bus) + ")";
 }
 
 // Without NVML, GPUs on the PCI bus (or expected by --expect-gpus / Slurm)
@@ -91,7 +88,7 @@ CheckResult checkCount(const DoctorContext& ctx) {
     const std::vector<std::string> on_bus = nvidiaGpusOnPciBus(ctx.root);
     if (expected.count.value_or(0) > 0) {
       return fail(name,
-                  "NVML not available, expected " + plural(*expected.count, "GPU") + " (" + expected.source + ")" +
+                  "NVML not available, expected " + counted(*expected.count, "GPU") + " (" + expected.source + ")" +
                       gpusOnBusNote(on_bus),
                   "see gpu.driver: without the driver no GPU can be used");
     }
@@ -111,10 +108,10 @@ CheckResult checkCount(const DoctorContext& ctx) {
   if (auto cvd = ctx.envValue("CUDA_VISIBLE_DEVICES")) {
     visible = "; CUDA_VISIBLE_DEVICES=" + *cvd + " (NVML counts every GPU, CUDA only these)";
   }
-  std::string reason = plural(found, "GPU") + (found > 0 ? ": " + modelSummary(*ctx.nvml) : "");
+  std::string reason = counted(found, "GPU") + (found > 0 ? ": " + modelSummary(*ctx.nvml) : "");
   if (expected.count && static_cast<size_t>(*expected.count) != found) {
     return fail(name,
-                "found " + plural(found, "GPU") + ", expected " + std::to_string(*expected.count) + " (" +
+                "found " + counted(found, "GPU") + ", expected " + std::to_string(*expected.count) + " (" +
                     expected.source + ")" + visible,
                 "a GPU fell off the bus or is hidden: check `nvidia-smi -L`, `dmesg | grep -i xid` and "
                 "`lspci | grep -i nvidia`; reseat or replace the GPU, or correct the expectation",
@@ -142,12 +139,12 @@ CheckResult checkPersistence(const DoctorContext& ctx) {
   if (!off.empty()) {
     std::string list;
     for (const auto& gpu : off) list += (list.empty() ? "" : ", ") + gpu;
-    return warn(name, "persistence mode disabled on " + list + " (of " + plural(known, "GPU") + ")",
+    return warn(name, "persistence mode disabled on " + list + " (of " + counted(known, "GPU") + ")",
                 "run nvidia-persistenced (systemctl enable --now nvidia-persistenced) or `nvidia-smi -pm 1`: "
                 "without it the driver tears down and re-initialises the GPU for every job",
                 detail.str());
   }
-  return pass(name, "persistence mode enabled on " + plural(known, "GPU"), detail.str());
+  return pass(name, "persistence mode enabled on " + counted(known, "GPU"), detail.str());
 }
 
 }  // namespace

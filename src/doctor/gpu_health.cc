@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/text.h"
 #include "doctor/gpu_expected.h"
 #include "gpu/nvml.h"
 
@@ -48,8 +49,6 @@ std::optional<CheckResult> needGpus(const DoctorContext& ctx, const char* name) 
   if (ctx.nvml->gpus().empty()) return skip(name, "no GPUs");
   return std::nullopt;
 }
-
-std::string plural(size_t n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); }
 
 // "GPU0 idle" / "GPU0 busy (87%)" / "GPU0 utilization unknown": a GPU is busy
 // when NVML's last sample shows any kernel running.
@@ -102,7 +101,7 @@ CheckResult checkMemoryHealth(const DoctorContext& ctx) {
   if (read == 0) return skip(name, "remapped rows and ECC counters not readable (NVML: not supported)");
   CheckResult result = findings.result(name, detail.str());
   if (result.status == Status::kPass) {
-    result.reason = "no uncorrected ECC errors, no pending or failed row remaps on " + plural(read, "GPU");
+    result.reason = "no uncorrected ECC errors, no pending or failed row remaps on " + counted(read, "GPU");
   }
   return result;
 }
@@ -160,7 +159,7 @@ CheckResult checkClocks(const DoctorContext& ctx) {
   if (judged == 0) return skip(name, "every GPU is busy: throttle reasons are judged at idle", detail.str());
   CheckResult result = findings.result(name, detail.str());
   if (result.status == Status::kPass) {
-    result.reason = "no throttling on " + plural(judged, "idle GPU") + (busy > 0 ? " (" + std::to_string(busy) +
+    result.reason = "no throttling on " + counted(judged, "idle GPU") + (busy > 0 ? " (" + std::to_string(busy) +
                                                                                       " busy, not judged)"
                                                                                 : "");
   }
@@ -213,7 +212,7 @@ CheckResult checkPcie(const DoctorContext& ctx) {
   if (read == 0) return skip(name, "PCIe link not readable (NVML: not supported)");
   CheckResult result = findings.result(name, detail.str());
   if (result.status == Status::kPass) {
-    result.reason = "links at full width on " + plural(read, "GPU") +
+    result.reason = "links at full width on " + counted(read, "GPU") +
                     (idle_downshift ? "; lower generation at idle (power saving)" : "");
   }
   return result;
@@ -241,7 +240,7 @@ CheckResult checkProcesses(const DoctorContext& ctx) {
     }
   }
   if (read == 0) return skip(name, "compute processes not readable (NVML: not supported)");
-  if (count == 0) return pass(name, "no compute processes on " + plural(read, "GPU"));
+  if (count == 0) return pass(name, "no compute processes on " + counted(read, "GPU"));
   if (count > 3) reason += "; and " + std::to_string(count - 3) + " more";
   const std::string processes = count == 1 ? "1 process" : std::to_string(count) + " processes";
   return warn(name, processes + " already on the GPUs: " + reason,

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/text.h"
 #include "doctor/doctor.h"
 
 namespace dtrain::doctor {
@@ -33,10 +34,6 @@ std::vector<std::string> lines(const std::string& text) {
     if (!line.empty()) out.push_back(line);
   }
   return out;
-}
-
-std::string plural(int n, const char* one, const char* many) {
-  return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
 }  // namespace
@@ -79,8 +76,8 @@ std::string formatTable(const DoctorReport& report, bool color) {
     for (const std::string& line : lines(result.detail)) out << indent << "  " << line << "\n";
   }
   StatusCounts counts = countStatuses(report.results);
-  out << plural(counts.pass, "passed", "passed") << ", " << plural(counts.warn, "warning", "warnings") << ", "
-      << plural(counts.fail, "failed", "failed") << ", " << plural(counts.skip, "skipped", "skipped") << "\n";
+  out << counted(counts.pass, "passed", "passed") << ", " << counted(counts.warn, "warning", "warnings") << ", "
+      << counted(counts.fail, "failed", "failed") << ", " << counted(counts.skip, "skipped", "skipped") << "\n";
   return out.str();
 }
 

@@ -9,46 +9,16 @@
 #include <set>
 #include <sstream>
 
-#include "common/host.h"
 #include "common/error.h"
+#include "common/host.h"
+#include "common/text.h"
+#include "doctor/host_check_functions.h"
 #include "gpu/nvml.h"
 
 namespace dtrain::doctor {
 namespace {
 
 constexpr const char* kCpuDir = "/sys/devices/system/cpu";
-
-std::string trim(const std::string& text) {
-  size_t begin = text.find_first_not_of(" \t\r\n");
-  if (begin == std::string::npos) return "";
-  return text.substr(begin, text.find_last_not_of(" \t\r\n") - begin + 1);
-}
-
-// The CPUs of a kernel cpu list ("0-3,8-11"); nullopt when it is malformed.
-std::optional<std::vector<int>> parseCpuList(const std::string& text) {
-  std::vector<int> cpus;
-  std::stringstream parts(trim(text));
-  std::string part;
-  while (std::getline(parts, part, ',')) {
-    if (part.empty()) continue;
-    size_t dash = part.find('-');
-    try {
-      size_t used = 0;
-      int lo = std::stoi(part.substr(0, dash), &used);
-      if (used != (dash == std::string::npos ? part.size() : dash)) return std::nullopt;
-      int hi = lo;
-      if (dash != std::string::npos) {
-        hi = std::stoi(part.substr(dash + 1), &used);
-        if (used != part.size() - dash - 1) return std::nullopt;
-      }
-      if (lo < 0 || hi < lo || hi - lo > 65536) return std::nullopt;
-      for (int cpu = lo; cpu <= hi; ++cpu) cpus.push_back(cpu);
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-  }
-  return cpus;
-}
 
 // The online CPUs: the "online" list, else every cpuN directory whose
 // cpuN/online (absent for a CPU that cannot go offline) is not 0.
@@ -57,7 +27,7 @@ std::vector<int> onlineCpus(const SystemRoot& root) {
   if (auto text = root.read(online_path)) {
     auto cpus = parseCpuList(*text);
     if (!cpus) throw ConfigError(root.path(online_path) + ": expected a cpu list like 0-3,8-11, got '" +
-                                 trim(*text) + "'");
+                                 trimmed(*text) + "'");
     return *cpus;
   }
   std::vector<int> cpus;
@@ -114,7 +84,7 @@ std::optional<CpuTopology> topologyFromSysfs(const SystemRoot& root) {
 std::optional<long long> cpuinfoValue(const std::string& line, const std::string& key) {
   if (line.compare(0, key.size(), key) != 0) return std::nullopt;
   size_t colon = line.find(':');
-  if (colon == std::string::npos || trim(line.substr(key.size(), colon - key.size())) != "") return std::nullopt;
+  if (colon == std::string::npos || trimmed(line.substr(key.size(), colon - key.size())) != "") return std::nullopt;
   try {
     return std::stoll(line.substr(colon + 1));
   } catch (const std::exception&) {

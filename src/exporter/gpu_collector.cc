@@ -12,11 +12,6 @@ namespace abi = gpu::nvml_abi;
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-int64_t unixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 template <typename T>
 std::optional<double> asDouble(const std::optional<T>& value) {
   if (!value) return std::nullopt;
@@ -24,6 +19,11 @@ std::optional<double> asDouble(const std::optional<T>& value) {
 }
 
 }  // namespace
+
+int64_t unixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 GpuCollector::GpuCollector(gpu::Nvml& nvml, std::chrono::milliseconds slow_refresh, SystemRoot root)
     : nvml_(nvml), slow_refresh_(slow_refresh), root_(std::move(root)) {

@@ -110,4 +110,7 @@ class GpuCollector {
   SystemRoot root_;
 };
 
+// Milliseconds since the Unix epoch, now (the samples' timestamps).
+int64_t unixMillis();
+
 }  // namespace dtrain::exporter

@@ -33,11 +33,6 @@ const std::vector<MetricInfo>& exporterCatalog() {
   return catalog;
 }
 
-int64_t unixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 Json optionalJson(const std::optional<double>& value) { return value ? Json(*value) : Json(nullptr); }
 
 Json gpuJson(const GpuSample& s) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/text.h"
 #include "launch/worker_group.h"
 
 namespace dtrain {
@@ -49,13 +50,6 @@ std::string signalDescription(int signal) {
   std::string name = signalName(signal);
   if (signal == SIGKILL) name += " (possibly killed by the OOM killer)";
   return name;
-}
-
-std::string trimmed(const std::string& text) {
-  size_t begin = text.find_first_not_of(" \t\r\n");
-  if (begin == std::string::npos) return "";
-  size_t end = text.find_last_not_of(" \t\r\n");
-  return text.substr(begin, end - begin + 1);
 }
 
 // The error file's message, else its raw text, else torchrun's "<N/A>".

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/settings.h"
+#include "common/text.h"
 #include "launch/launch_config.h"
 #include "launch/launch_options.h"
 
@@ -57,12 +58,6 @@ std::vector<std::string> splitList(const std::string& text, char separator) {
   }
   parts.push_back(text.substr(start));
   return parts;
-}
-
-std::string trimmed(const std::string& text) {
-  size_t begin = text.find_first_not_of(" \t\n\r");
-  if (begin == std::string::npos) return "";
-  return text.substr(begin, text.find_last_not_of(" \t\n\r") - begin + 1);
 }
 
 TorchrunOption::TorchrunOption(std::string names, std::string metavar, std::string default_text,

@@ -35,8 +35,6 @@ struct FlagValue {
 
 // "a,b" -> {"a", "b"}; "" -> {""}.
 std::vector<std::string> splitList(const std::string& text, char separator);
-// Without leading and trailing blanks.
-std::string trimmed(const std::string& text);
 
 // The launcher's value kind: `give` parses a value (and where it came from)
 // into the command's fields and refuses it with FlagValue::fail, so every

@@ -6,19 +6,10 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "libtorch/compat.h"
 
 namespace dtrain {
-namespace {
-
-std::string num(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
-
-}  // namespace
-
 Precision parsePrecision(const std::string& text) {
   std::string name = text;
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -66,13 +57,13 @@ AutocastGuard::~AutocastGuard() {
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
   if (!(options_.init_scale > 0) || !std::isfinite(options_.init_scale)) {
-    throw ConfigError("GradScaler: init_scale " + num(options_.init_scale) + ", expected a finite value > 0");
+    throw ConfigError("GradScaler: init_scale " + numberText(options_.init_scale) + ", expected a finite value > 0");
   }
   if (!(options_.growth_factor > 1) || !std::isfinite(options_.growth_factor)) {
-    throw ConfigError("GradScaler: growth_factor " + num(options_.growth_factor) + ", expected a finite value > 1");
+    throw ConfigError("GradScaler: growth_factor " + numberText(options_.growth_factor) + ", expected a finite value > 1");
   }
   if (!(options_.backoff_factor > 0 && options_.backoff_factor < 1)) {
-    throw ConfigError("GradScaler: backoff_factor " + num(options_.backoff_factor) + ", expected 0 < value < 1");
+    throw ConfigError("GradScaler: backoff_factor " + numberText(options_.backoff_factor) + ", expected 0 < value < 1");
   }
   if (options_.growth_interval <= 0) {
     throw ConfigError("GradScaler: growth_interval " + std::to_string(options_.growth_interval) + ", expected > 0");
@@ -200,10 +191,10 @@ void GradScaler::loadStateDict(const std::map<std::string, torch::Tensor>& state
   const double scale = scalar("scaler.scale", true);
   const double tracker = scalar("scaler.growth_tracker", false);
   if (!(scale > 0) || !std::isfinite(scale)) {
-    throw ConfigError("GradScaler state: 'scaler.scale' is " + num(scale) + ", expected a finite value > 0");
+    throw ConfigError("GradScaler state: 'scaler.scale' is " + numberText(scale) + ", expected a finite value > 0");
   }
   if (tracker < 0) {
-    throw ConfigError("GradScaler state: 'scaler.growth_tracker' is " + num(tracker) + ", expected >= 0");
+    throw ConfigError("GradScaler state: 'scaler.growth_tracker' is " + numberText(tracker) + ", expected >= 0");
   }
   scale_.fill_(scale);
   // Saved under a longer growth_interval: grow at the next finite step.

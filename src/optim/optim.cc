@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/text.h"
 
 #if DTRAIN_FUSED_ADAMW
 #include <c10/cuda/CUDAGuard.h>
@@ -19,12 +20,6 @@ namespace {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
 
-std::string num(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
-
 std::string shapeOf(const torch::Tensor& t) {
   std::ostringstream out;
   out << t.sizes() << " " << t.scalar_type();
@@ -34,7 +29,7 @@ std::string shapeOf(const torch::Tensor& t) {
 // The negated comparisons reject NaN too.
 void requireAtLeast(const std::string& who, const char* field, double value, double min) {
   if (!(value >= min)) {
-    throw ConfigError(who + ": invalid " + field + " " + num(value) + " (expected >= " + num(min) + ")");
+    throw ConfigError(who + ": invalid " + field + " " + numberText(value) + " (expected >= " + numberText(min) + ")");
   }
 }
 
@@ -348,10 +343,10 @@ void Optimizer::zeroGrad() {
 std::unique_ptr<Optimizer> makeSGD(std::vector<FlatSlab> slabs, const SGDOptions& options) {
   requireAtLeast("SGD", "momentum", options.momentum, 0);
   requireAtLeast("SGD", "weight_decay", options.weight_decay, 0);
-  if (!std::isfinite(options.dampening)) throw ConfigError("SGD: invalid dampening " + num(options.dampening));
+  if (!std::isfinite(options.dampening)) throw ConfigError("SGD: invalid dampening " + numberText(options.dampening));
   if (options.nesterov && (options.momentum <= 0 || options.dampening != 0)) {
     throw ConfigError("SGD: nesterov momentum requires momentum > 0 and dampening 0 (got momentum " +
-                      num(options.momentum) + ", dampening " + num(options.dampening) + ")");
+                      numberText(options.momentum) + ", dampening " + numberText(options.dampening) + ")");
   }
   return std::make_unique<SGD>(std::move(slabs), options);
 }
@@ -359,11 +354,11 @@ std::unique_ptr<Optimizer> makeSGD(std::vector<FlatSlab> slabs, const SGDOptions
 std::unique_ptr<Optimizer> makeAdamW(std::vector<FlatSlab> slabs, const AdamWOptions& options) {
   for (auto [field, beta] : {std::pair{"beta1", options.beta1}, std::pair{"beta2", options.beta2}}) {
     if (!(beta >= 0 && beta < 1)) {
-      throw ConfigError(std::string("AdamW: invalid ") + field + " " + num(beta) + " (expected 0 <= " + field +
+      throw ConfigError(std::string("AdamW: invalid ") + field + " " + numberText(beta) + " (expected 0 <= " + field +
                         " < 1)");
     }
   }
-  if (!(options.eps > 0)) throw ConfigError("AdamW: invalid eps " + num(options.eps) + " (expected > 0)");
+  if (!(options.eps > 0)) throw ConfigError("AdamW: invalid eps " + numberText(options.eps) + " (expected > 0)");
   requireAtLeast("AdamW", "weight_decay", options.weight_decay, 0);
   return std::make_unique<AdamW>(std::move(slabs), options);
 }
@@ -371,7 +366,7 @@ std::unique_ptr<Optimizer> makeAdamW(std::vector<FlatSlab> slabs, const AdamWOpt
 namespace {
 
 void requireMaxNorm(double max_norm) {
-  if (!(max_norm > 0)) throw ConfigError("clipGradNorm: invalid max_norm " + num(max_norm) + " (expected > 0)");
+  if (!(max_norm > 0)) throw ConfigError("clipGradNorm: invalid max_norm " + numberText(max_norm) + " (expected > 0)");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/text.h"
 
 namespace dtrain::etcd {
 namespace {
@@ -31,13 +32,8 @@ constexpr int kGrpcUnavailable = 14;
 constexpr std::string_view kBase64Alphabet =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-std::string secondsText(std::chrono::milliseconds duration) {
-  std::ostringstream os;
-  os << static_cast<double>(duration.count()) / 1000.0;
-  return os.str();
-}
-
-std::string_view trimmed(std::string_view text) {
+// Without the spaces and tabs around it (an HTTP header value).
+std::string_view trimmedView(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
   while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
   return text;
@@ -68,14 +64,14 @@ std::string httpErrorText(httplib::Error error, std::chrono::milliseconds timeou
 }  // namespace
 
 Endpoint parseEndpoint(std::string_view entry, const std::string& input) {
-  const std::string shown(trimmed(entry));
+  const std::string shown(trimmedView(entry));
   auto refuse = [&](const std::string& problem) {
     return ConfigError("etcd endpoints '" + input + "': " + problem +
                        "; expected host:port entries separated by commas, e.g. "
                        "10.0.0.1:2379,10.0.0.2:2379 (IPv6 as [fd00::1]:2379; an http:// "
                        "before an entry is allowed)");
   };
-  std::string_view rest = trimmed(entry);
+  std::string_view rest = trimmedView(entry);
   if (rest.empty()) throw refuse("an entry is empty");
   if (startsWithNoCase(rest, "https://")) {
     throw refuse("'" + shown + "' uses https://, but the store speaks plain HTTP to etcd");

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/settings.h"
+#include "common/text.h"
 #include "store/etcd_gateway.h"
 
 namespace dtrain {
@@ -22,8 +23,6 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kFirstPoll{10};
 constexpr milliseconds kMaxPoll{100};
-// Timeouts are capped so that deadline arithmetic cannot overflow.
-constexpr milliseconds kMaxTimeout{int64_t{365} * 24 * 3600 * 1000};
 // etcd's default --max-txn-ops: how many keys one wait()/check() request reads.
 constexpr size_t kMaxTxnOps = 128;
 
@@ -32,8 +31,6 @@ constexpr int kGrpcInvalidArgument = 3;
 constexpr int kGrpcNotFound = 5;
 constexpr int kGrpcPermissionDenied = 7;
 constexpr int kGrpcUnauthenticated = 16;
-
-milliseconds clampTimeout(milliseconds timeout) { return std::clamp(timeout, milliseconds(0), kMaxTimeout); }
 
 // Bounded by the caller's StoreDeadlineScope too.
 Clock::time_point deadlineAfter(milliseconds timeout) {
@@ -65,12 +62,6 @@ std::string prefixEnd(std::string prefix) {
     prefix.pop_back();
   }
   return std::string(1, '\0');  // "from the key on", and the key is the smallest
-}
-
-std::string joinKeys(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const auto& key : keys) out += (out.empty() ? "" : ", ") + key;
-  return out;
 }
 
 // Throws for a reply in which etcd refused the request.
@@ -332,7 +323,7 @@ void EtcdStore::wait(const std::vector<std::string>& keys, milliseconds timeout)
     if (missing.empty()) return;
     if (Clock::now() >= deadline) {
       throw TimeoutError(describe() + ": wait timed out after " + std::to_string(wait_for.count()) +
-                         " ms; keys never set: " + joinKeys(missing));
+                         " ms; keys never set: " + joined(missing));
     }
     pause(poll, deadline);
   }

@@ -15,6 +15,11 @@ StoreDeadlineScope::~StoreDeadlineScope() { scope_deadline = previous_; }
 
 std::chrono::steady_clock::time_point storeDeadline() { return scope_deadline; }
 
+std::chrono::milliseconds clampTimeout(std::chrono::milliseconds timeout) {
+  constexpr std::chrono::milliseconds kYear{int64_t{365} * 24 * 3600 * 1000};
+  return std::clamp(timeout, std::chrono::milliseconds(0), kYear);
+}
+
 void storeBarrier(Store& store, const std::string& name, int world_size,
                   std::chrono::milliseconds timeout) {
   const std::string done_key = name + "/done";

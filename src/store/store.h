@@ -82,6 +82,10 @@ class StoreDeadlineScope {
 // time_point::max() outside any.
 std::chrono::steady_clock::time_point storeDeadline();
 
+// `timeout` within [0, a year]: a caller's "forever" (milliseconds::max())
+// added to a clock's now() would overflow.
+std::chrono::milliseconds clampTimeout(std::chrono::milliseconds timeout);
+
 // A counting barrier over a store: every one of `world_size` callers adds 1 to
 // `<name>/count` and waits for `<name>/done`, set by the last to arrive.
 // Each name must be used for one barrier only (prefix it with a generation).

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/socket.h"
+#include "common/text.h"
 #include "store/tcp_store.h"
 #include "store/wire.h"
 
@@ -19,29 +20,11 @@ constexpr std::chrono::milliseconds kFirstBackoff{10};
 constexpr std::chrono::milliseconds kMaxBackoff{1000};
 // Timeouts are capped so that deadline arithmetic cannot overflow; a year is
 // "forever" for a store.
-constexpr std::chrono::milliseconds kMaxTimeout{int64_t{365} * 24 * 3600 * 1000};
-
-std::chrono::milliseconds clampTimeout(std::chrono::milliseconds timeout) {
-  return std::clamp(timeout, std::chrono::milliseconds(0), kMaxTimeout);
-}
-
 // The server answers a timed-out wait itself; this client-side margin only
 // catches a server that stopped answering at all.
 std::chrono::milliseconds withSafetyMargin(std::chrono::milliseconds server_timeout) {
   server_timeout = clampTimeout(server_timeout);
   return server_timeout + std::chrono::seconds(2) + server_timeout / 10;
-}
-
-std::string secondsText(std::chrono::milliseconds duration) {
-  std::ostringstream os;
-  os << static_cast<double>(duration.count()) / 1000.0;
-  return os.str();
-}
-
-std::string joinKeys(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const auto& key : keys) out += (out.empty() ? "" : ", ") + key;
-  return out;
 }
 
 }  // namespace
@@ -334,7 +317,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
   auto on_timeout = [&](const std::vector<std::string>& missing) {
     throw TimeoutError("store at " + connection_->where() + ": wait timed out after " +
                        std::to_string(budget.server_wait.count()) + " ms; keys never set: " +
-                       joinKeys(missing));
+                       joined(missing));
   };
   connection_->call(frame, budget.reply_deadline, [](PayloadReader& r) { r.expectEnd("WAIT reply"); },
                     on_timeout);

@@ -11,6 +11,7 @@
 #include <climits>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "store/tcp_store_server_impl.h"
 
 namespace dtrain {
@@ -50,12 +51,6 @@ std::chrono::milliseconds sweepInterval(const TcpStoreServerOptions& options) {
   if (options.idle_timeout.count() > 0) shortest = std::min(shortest, options.idle_timeout / 4);
   return std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10),
                                                std::chrono::seconds(1));
-}
-
-std::string secondsText(std::chrono::milliseconds d) {
-  std::ostringstream os;
-  os << static_cast<double>(d.count()) / 1000.0 << " s";
-  return os.str();
 }
 
 }  // namespace
@@ -241,7 +236,7 @@ void TcpStoreServer::Impl::sweep(SteadyTime now) {
       if (hello_timeout.count() > 0 && now - c.accepted_at >= hello_timeout) {
         DTRAIN_LOG_THROTTLED(timeout_log_, LogLevel::kWarn,
                              "store server " << where_ << ": closed " << c.peer
-                             << ": no HELLO within " << secondsText(hello_timeout)
+                             << ": no HELLO within " << secondsText(hello_timeout) << " s"
                              << " of connecting (TcpStoreServerOptions::hello_timeout)");
         doomed.push_back(id);
       }
@@ -262,7 +257,7 @@ void TcpStoreServer::Impl::sweep(SteadyTime now) {
     }
     DTRAIN_LOG_THROTTLED(timeout_log_, LogLevel::kWarn,
                          "store server " << where_ << ": closed " << c.peer << ": idle for "
-                         << secondsText(idle_timeout)
+                         << secondsText(idle_timeout) << " s"
                          << " with no request pending and no TCP keep-alive from the peer "
                             "(TcpStoreServerOptions::idle_timeout)");
     doomed.push_back(id);

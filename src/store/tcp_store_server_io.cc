@@ -18,8 +18,6 @@ namespace {
 constexpr size_t kMaxReadPerEvent = 256 << 10;
 constexpr size_t kFrameBytesPerTurn = 64 << 10;
 constexpr int kFramesPerTurn = 256;
-constexpr size_t kHeaderBytes = 4;
-
 // Compares in time independent of where the tokens differ.
 bool tokensMatch(std::string_view expected, std::string_view given) {
   size_t diff = expected.size() ^ given.size();
@@ -58,7 +56,7 @@ bool TcpStoreServer::Impl::readAvailable(Connection& c) {
     size_t room = read_buffer_.size();
     if (!c.greeted) {
       // A stranger's bytes beyond one HELLO stay in its own socket buffer.
-      const size_t hello_bytes = kHeaderBytes + max_hello_frame_bytes_;
+      const size_t hello_bytes = kStoreFrameHeaderBytes + max_hello_frame_bytes_;
       if (c.decoder.bufferedBytes() >= hello_bytes) break;
       room = std::min(room, hello_bytes - c.decoder.bufferedBytes());
     }
@@ -125,7 +123,7 @@ bool TcpStoreServer::Impl::processFrames(Connection& c) {
       }
       std::optional<std::string_view> payload = c.decoder.next();
       if (!payload) break;
-      bytes += kHeaderBytes + payload->size();
+      bytes += kStoreFrameHeaderBytes + payload->size();
       ++frames;
       if (!c.greeted) {
         if (!greet(c, *payload)) return false;

@@ -5,7 +5,6 @@
 namespace dtrain {
 namespace {
 
-constexpr size_t kHeaderBytes = 4;
 // A buffer this small is kept between frames; a larger one is given back
 // once it drains (a quiet connection should cost almost nothing).
 constexpr size_t kRetainedBufferBytes = 64 << 10;
@@ -41,7 +40,7 @@ std::string storeOpName(uint8_t op) {
 }
 
 FrameWriter::FrameWriter(uint8_t first_byte) {
-  frame_.assign(kHeaderBytes, '\0');
+  frame_.assign(kStoreFrameHeaderBytes, '\0');
   frame_.push_back(static_cast<char>(first_byte));
 }
 
@@ -73,9 +72,9 @@ FrameWriter& FrameWriter::strings(const std::vector<std::string>& values) {
 }
 
 std::string FrameWriter::finish() {
-  uint64_t payload = frame_.size() - kHeaderBytes;
-  for (size_t i = 0; i < kHeaderBytes; ++i) {
-    frame_[i] = static_cast<char>((payload >> (8 * (kHeaderBytes - 1 - i))) & 0xff);
+  uint64_t payload = frame_.size() - kStoreFrameHeaderBytes;
+  for (size_t i = 0; i < kStoreFrameHeaderBytes; ++i) {
+    frame_[i] = static_cast<char>((payload >> (8 * (kStoreFrameHeaderBytes - 1 - i))) & 0xff);
   }
   return std::move(frame_);
 }
@@ -133,9 +132,9 @@ void FrameDecoder::shrinkIfIdle() {
 
 bool FrameDecoder::hasFrame() const {
   size_t available = end_ - begin_;
-  if (available < kHeaderBytes) return false;
-  uint64_t length = getBigEndian(std::string_view(buffer_.data() + begin_, kHeaderBytes));
-  return length > max_frame_bytes_ || available >= kHeaderBytes + length;
+  if (available < kStoreFrameHeaderBytes) return false;
+  uint64_t length = getBigEndian(std::string_view(buffer_.data() + begin_, kStoreFrameHeaderBytes));
+  return length > max_frame_bytes_ || available >= kStoreFrameHeaderBytes + length;
 }
 
 char* FrameDecoder::prepare(size_t n) {
@@ -160,15 +159,15 @@ void FrameDecoder::append(std::string_view bytes) {
 
 std::optional<std::string_view> FrameDecoder::next() {
   size_t available = end_ - begin_;
-  if (available < kHeaderBytes) return std::nullopt;
-  uint64_t length = getBigEndian(std::string_view(buffer_.data() + begin_, kHeaderBytes));
+  if (available < kStoreFrameHeaderBytes) return std::nullopt;
+  uint64_t length = getBigEndian(std::string_view(buffer_.data() + begin_, kStoreFrameHeaderBytes));
   if (length > max_frame_bytes_) {
     throw WireError("frame of " + std::to_string(length) + " bytes exceeds the limit of " +
                     std::to_string(max_frame_bytes_) + " bytes");
   }
-  if (available < kHeaderBytes + length) return std::nullopt;
-  std::string_view payload(buffer_.data() + begin_ + kHeaderBytes, length);
-  begin_ += kHeaderBytes + length;
+  if (available < kStoreFrameHeaderBytes + length) return std::nullopt;
+  std::string_view payload(buffer_.data() + begin_ + kStoreFrameHeaderBytes, length);
+  begin_ += kStoreFrameHeaderBytes + length;
   if (begin_ == end_) begin_ = end_ = 0;  // bytes stay valid until prepare()
   return payload;
 }

@@ -52,6 +52,9 @@ enum class RefusalReason : uint8_t {
   kTooManyConnections = 3,  // the server is at its connection limit; try later
 };
 
+// A frame's length prefix (u32, big-endian).
+inline constexpr size_t kStoreFrameHeaderBytes = 4;
+
 // The largest frame a server reads before a connection has said HELLO: a
 // HELLO is a version and a token, and a stranger gets no more memory than that.
 inline constexpr uint32_t kStoreMaxHelloFrameBytes = 8u << 10;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "data/cifar_dataset.h"
 #include "data/device_data.h"
 #include "data/idx_dataset.h"
@@ -14,11 +15,6 @@ namespace dtrain {
 namespace {
 
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
-
-bool isDirectory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 std::string requireDir(const DataOptions& o, const std::string& fallback, const std::string& hint) {
   const std::string dir = o.data_dir.empty() ? fallback : o.data_dir;

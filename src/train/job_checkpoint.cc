@@ -6,12 +6,13 @@
 #include <cerrno>
 #include <vector>
 
-#include "common/env.h"
-#include "common/error.h"
-#include "common/log.h"
-#include "common/settings.h"
 #include "checkpoint/checkpoint_file_writer.h"
 #include "checkpoint/checkpoint_sharded.h"
+#include "common/env.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "common/settings.h"
 #include "train/job_checkpoint_steps.h"
 #include "train/train_settings.h"
 

@@ -3,12 +3,13 @@
 #include <optional>
 #include <vector>
 
-#include "common/error.h"
-#include "common/log.h"
 #include "checkpoint/checkpoint_file.h"
 #include "checkpoint/checkpoint_sharded.h"
-#include "train/job_checkpoint.h"
 #include "checkpoint/meta_checks.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "train/job_checkpoint.h"
 #include "train/job_checkpoint_legacy.h"
 #include "train/job_checkpoint_steps.h"
 

@@ -6,12 +6,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "checkpoint_test_util.h"
-#include "common/error.h"
-#include "common/log.h"
-#include "dtrain/checkpoint.h"
 #include "checkpoint/checkpoint_file_writer.h"
 #include "checkpoint/checkpoint_sharded.h"
+#include "checkpoint_test_util.h"
+#include "common/error.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "dtrain/checkpoint.h"
 
 namespace dtrain {
 namespace {

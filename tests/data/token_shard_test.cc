@@ -197,7 +197,7 @@ TEST_F(TokenShardTest, FifoIsRefusedWithoutWaitingForAWriter) {
   ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
   const std::string msg = errorOf<ConfigError>([&] { TokenShard s(p); });
   EXPECT_THAT(msg, HasSubstr(p));
-  EXPECT_THAT(msg, HasSubstr("is a FIFO; expected a regular file"));
+  EXPECT_THAT(msg, HasSubstr("is a FIFO (named pipe); expected a regular file"));
 }
 
 TEST_F(TokenShardTest, DevicesDirectoriesAndMissingFilesAreRefused) {

@@ -114,7 +114,6 @@ TEST(LaunchFlagsTest, ValueConversions) {
   EXPECT_TRUE((FlagValue{"1", "--standalone", false}).toSwitch());
   EXPECT_FALSE((FlagValue{"0", "PET_STANDALONE", true}).toSwitch());
   EXPECT_EQ(splitList("a,,b", ','), (std::vector<std::string>{"a", "", "b"}));
-  EXPECT_EQ(trimmed(" \tx y \n"), "x y");
 }
 
 TEST(LaunchFlagsTest, UsageListsEveryFlagWithItsDefault) {
