@@ -18,7 +18,7 @@
 namespace dtrain::testing {
 namespace {
 
-std::string spawn(int n, const std::string& args) {
+std::string spawnBench(int n, const std::string& args) {
   return "MASTER_PORT=" + std::to_string(freePort()) + " " + sourceDir() + "/scripts/spawn-local.sh " +
          std::to_string(n) + " -- " + dtrainBin() + " bench " + args;
 }
@@ -38,7 +38,7 @@ TEST(BenchParityTest, EachRowIsPrintedAsItsSizeFinishes) {
   TempDir dir("bench-rows");
   // 8 B .. 64 MiB with 400 iterations a size: the large sizes alone take
   // minutes over loopback Gloo, far longer than the test waits.
-  BackgroundProcess job({"bash", "-c", spawn(2, "allreduce --backend gloo -b 8 -e 64M -f 2 -n 400 -w 0 -c 0")},
+  BackgroundProcess job({"bash", "-c", spawnBench(2, "allreduce --backend gloo -b 8 -e 64M -f 2 -n 400 -w 0 -c 0")},
                         {}, dir / "log");
   const std::string first_row = "           8             2     float     sum      -1";
   ASSERT_TRUE(logShows(job, first_row, std::chrono::seconds(40))) << job.log();
@@ -49,7 +49,7 @@ TEST(BenchParityTest, EachRowIsPrintedAsItsSizeFinishes) {
 }
 
 TEST(BenchParityTest, FirstLineNamesTheBackendAndDevices) {
-  auto r = runCommand(spawn(2, "allreduce --backend gloo -b 8 -e 64 -n 1 -w 0 2>/dev/null"));
+  auto r = runCommand(spawnBench(2, "allreduce --backend gloo -b 8 -e 64 -n 1 -w 0 2>/dev/null"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.substr(0, r.output.find('\n')), "# dtrain bench allreduce: gloo on cpu (2 processes), 1 host")
       << r.output;
@@ -68,7 +68,7 @@ TEST(BenchParityTest, AverageAndBlockingRunOnGloo) {
       {"", "graph: 0\n# Time across ranks: average (-a 1)"},
   };
   for (const auto& run : runs) {
-    auto r = runCommand(spawn(2, std::string("allreduce --backend gloo -b 64 -e 4K -f 8 -n 3 -w 1 -c 1 ") + run.flags));
+    auto r = runCommand(spawnBench(2, std::string("allreduce --backend gloo -b 64 -e 4K -f 8 -n 3 -w 1 -c 1 ") + run.flags));
     ASSERT_EQ(r.exit_code, 0) << run.flags << "\n" << r.output;
     EXPECT_NE(r.output.find(run.header_line), std::string::npos) << run.flags << "\n" << r.output;
     EXPECT_NE(r.output.find("# Out of bounds values : 0 OK"), std::string::npos) << run.flags << "\n" << r.output;
@@ -78,7 +78,7 @@ TEST(BenchParityTest, AverageAndBlockingRunOnGloo) {
 }
 
 TEST(BenchParityTest, JsonNamesTheTimingFlags) {
-  auto r = runCommand(spawn(2, "allreduce --backend gloo -b 1K -e 1K -n 2 -w 0 -a 2 -z 3 --json 2>/dev/null"));
+  auto r = runCommand(spawnBench(2, "allreduce --backend gloo -b 1K -e 1K -n 2 -w 0 -a 2 -z 3 --json 2>/dev/null"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto doc = nlohmann::json::parse(r.output);
   EXPECT_EQ(doc["average"], 2);

@@ -17,7 +17,7 @@
 namespace dtrain::testing {
 namespace {
 
-std::string launch() { return dtrainBin() + " launch"; }
+std::string launchCommand() { return dtrainBin() + " launch"; }
 
 std::string script(const std::string& dir, const std::string& name, const std::string& body) {
   const std::string path = dir + "/" + name;
@@ -43,10 +43,10 @@ TEST(LaunchParityTest, EveryRunHasItsOwnLogFolderAndReadsOnlyItsOwnErrorFiles) {
   const std::string second = script(dir, "second.sh",
                                     "echo \"ModuleNotFoundError: No module named 'absent_module'\" >&2\nexit 1\n");
   const std::string flags = " --nproc-per-node 1 --rdzv-id samejob --log-dir " + logs + " --master-port ";
-  auto a = runCommand(launch() + flags + std::to_string(freePort()) + " --no-python sh " + first, 60);
+  auto a = runCommand(launchCommand() + flags + std::to_string(freePort()) + " --no-python sh " + first, 60);
   ASSERT_EQ(a.exit_code, 1) << a.output;
   ASSERT_TRUE(contains(a.output, "Connection closed by peer")) << a.output;
-  auto b = runCommand(launch() + flags + std::to_string(freePort()) + " --no-python sh " + second, 60);
+  auto b = runCommand(launchCommand() + flags + std::to_string(freePort()) + " --no-python sh " + second, 60);
   EXPECT_EQ(b.exit_code, 1) << b.output;
   EXPECT_TRUE(contains(b.output, "ModuleNotFoundError: No module named 'absent_module'")) << b.output;
   EXPECT_FALSE(contains(b.output, "Connection closed")) << "the first run's error in the second's summary\n"
@@ -63,7 +63,7 @@ TEST(LaunchParityTest, EveryRunHasItsOwnLogFolderAndReadsOnlyItsOwnErrorFiles) {
   EXPECT_TRUE(contains(readFile(std::string(m[1]) + "/attempt_0/0/stderr.log"), "absent_module")) << m[1];
 }
 
-int countOf(const std::string& text, const std::string& needle) {
+int occurrencesOf(const std::string& text, const std::string& needle) {
   int n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
@@ -71,14 +71,14 @@ int countOf(const std::string& text, const std::string& needle) {
 
 TEST(LaunchParityTest, WorkersGetTheMasterPortTheyWereGiven) {
   const std::string port = std::to_string(freePort());
-  auto r = runCommand(launch() + " --nproc-per-node 2 --master-port " + port +
+  auto r = runCommand(launchCommand() + " --nproc-per-node 2 --master-port " + port +
                       " --no-python sh -c \"echo PORT=\\$MASTER_PORT\"", 60);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(countOf(r.output, "PORT=" + port), 2) << r.output;
-  auto pet = runCommand("PET_MASTER_PORT=" + port + " " + launch() +
+  EXPECT_EQ(occurrencesOf(r.output, "PORT=" + port), 2) << r.output;
+  auto pet = runCommand("PET_MASTER_PORT=" + port + " " + launchCommand() +
                         " --nproc-per-node 1 --no-python sh -c \"echo PORT=\\$MASTER_PORT\"", 60);
   ASSERT_EQ(pet.exit_code, 0) << pet.output;
-  EXPECT_EQ(countOf(pet.output, "PORT=" + port), 1) << pet.output;
+  EXPECT_EQ(occurrencesOf(pet.output, "PORT=" + port), 1) << pet.output;
 }
 
 // A port the user gave is the one their firewall opens: when it is taken,
@@ -91,10 +91,10 @@ TEST(LaunchParityTest, AGivenMasterPortThatIsTakenIsNotReplaced) {
                                     "address. port: $MASTER_PORT, useIpv6: 0, code: -98, name: EADDRINUSE, message: "
                                     "address already in use\" >&2\nexit 1\n");
   const std::string port = std::to_string(freePort());
-  auto r = runCommand(launch() + " --nproc-per-node 1 --max-restarts 0 --master-port " + port + " --no-python sh " +
+  auto r = runCommand(launchCommand() + " --nproc-per-node 1 --max-restarts 0 --master-port " + port + " --no-python sh " +
                       worker, 60);
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(countOf(r.output, "WORKER-PORT "), 1) << "no second attempt on another port\n" << r.output;
+  EXPECT_EQ(occurrencesOf(r.output, "WORKER-PORT "), 1) << "no second attempt on another port\n" << r.output;
   EXPECT_TRUE(contains(r.output, "MASTER_PORT " + port + " (--master-port) is in use")) << r.output;
 }
 
@@ -104,7 +104,7 @@ TEST(LaunchParityTest, AGivenMasterPortThatIsTakenIsNotReplaced) {
 TEST(LaunchParityTest, TwoJobsOnOneHostGetRunIdsAndLogFoldersOfTheirOwn) {
   const std::string dir = makeTempDir("dtrain-launch-parity");
   const std::string logs = dir + "/logs";
-  const std::string job = launch() + " --nproc-per-node 1 --log-dir " + logs +
+  const std::string job = launchCommand() + " --nproc-per-node 1 --log-dir " + logs +
                           " --no-python sh -c \"echo ID=\\$TORCHELASTIC_RUN_ID; sleep 1\"";
   auto r = runCommand(job + " > " + dir + "/a.log 2>&1 & a=$!; " + job + " > " + dir + "/b.log 2>&1 & b=$!; "
                       "wait $a; echo a-exit=$?; wait $b; echo b-exit=$?; cat " + dir + "/a.log " + dir + "/b.log", 60);
@@ -127,17 +127,17 @@ TEST(LaunchParityTest, TwoJobsOnOneHostGetRunIdsAndLogFoldersOfTheirOwn) {
 TEST(LaunchParityTest, OmpNumThreadsFollowsTorchrunsRule) {
   const std::string show = " --no-python sh -c \"echo OMP=[\\$OMP_NUM_THREADS]\"";
   const std::string banner = "setting OMP_NUM_THREADS=1 for each of the 2 workers";
-  auto two = runCommand("env -u OMP_NUM_THREADS " + launch() + " --nproc-per-node 2" + show, 60);
+  auto two = runCommand("env -u OMP_NUM_THREADS " + launchCommand() + " --nproc-per-node 2" + show, 60);
   ASSERT_EQ(two.exit_code, 0) << two.output;
-  EXPECT_EQ(countOf(two.output, "OMP=[1]"), 2) << two.output;
-  EXPECT_EQ(countOf(two.output, banner), 1) << "said once\n" << two.output;
-  auto own = runCommand("OMP_NUM_THREADS=3 " + launch() + " --nproc-per-node 2" + show, 60);
+  EXPECT_EQ(occurrencesOf(two.output, "OMP=[1]"), 2) << two.output;
+  EXPECT_EQ(occurrencesOf(two.output, banner), 1) << "said once\n" << two.output;
+  auto own = runCommand("OMP_NUM_THREADS=3 " + launchCommand() + " --nproc-per-node 2" + show, 60);
   ASSERT_EQ(own.exit_code, 0) << own.output;
-  EXPECT_EQ(countOf(own.output, "OMP=[3]"), 2) << "the user's value is kept\n" << own.output;
+  EXPECT_EQ(occurrencesOf(own.output, "OMP=[3]"), 2) << "the user's value is kept\n" << own.output;
   EXPECT_FALSE(contains(own.output, "OMP_NUM_THREADS=1")) << own.output;
-  auto one = runCommand("env -u OMP_NUM_THREADS " + launch() + " --nproc-per-node 1" + show, 60);
+  auto one = runCommand("env -u OMP_NUM_THREADS " + launchCommand() + " --nproc-per-node 1" + show, 60);
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  EXPECT_EQ(countOf(one.output, "OMP=[]"), 1) << "one worker: left unset\n" << one.output;
+  EXPECT_EQ(occurrencesOf(one.output, "OMP=[]"), 1) << "one worker: left unset\n" << one.output;
   EXPECT_FALSE(contains(one.output, "setting OMP_NUM_THREADS")) << one.output;
 }
 
@@ -150,17 +150,17 @@ TEST(LaunchParityTest, AMissingModuleNamesTheInterpreterThatRanAndPythonExec) {
   const std::string python = which.output.substr(0, which.output.find('\n'));
   const std::string dir = makeTempDir("dtrain-launch-parity");
   const std::string worker = script(dir, "needs_module.py", "import absent_module_for_dtrain_test\n");
-  auto on_path = runCommand(launch() + " --nproc-per-node 1 --master-port " + std::to_string(freePort()) + " " +
+  auto on_path = runCommand(launchCommand() + " --nproc-per-node 1 --master-port " + std::to_string(freePort()) + " " +
                             worker, 60);
   EXPECT_EQ(on_path.exit_code, 1) << on_path.output;
   EXPECT_TRUE(contains(on_path.output, "Hint: the workers ran " + python + " (python3 on PATH;")) << on_path.output;
   EXPECT_TRUE(contains(on_path.output, "cannot import 'absent_module_for_dtrain_test'")) << on_path.output;
   EXPECT_TRUE(contains(on_path.output, "PYTHON_EXEC=/path/to/python3")) << on_path.output;
-  auto named = runCommand("PYTHON_EXEC=" + python + " " + launch() + " --nproc-per-node 1 --master-port " +
+  auto named = runCommand("PYTHON_EXEC=" + python + " " + launchCommand() + " --nproc-per-node 1 --master-port " +
                           std::to_string(freePort()) + " " + worker, 60);
   EXPECT_EQ(named.exit_code, 1) << named.output;
   EXPECT_TRUE(contains(named.output, "Hint: the workers ran " + python + " (PYTHON_EXEC)")) << named.output;
-  auto other = runCommand(launch() + " --nproc-per-node 1 --master-port " + std::to_string(freePort()) +
+  auto other = runCommand(launchCommand() + " --nproc-per-node 1 --master-port " + std::to_string(freePort()) +
                           " --no-python sh -c \"echo 'ModuleNotFoundError: No module named x' >&2; exit 1\"", 60);
   EXPECT_FALSE(contains(other.output, "Hint:")) << "no python ran\n" << other.output;
 }
@@ -170,7 +170,7 @@ TEST(LaunchParityTest, TheReadmeDdpExampleTrainsOnTwoWorkers) {
   if (runCommand(testPython() + " -c 'import torch.distributed' 2>&1", 60).exit_code != 0) {
     GTEST_SKIP() << testPython() << " cannot import torch.distributed (Debian's python3-torch)";
   }
-  auto r = runCommand("PYTHON_EXEC=" + testPython() + " " + launch() + " --nproc-per-node 2 --master-port " +
+  auto r = runCommand("PYTHON_EXEC=" + testPython() + " " + launchCommand() + " --nproc-per-node 2 --master-port " +
                       std::to_string(freePort()) + " " + sourceDir() + "/examples/ddp_example.py", 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* rank : {"0", "1"}) {

@@ -10,7 +10,7 @@ namespace {
 
 using testing::contains;
 
-constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+constexpr DType kEveryDType[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
                                 DType::kInt32,   DType::kInt64,   DType::kUInt8};
 
 TEST(DTypeTest, SizesMatchTheElementWidths) {
@@ -31,7 +31,7 @@ TEST(DTypeTest, NamesAreNcclTestsSpellingsAndParseBack) {
   EXPECT_STREQ(dtypeName(DType::kInt32), "int32");
   EXPECT_STREQ(dtypeName(DType::kInt64), "int64");
   EXPECT_STREQ(dtypeName(DType::kUInt8), "uint8");
-  for (DType dtype : kAllDTypes) EXPECT_EQ(parseDType(dtypeName(dtype)), dtype) << dtypeName(dtype);
+  for (DType dtype : kEveryDType) EXPECT_EQ(parseDType(dtypeName(dtype)), dtype) << dtypeName(dtype);
 }
 
 TEST(DTypeTest, ParsesAliases) {
@@ -51,7 +51,7 @@ TEST(DTypeTest, UnknownNameIsConfigErrorListingValidNames) {
   } catch (const ConfigError& e) {
     const std::string message = e.message();
     EXPECT_TRUE(contains(message, "'float8'")) << message;
-    for (DType dtype : kAllDTypes) EXPECT_TRUE(contains(message, dtypeName(dtype))) << message;
+    for (DType dtype : kEveryDType) EXPECT_TRUE(contains(message, dtypeName(dtype))) << message;
     EXPECT_TRUE(contains(message, "bf16")) << message;
   }
 }

@@ -10,10 +10,10 @@
 namespace dtrain {
 namespace {
 
-const std::string kFixtures = std::string(DTRAIN_SOURCE_DIR) + "/tests/launch/fixtures/";
+const std::string kGpuFixtures = std::string(DTRAIN_SOURCE_DIR) + "/tests/launch/fixtures/";
 
 int count(const std::string& tree, std::map<std::string, std::string> env = {}) {
-  return countVisibleGpus(env, kFixtures + tree);
+  return countVisibleGpus(env, kGpuFixtures + tree);
 }
 
 int visible(const std::string& cuda_visible_devices, const std::string& tree = "gpus4_proc") {

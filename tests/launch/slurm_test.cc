@@ -12,8 +12,8 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-const std::string kFixtures = std::string(DTRAIN_SOURCE_DIR) + "/tests/launch/fixtures/";
-const std::string kNoGpu = kFixtures + "no_gpu";
+const std::string kSlurmFixtures = std::string(DTRAIN_SOURCE_DIR) + "/tests/launch/fixtures/";
+const std::string kNoGpu = kSlurmFixtures + "no_gpu";
 
 // What `srun -N4 --gpus-per-node=8` gives the task on the third node.
 Env slurmJob() {
@@ -36,7 +36,7 @@ std::string slurmError(const Env& env) {
   return testing::configErrorOf([&] { applied(env); });
 }
 
-LaunchConfig parse(std::vector<std::string> args, const Env& env, const std::string& root = kNoGpu) {
+LaunchConfig parseSlurm(std::vector<std::string> args, const Env& env, const std::string& root = kNoGpu) {
   args.push_back("train.py");
   return parseLaunchArgs(args, env, root);
 }
@@ -80,11 +80,11 @@ TEST(SlurmTest, GpusFromSlurmElseVisibleElseUnchanged) {
   Env env = slurmJob();
   env.erase("SLURM_GPUS_ON_NODE");
   EXPECT_EQ(applied(env).nproc_per_node, 1) << "no GPU anywhere: the default stays";
-  EXPECT_EQ(applied(env, {}, false, kFixtures + "gpus4_proc").nproc_per_node, 4);
+  EXPECT_EQ(applied(env, {}, false, kSlurmFixtures + "gpus4_proc").nproc_per_node, 4);
   env["CUDA_VISIBLE_DEVICES"] = "0,1";  // what Slurm's gres plugin sets
-  EXPECT_EQ(applied(env, {}, false, kFixtures + "gpus4_proc").nproc_per_node, 2);
+  EXPECT_EQ(applied(env, {}, false, kSlurmFixtures + "gpus4_proc").nproc_per_node, 2);
   env["SLURM_GPUS_ON_NODE"] = "0";
-  EXPECT_EQ(applied(env, {}, false, kFixtures + "gpus4_proc").nproc_per_node, 2);
+  EXPECT_EQ(applied(env, {}, false, kSlurmFixtures + "gpus4_proc").nproc_per_node, 2);
 }
 
 TEST(SlurmTest, GivenFlagsAreLeftAlone) {
@@ -122,7 +122,7 @@ TEST(SlurmTest, MalformedVariablesAreNamed) {
 }
 
 TEST(SlurmPrecedenceTest, SlurmFillsTheStaticRendezvous) {
-  LaunchConfig config = parse({}, slurmJob());
+  LaunchConfig config = parseSlurm({}, slurmJob());
   EXPECT_EQ(config.rendezvous.backend, RendezvousBackend::kStatic);
   EXPECT_EQ(config.rendezvous.max_nodes, 4);
   EXPECT_EQ(config.rendezvous.node_rank, 2);
@@ -140,7 +140,7 @@ TEST(SlurmPrecedenceTest, FlagsAndPetVariablesBeatSlurm) {
   env["PET_NPROC_PER_NODE"] = "2";
   env["PET_MASTER_ADDR"] = "head";
   env["PET_RDZV_ID"] = "from-pet";
-  LaunchConfig config = parse({"--nnodes", "3", "--rdzv-id", "from-flag"}, env);
+  LaunchConfig config = parseSlurm({"--nnodes", "3", "--rdzv-id", "from-flag"}, env);
   EXPECT_EQ(config.rendezvous.max_nodes, 3);
   EXPECT_EQ(config.rendezvous.node_rank, 2) << "still SLURM_NODEID";
   EXPECT_EQ(config.nproc_per_node, 2);
@@ -148,12 +148,12 @@ TEST(SlurmPrecedenceTest, FlagsAndPetVariablesBeatSlurm) {
   EXPECT_EQ(config.rendezvous.endpoint_host, "head");
   EXPECT_EQ(config.rendezvous.run_id, "from-flag");
   env["PET_NODE_RANK"] = "0";
-  EXPECT_EQ(parse({"--nnodes", "3"}, env).rendezvous.node_rank, 0);
+  EXPECT_EQ(parseSlurm({"--nnodes", "3"}, env).rendezvous.node_rank, 0);
 }
 
 TEST(SlurmPrecedenceTest, SlurmNodeRankOutsideAGivenNodeCountIsNamed) {
   try {
-    parse({"--nnodes", "2"}, slurmJob());
+    parseSlurm({"--nnodes", "2"}, slurmJob());
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_EQ(e.message(), "node rank 2 from SLURM_NODEID: expected a node rank below the number of nodes (2)");
@@ -161,19 +161,19 @@ TEST(SlurmPrecedenceTest, SlurmNodeRankOutsideAGivenNodeCountIsNamed) {
 }
 
 TEST(SlurmPrecedenceTest, C10dUsesTheFirstHostUnlessAnEndpointIsGiven) {
-  LaunchConfig config = parse({"--rdzv-backend", "c10d", "--nnodes", "2:4"}, slurmJob());
+  LaunchConfig config = parseSlurm({"--rdzv-backend", "c10d", "--nnodes", "2:4"}, slurmJob());
   EXPECT_EQ(config.rendezvous.endpoint_host, "gpu007");
   EXPECT_EQ(config.rendezvous.endpoint_port, 29400);
   EXPECT_EQ(config.rendezvous.node_rank, -1);
   EXPECT_EQ(config.rendezvous.min_nodes, 2);
-  config = parse({"--rdzv-backend=c10d", "--rdzv-endpoint=store.example:1234"}, slurmJob());
+  config = parseSlurm({"--rdzv-backend=c10d", "--rdzv-endpoint=store.example:1234"}, slurmJob());
   EXPECT_EQ(config.rendezvous.endpoint_host, "store.example");
   EXPECT_EQ(config.rendezvous.endpoint_port, 1234);
   EXPECT_EQ(config.rendezvous.max_nodes, 4);
 }
 
 TEST(SlurmPrecedenceTest, StandaloneUnderSlurmStaysOnOneNode) {
-  LaunchConfig config = parse({"--standalone"}, slurmJob());
+  LaunchConfig config = parseSlurm({"--standalone"}, slurmJob());
   EXPECT_EQ(config.rendezvous.max_nodes, 1);
   EXPECT_EQ(config.rendezvous.endpoint_host, "127.0.0.1");
   EXPECT_NE(config.rendezvous.run_id, "4242");

@@ -35,7 +35,7 @@ Operation maxPool(Pool p) {
   };
 }
 
-torch::Tensor channelsLast(const torch::Tensor& t) { return t.contiguous(at::MemoryFormat::ChannelsLast); }
+torch::Tensor toChannelsLast(const torch::Tensor& t) { return t.contiguous(at::MemoryFormat::ChannelsLast); }
 
 torch::Tensor cudaRandn(torch::IntArrayRef sizes, torch::ScalarType dtype) {
   return torch::randn(sizes, torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA)).to(dtype);
@@ -90,7 +90,7 @@ TEST_F(FusedMaxPoolTest, MatchesLibtorch) {
     for (const Case& c : cases) {
       SCOPED_TRACE(c10::str(c10::toString(t), " ", torch::IntArrayRef(c.sizes), " k", c.pool.kernel, " s",
                             c.pool.stride, " p", c.pool.padding));
-      expectSameAsLibtorchPool(channelsLast(cudaRandn(c.sizes, t)), c.pool);
+      expectSameAsLibtorchPool(toChannelsLast(cudaRandn(c.sizes, t)), c.pool);
     }
   }
 }
@@ -102,10 +102,10 @@ TEST_F(FusedMaxPoolTest, TiesAndNanAsLibtorch) {
     SCOPED_TRACE(c10::toString(t));
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA);
     torch::Tensor x = torch::randint(-2, 2, {2, 64, 15, 13}, f32);
-    expectSameAsLibtorchPool(channelsLast(x.to(t)), {3, 2, 1});
+    expectSameAsLibtorchPool(toChannelsLast(x.to(t)), {3, 2, 1});
     x = x.masked_fill(torch::rand({2, 64, 15, 13}, f32) < 0.05, std::numeric_limits<double>::quiet_NaN());
-    expectSameAsLibtorchPool(channelsLast(x.to(t)), {3, 2, 1});
-    expectSameAsLibtorchPool(channelsLast(x.to(t)), {3, 1, 1});
+    expectSameAsLibtorchPool(toChannelsLast(x.to(t)), {3, 2, 1});
+    expectSameAsLibtorchPool(toChannelsLast(x.to(t)), {3, 1, 1});
   }
 }
 
@@ -113,19 +113,19 @@ TEST_F(FusedMaxPoolTest, DeclinesWhatTheKernelDoesNotTake) {
   FusedKernelsSwitch on(true);
   const torch::Tensor nchw = cudaRandn({2, 16, 8, 8}, torch::kFloat);
   EXPECT_FALSE(fused::maxPool2d(nchw.cpu(), 3, 2, 1).has_value());                               // CPU
-  EXPECT_FALSE(fused::maxPool2d(channelsLast(nchw).cpu(), 3, 2, 1).has_value());                 // CPU, channels-last
+  EXPECT_FALSE(fused::maxPool2d(toChannelsLast(nchw).cpu(), 3, 2, 1).has_value());                 // CPU, channels-last
   EXPECT_FALSE(fused::maxPool2d(nchw, 3, 2, 1).has_value());                                     // NCHW layout
-  EXPECT_FALSE(fused::maxPool2d(channelsLast(nchw.to(torch::kDouble)), 3, 2, 1).has_value());    // double
-  EXPECT_FALSE(fused::maxPool2d(channelsLast(nchw.to(torch::kHalf)), 3, 2, 1).has_value());      // fp16
-  EXPECT_FALSE(fused::maxPool2d(channelsLast(nchw), 9, 1, 0).has_value());                       // kernel above 8
-  EXPECT_FALSE(fused::maxPool2d(channelsLast(nchw), 3, 2, 2).has_value());                       // padding > k / 2
-  EXPECT_FALSE(fused::maxPool2d(channelsLast(nchw), 3, 0, 1).has_value());                       // stride 0
-  EXPECT_FALSE(fused::maxPool2d(channelsLast(cudaRandn({2, 16, 2, 2}, torch::kFloat)), 3, 1, 0)
+  EXPECT_FALSE(fused::maxPool2d(toChannelsLast(nchw.to(torch::kDouble)), 3, 2, 1).has_value());    // double
+  EXPECT_FALSE(fused::maxPool2d(toChannelsLast(nchw.to(torch::kHalf)), 3, 2, 1).has_value());      // fp16
+  EXPECT_FALSE(fused::maxPool2d(toChannelsLast(nchw), 9, 1, 0).has_value());                       // kernel above 8
+  EXPECT_FALSE(fused::maxPool2d(toChannelsLast(nchw), 3, 2, 2).has_value());                       // padding > k / 2
+  EXPECT_FALSE(fused::maxPool2d(toChannelsLast(nchw), 3, 0, 1).has_value());                       // stride 0
+  EXPECT_FALSE(fused::maxPool2d(toChannelsLast(cudaRandn({2, 16, 2, 2}, torch::kFloat)), 3, 1, 0)
                    .has_value());                                                                 // no output
   EXPECT_FALSE(fused::maxPool2d(cudaRandn({16, 8, 8}, torch::kFloat), 3, 2, 1).has_value());    // 3-D
-  EXPECT_TRUE(fused::maxPool2d(channelsLast(nchw), 3, 2, 1).has_value());
+  EXPECT_TRUE(fused::maxPool2d(toChannelsLast(nchw), 3, 2, 1).has_value());
   FusedKernelsSwitch off(false);
-  EXPECT_FALSE(fused::maxPool2d(channelsLast(nchw), 3, 2, 1).has_value());  // DTRAIN_FUSED_KERNELS=0
+  EXPECT_FALSE(fused::maxPool2d(toChannelsLast(nchw), 3, 2, 1).has_value());  // DTRAIN_FUSED_KERNELS=0
 }
 
 #if DTRAIN_TORCH_CUDA
@@ -138,7 +138,7 @@ TEST(FusedMaxPoolGraphTest, ForwardAndBackwardCaptureIntoACudaGraphAndReplay) {
   torch::manual_seed(6);
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(torch::kCUDA);
   const torch::Tensor x =
-      channelsLast(torch::randn({8, 64, 56, 56}, f32).to(torch::kBFloat16)).requires_grad_(true);
+      toChannelsLast(torch::randn({8, 64, 56, 56}, f32).to(torch::kBFloat16)).requires_grad_(true);
   const torch::Tensor probe = torch::randn({8, 64, 28, 28}, f32);
   auto step = [&] {
     const auto y = fused::maxPool2d(x, 3, 2, 1);

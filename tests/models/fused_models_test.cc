@@ -22,7 +22,7 @@
 namespace dtrain::models::testing {
 namespace {
 
-LanguageModelConfig tiny(const std::string& family) {
+LanguageModelConfig tinyFused(const std::string& family) {
   LanguageModelOverrides o;
   o.layers = 2;
   o.dim = 64;
@@ -75,7 +75,7 @@ class FusedModelsTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(FusedModelsTest, Fp32LossAndGradientsMatchTheLibtorchPath) {
-  const LanguageModelConfig config = tiny(GetParam());
+  const LanguageModelConfig config = tinyFused(GetParam());
   const ModelRun ref = lossAndGradients(config, false, false);
   const ModelRun got = lossAndGradients(config, true, false);
   EXPECT_FALSE(ref.fused_loss);
@@ -87,7 +87,7 @@ TEST_P(FusedModelsTest, Fp32LossAndGradientsMatchTheLibtorchPath) {
 // bf16 rounds differently on each path: the loss to bf16 accuracy, the
 // gradient as a whole (norm and direction).
 TEST_P(FusedModelsTest, Bf16AutocastLossAndGradientsMatchTheLibtorchPath) {
-  const LanguageModelConfig config = tiny(GetParam());
+  const LanguageModelConfig config = tinyFused(GetParam());
   const ModelRun ref = lossAndGradients(config, false, true);
   const ModelRun got = lossAndGradients(config, true, true);
   EXPECT_TRUE(got.fused_loss);

@@ -8,6 +8,7 @@
 #include "fused_test_util.h"
 #include "models/fused_ops_cuda.h"
 #include "models/transformer_ops.h"
+#include "tests/models/tensor_compare.h"
 
 namespace dtrain::models::testing {
 namespace {
@@ -249,14 +250,6 @@ std::vector<torch::Tensor> batchNormAct(const std::vector<torch::Tensor>& in, co
 
 torch::Tensor channelsLast(torch::Tensor t) { return t.contiguous(at::MemoryFormat::ChannelsLast); }
 
-// ||got - ref|| / ||ref||: for bf16 with ReLU, where the two paths round
-// the pre-activation at other places, so a few elements near zero fall on
-// the other side of ReLU's mask (their gradient is then 0 on one side only).
-double relativeError(const torch::Tensor& got, const torch::Tensor& ref) {
-  const torch::Tensor g = got.to(torch::kDouble), r = ref.to(torch::kDouble);
-  return (g - r).norm().item<double>() / r.norm().item<double>();
-}
-
 // bf16 with ReLU: the two paths round at other places (the fused one
 // rounds BN + add + ReLU once, libtorch's after each operation), so a few
 // pre-activations near zero fall on the other side of ReLU's mask on one
@@ -274,7 +267,7 @@ void expectAtLeastAsAccurateAsLibtorch(const Operation& op, const std::vector<to
   EXPECT_TRUE(got.reached_fused);
   const auto check = [](const torch::Tensor& g, const torch::Tensor& r, const torch::Tensor& e,
                          const std::string& what) {
-    const double fused_error = relativeError(g, e), libtorch_error = relativeError(r, e);
+    const double fused_error = normRelativeError(g, e), libtorch_error = normRelativeError(r, e);
     EXPECT_LE(fused_error, 1.25 * libtorch_error + 1e-3)
         << what << ": fused bf16 " << fused_error << " from fp32, libtorch bf16 " << libtorch_error;
   };

@@ -16,6 +16,7 @@
 #include "fused_test_util.h"
 #include "models/fused_ops_cuda.h"
 #include "models/model.h"
+#include "tests/models/tensor_compare.h"
 
 #if DTRAIN_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -128,12 +129,6 @@ torch::Tensor flatGradients(const ResNetRun& run) {
   return torch::cat(parts);
 }
 
-// ||got - ref|| / ||ref||.
-double relativeError(const torch::Tensor& got, const torch::Tensor& ref) {
-  const torch::Tensor g = got.to(torch::kDouble), r = ref.to(torch::kDouble);
-  return (g - r).norm().item<double>() / r.norm().item<double>();
-}
-
 class FusedResNetTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { DTRAIN_SKIP_WITHOUT_FUSED_KERNELS(); }
@@ -158,16 +153,16 @@ void expectAsCloseAsLibtorch(const ResNetRun& exact, const ResNetRun& ref, const
   expectCloser(std::abs(got.loss - exact.loss) / exact.loss, std::abs(ref.loss - exact.loss) / exact.loss, "loss",
                loss_slack - slack);
   const torch::Tensor e = flatGradients(exact);
-  expectCloser(relativeError(flatGradients(got), e), relativeError(flatGradients(ref), e), "gradient");
+  expectCloser(normRelativeError(flatGradients(got), e), normRelativeError(flatGradients(ref), e), "gradient");
   for (const auto& [name, g] : exact.grads) {
-    if (per_parameter) expectCloser(relativeError(got.grads.at(name), g), relativeError(ref.grads.at(name), g), name);
+    if (per_parameter) expectCloser(normRelativeError(got.grads.at(name), g), normRelativeError(ref.grads.at(name), g), name);
   }
   ASSERT_EQ(got.buffers.size(), exact.buffers.size());
   for (const auto& [name, buf] : exact.buffers) {
     if (buf.scalar_type() == torch::kLong) {
       EXPECT_TRUE(torch::equal(got.buffers.at(name), buf)) << name;
     } else {
-      expectCloser(relativeError(got.buffers.at(name), buf), relativeError(ref.buffers.at(name), buf), name);
+      expectCloser(normRelativeError(got.buffers.at(name), buf), normRelativeError(ref.buffers.at(name), buf), name);
     }
   }
 }

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/models/tensor_compare.h"
 #include "tests/support/text.h"
 
 namespace dtrain::models {
@@ -18,7 +19,7 @@ namespace {
 using testing::configErrorOf;
 using testing::contains;
 
-LanguageModelConfig tiny(const std::string& family, int64_t kv_heads, bool tied) {
+LanguageModelConfig tinyCached(const std::string& family, int64_t kv_heads, bool tied) {
   LanguageModelOverrides o;
   o.layers = 2;
   o.dim = 32;
@@ -28,11 +29,6 @@ LanguageModelConfig tiny(const std::string& family, int64_t kv_heads, bool tied)
   o.vocab_size = 50;
   o.tie_embeddings = tied;
   return namedLanguageModel(family, o);
-}
-
-// The largest |a - b| relative to the largest |b|.
-double relativeError(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
 }
 
 // Logits of `tokens` [B, T] through the cache: the first `prompt` tokens
@@ -48,18 +44,18 @@ torch::Tensor cachedLogits(LanguageModel& lm, const torch::Tensor& tokens, int64
   return torch::cat(chunks, 1);
 }
 
-struct Case {
+struct CacheCase {
   std::string family;
   int64_t kv_heads;
   bool tied;
 };
 
-class KvCacheEquivalence : public ::testing::TestWithParam<Case> {};
+class KvCacheEquivalence : public ::testing::TestWithParam<CacheCase> {};
 
 TEST_P(KvCacheEquivalence, PromptThenTokenByTokenEqualsTheFullForward) {
-  const Case c = GetParam();
+  const CacheCase c = GetParam();
   torch::manual_seed(3);
-  auto lm = createLanguageModel(tiny(c.family, c.kv_heads, c.tied));
+  auto lm = createLanguageModel(tinyCached(c.family, c.kv_heads, c.tied));
   lm->eval();
   const torch::Tensor tokens = torch::randint(50, {2, 20});
   torch::Tensor full;
@@ -70,16 +66,16 @@ TEST_P(KvCacheEquivalence, PromptThenTokenByTokenEqualsTheFullForward) {
   for (int64_t step : {1, 3}) {
     const torch::Tensor cached = cachedLogits(*lm, tokens, /*prompt=*/7, step);
     ASSERT_EQ(cached.sizes(), full.sizes());
-    EXPECT_LT(relativeError(cached, full), 1e-5) << c.family << " kv_heads " << c.kv_heads << " step " << step;
+    EXPECT_LT(maxRelativeError(cached, full), 1e-5) << c.family << " kv_heads " << c.kv_heads << " step " << step;
   }
   // A prompt of one token, then one at a time.
-  EXPECT_LT(relativeError(cachedLogits(*lm, tokens, 1, 1), full), 1e-5);
+  EXPECT_LT(maxRelativeError(cachedLogits(*lm, tokens, 1, 1), full), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, KvCacheEquivalence,
-                         ::testing::Values(Case{"gpt2", 4, true}, Case{"gpt2", 4, false}, Case{"llama", 4, true},
-                                           Case{"llama", 2, false}, Case{"llama", 1, true}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
+                         ::testing::Values(CacheCase{"gpt2", 4, true}, CacheCase{"gpt2", 4, false}, CacheCase{"llama", 4, true},
+                                           CacheCase{"llama", 2, false}, CacheCase{"llama", 1, true}),
+                         [](const ::testing::TestParamInfo<CacheCase>& info) {
                            return info.param.family + "_kv" + std::to_string(info.param.kv_heads) +
                                   (info.param.tied ? "_tied" : "_untied");
                          });
@@ -89,14 +85,14 @@ TEST(CachedAttentionTest, WholeSequenceIsCausalAttention) {
   const torch::Tensor q = torch::randn({2, 4, 9, 8});
   const torch::Tensor k = torch::randn({2, 2, 9, 8});
   const torch::Tensor v = torch::randn({2, 2, 9, 8});
-  EXPECT_LT(relativeError(ops::cachedAttention(q, k, v, 0), ops::causalAttention(q, k, v)), 1e-5);
+  EXPECT_LT(maxRelativeError(ops::cachedAttention(q, k, v, 0), ops::causalAttention(q, k, v)), 1e-5);
   // The last three queries over all nine keys are the last three rows.
   const torch::Tensor tail = ops::cachedAttention(q.narrow(2, 6, 3), k, v, 6);
-  EXPECT_LT(relativeError(tail, ops::causalAttention(q, k, v).narrow(2, 6, 3)), 1e-5);
+  EXPECT_LT(maxRelativeError(tail, ops::causalAttention(q, k, v).narrow(2, 6, 3)), 1e-5);
 }
 
 TEST(KvCacheTest, ShapesAndLength) {
-  const LanguageModelConfig c = tiny("llama", 2, true);
+  const LanguageModelConfig c = tinyCached("llama", 2, true);
   KvCache cache(c, 3, 10, torch::TensorOptions().dtype(torch::kBFloat16));
   EXPECT_EQ(cache.blocks(), c.layers);
   EXPECT_EQ(cache.length(), 0);
@@ -113,7 +109,7 @@ TEST(KvCacheTest, ShapesAndLength) {
 
 TEST(KvCacheTest, BadInputNamesWhatWasExpected) {
   torch::manual_seed(0);
-  auto lm = createLanguageModel(tiny("gpt2", 4, true));
+  auto lm = createLanguageModel(tinyCached("gpt2", 4, true));
   EXPECT_TRUE(contains(configErrorOf([&] { KvCache(lm->config(), 0, 4); }), "at least 1"));
   KvCache cache(lm->config(), 1, 4);
   EXPECT_TRUE(contains(configErrorOf([&] { lm->forwardCached(torch::zeros({1, 5}, torch::kLong), cache); }),

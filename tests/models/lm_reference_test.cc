@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "tests/models/tensor_compare.h"
 #include "tests/support/command.h"
 #include "tests/support/temp_dir.h"
 
@@ -24,8 +25,8 @@ namespace {
 
 using testing::TempDir;
 
-struct Case {
-  Case(std::string case_name, LanguageModelConfig case_config)
+struct ReferenceCase {
+  ReferenceCase(std::string case_name, LanguageModelConfig case_config)
       : name(std::move(case_name)), config(std::move(case_config)) {}
 
   std::string name;  // also its files' prefix
@@ -34,12 +35,6 @@ struct Case {
   torch::Tensor tokens;
   torch::Tensor targets;
 };
-
-// max |a - b| / max |b|: the error relative to the tensor's scale.
-double relativeError(const torch::Tensor& actual, const torch::Tensor& expected) {
-  const double scale = expected.abs().max().item<double>();
-  return (actual.to(torch::kDouble) - expected.to(torch::kDouble)).abs().max().item<double>() / std::max(scale, 1e-30);
-}
 
 LanguageModelConfig small(const std::string& family, int64_t heads, int64_t kv_heads, bool tied) {
   LanguageModelOverrides o;
@@ -67,10 +62,10 @@ LanguageModelConfig llamaMultiHeadTheta10k() {
 }
 
 // The error that keeps the reference from running, "" when it ran.
-std::string runReference(std::vector<Case>& cases, const TempDir& dir) {
+std::string runReference(std::vector<ReferenceCase>& cases, const TempDir& dir) {
   std::string command = testing::testPython() + " " + testing::sourceDir() + "/bench/peers/lm_models.py";
   torch::manual_seed(11);
-  for (Case& c : cases) {
+  for (ReferenceCase& c : cases) {
     c.model = createLanguageModel(c.config);
     c.tokens = torch::randint(c.config.vocab_size, {2, c.config.seq_len});
     c.targets = torch::randint(c.config.vocab_size, {2, c.config.seq_len});
@@ -88,18 +83,18 @@ std::string runReference(std::vector<Case>& cases, const TempDir& dir) {
   return run.exit_code == 0 ? "" : command + "\nfailed:\n" + run.output;
 }
 
-void compare(Case& c, const TempDir& dir) {
+void compare(ReferenceCase& c, const TempDir& dir) {
   SCOPED_TRACE(c.name);
   std::map<std::string, torch::Tensor> reference;
   for (auto& [key, tensor] : readSafetensors(dir / (c.name + ".out")).tensors) reference[key] = tensor;
-  EXPECT_LE(relativeError(c.model->forward(c.tokens), reference.at("logits")), 1e-5);
+  EXPECT_LE(maxRelativeError(c.model->forward(c.tokens), reference.at("logits")), 1e-5);
   const torch::Tensor loss = c.model->loss(c.tokens, c.targets);
-  EXPECT_LE(relativeError(loss, reference.at("loss")), 1e-5);
+  EXPECT_LE(maxRelativeError(loss, reference.at("loss")), 1e-5);
   loss.backward();
   for (const auto& item : c.model->named_parameters()) {
     const auto it = reference.find("grad." + item.key());
     ASSERT_NE(it, reference.end()) << "the reference has no parameter " << item.key();
-    EXPECT_LE(relativeError(item.value().grad(), it->second), 1e-5) << item.key();
+    EXPECT_LE(maxRelativeError(item.value().grad(), it->second), 1e-5) << item.key();
   }
   EXPECT_EQ(reference.size(), 2 + c.model->named_parameters().size());
 }
@@ -109,14 +104,14 @@ void compare(Case& c, const TempDir& dir) {
 // another rotary theta.
 TEST(LmReferenceTest, LogitsLossAndGradientsMatchThePyTorchReference) {
   TempDir dir("lm-reference");
-  std::vector<Case> cases = {{"gpt2_tied", small("gpt2", 4, 4, true)},
+  std::vector<ReferenceCase> cases = {{"gpt2_tied", small("gpt2", 4, 4, true)},
                              {"gpt2_untied", small("gpt2", 8, 8, false)},
                              {"llama_gqa_untied", small("llama", 8, 2, false)},
                              {"llama_gqa_tied", small("llama", 4, 2, true)},
                              {"llama_mha_theta", llamaMultiHeadTheta10k()}};
   const std::string failure = runReference(cases, dir);
   ASSERT_TRUE(failure.empty()) << failure;
-  for (Case& c : cases) compare(c, dir);
+  for (ReferenceCase& c : cases) compare(c, dir);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ size_t residentBytes() {
   return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
-std::string frameHeader(uint32_t length) {
+std::string abuseFrameHeader(uint32_t length) {
   std::string header(4, '\0');
   for (int i = 0; i < 4; ++i) header[i] = static_cast<char>((length >> (24 - 8 * i)) & 0xff);
   return header;
@@ -54,7 +54,7 @@ TEST(TcpStoreServerAbuseTest, ALargeFrameBeforeHelloIsRefusedAtItsHeader) {
   RawConnection raw(server.port());
   // A HELLO is a version and a token; 60 MiB is not one, and the server
   // should not wait for (and buffer) the rest to find out.
-  raw.sendBytes(frameHeader(60u << 20) + std::string(1024, 'x'));
+  raw.sendBytes(abuseFrameHeader(60u << 20) + std::string(1024, 'x'));
   const bool closed = !raw.readFrame(milliseconds(3000)).has_value();
   const std::string log = GetCapturedStderr();
   EXPECT_TRUE(closed);
@@ -70,7 +70,7 @@ TEST(TcpStoreServerAbuseTest, QuietConnectionsHoldAlmostNoMemoryAndGiveItBack) {
   TcpStore client(clientOptionsFor(server));
   client.set("warm", "up");
   // Built first, so the test's own allocations do not count.
-  const std::string big_frame = frameHeader(6u << 20) + std::string((6u << 20) - 1, 'v');
+  const std::string big_frame = abuseFrameHeader(6u << 20) + std::string((6u << 20) - 1, 'v');
   const size_t before = residentBytes();
   constexpr size_t kQuiet = 400;
   std::vector<std::unique_ptr<RawConnection>> quiet;

@@ -18,7 +18,7 @@ using ::testing::internal::CaptureStderr;
 using ::testing::internal::GetCapturedStderr;
 using std::chrono::milliseconds;
 
-std::string frameHeader(uint32_t length) {
+std::string limitFrameHeader(uint32_t length) {
   std::string header(4, '\0');
   for (int i = 0; i < 4; ++i) header[i] = static_cast<char>((length >> (24 - 8 * i)) & 0xff);
   return header;
@@ -125,7 +125,7 @@ TEST(TcpStoreServerLimitsTest, BytesBufferedOverAllConnectionsAreCapped) {
   CaptureStderr();
   RawConnection second(server.port());
   ASSERT_FALSE(second.hello().empty());
-  second.sendBytes(frameHeader(900u << 10) + std::string(700u << 10, 'b'));
+  second.sendBytes(limitFrameHeader(900u << 10) + std::string(700u << 10, 'b'));
   EXPECT_TRUE(second.closedByServer());
   const std::string log = GetCapturedStderr();
   EXPECT_NE(log.find("past the limit of 1048576 (TcpStoreServerOptions::max_buffered_bytes)"),

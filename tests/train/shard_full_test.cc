@@ -32,13 +32,13 @@ using testing::readCheckpoint;
 using testing::runCommand;
 using testing::TempDir;
 
-const std::string kTinyGpt = "--model gpt2 --layers 3 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 "
+const std::string kTinyGptThreeLayers = "--model gpt2 --layers 3 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 "
                              "--dataset text --tokenizer byte --batch-size 4 --seed 5 --progress none ";
-const std::string kAdamW = "--optimizer adamw --lr 3e-3 --beta2 0.95 --weight-decay 0.1 --warmup-steps 2 "
+const std::string kFullAdamW = "--optimizer adamw --lr 3e-3 --beta2 0.95 --weight-decay 0.1 --warmup-steps 2 "
                            "--schedule constant ";
 
-std::string launch(int ranks, const std::string& args, const std::string& launcher_flags = "") {
-  return testing::launchTrain(ranks, kTinyGpt + args, launcher_flags);
+std::string launchFull(int ranks, const std::string& args, const std::string& launcher_flags = "") {
+  return testing::launchTrain(ranks, kTinyGptThreeLayers + args, launcher_flags);
 }
 
 // Replicated and ZeRO-3 on 2 ranks, then the ZeRO-3 checkpoint resumed
@@ -46,10 +46,10 @@ std::string launch(int ranks, const std::string& args, const std::string& launch
 // ranks (it loads and trains on).
 TEST(ShardFullTest, TwoRanksEqualReplicatedAndCheckpointsMoveBetweenStagesAndWorldSizes) {
   TempDir plain("dtrain-zero3-plain"), sharded("dtrain-zero3-sharded");
-  const std::string common = kAdamW + "--checkpoint-every 4 ";
-  auto a = runCommand(launch(2, common + "--shard none --max-steps 8 --checkpoint-dir " + plain.path()), 300);
+  const std::string common = kFullAdamW + "--checkpoint-every 4 ";
+  auto a = runCommand(launchFull(2, common + "--shard none --max-steps 8 --checkpoint-dir " + plain.path()), 300);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand(launch(2, common + "--shard full --max-steps 4 --checkpoint-dir " + sharded.path()), 300);
+  auto b = runCommand(launchFull(2, common + "--shard full --max-steps 4 --checkpoint-dir " + sharded.path()), 300);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_TRUE(contains(b.output, "(sharded over 2 ranks, ZeRO-3)")) << b.output;
   expectSameState(checkpointOf(plain, 4), checkpointOf(sharded, 4));
@@ -60,13 +60,13 @@ TEST(ShardFullTest, TwoRanksEqualReplicatedAndCheckpointsMoveBetweenStagesAndWor
   EXPECT_LT(bytesPerRank(b.output, "state"), bytesPerRank(a.output, "state") * 0.6) << b.output;
 
   auto c = runCommand(
-      launch(2, common + "--shard none --max-steps 8 --resume auto --checkpoint-dir " + sharded.path()), 300);
+      launchFull(2, common + "--shard none --max-steps 8 --resume auto --checkpoint-dir " + sharded.path()), 300);
   ASSERT_EQ(c.exit_code, 0) << c.output;
   expectSameState(checkpointOf(plain, 8), checkpointOf(sharded, 8));
 
   TempDir three("dtrain-zero3-three");
   ASSERT_EQ(runCommand("cp -r " + checkpointOf(sharded, 4) + " " + three.path() + "/", 10).exit_code, 0);
-  auto d = runCommand(launch(3, common + "--shard full --max-steps 6 --checkpoint-every 6 --resume auto "
+  auto d = runCommand(launchFull(3, common + "--shard full --max-steps 6 --checkpoint-every 6 --resume auto "
                                          "--checkpoint-dir " + three.path()),
                       300);
   ASSERT_EQ(d.exit_code, 0) << d.output;
@@ -80,10 +80,10 @@ TEST(ShardFullTest, TwoRanksEqualReplicatedAndCheckpointsMoveBetweenStagesAndWor
 // and ends with the bits of a run that was never interrupted.
 TEST(ShardFullTest, KilledRankResumesAndEndsBitwiseEqual) {
   TempDir clean("dtrain-zero3-clean"), killed("dtrain-zero3-killed");
-  const std::string common = kAdamW + "--shard full --max-steps 6 --checkpoint-every 3 --resume auto ";
-  auto a = runCommand(launch(2, common + "--checkpoint-dir " + clean.path()), 300);
+  const std::string common = kFullAdamW + "--shard full --max-steps 6 --checkpoint-every 3 --resume auto ";
+  auto a = runCommand(launchFull(2, common + "--checkpoint-dir " + clean.path()), 300);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand("DTRAIN_FAULT_KILL_AT=1:3 " + launch(2, common + "--checkpoint-dir " + killed.path(),
+  auto b = runCommand("DTRAIN_FAULT_KILL_AT=1:3 " + launchFull(2, common + "--checkpoint-dir " + killed.path(),
                                                            "--max-restarts 1"),
                       300);
   ASSERT_EQ(b.exit_code, 0) << b.output;
@@ -99,12 +99,12 @@ TEST(ShardFullTest, BadCombinationsExitTwoNamingTheFlags) {
   EXPECT_TRUE(testing::exitsTwoSaying(reduce, "--reduce-dtype bf16 with --shard none")) << reduce.output;
   // A job that cannot fit the memory it may plan for stops before training,
   // with the estimate (DTRAIN_DEVICE_MEMORY_BYTES stands in for a small GPU).
-  auto small = runCommand("DTRAIN_DEVICE_MEMORY_BYTES=200000 " + solo + kTinyGpt + "--cache-dir " + testing::corpusCacheDir() +
+  auto small = runCommand("DTRAIN_DEVICE_MEMORY_BYTES=200000 " + solo + kTinyGptThreeLayers + "--cache-dir " + testing::corpusCacheDir() +
                               " --max-steps 1",
                           60);
   EXPECT_TRUE(testing::exitsTwoSaying(small, "does not fit on cpu (0.19 MiB): memory per rank (estimate)"))
       << small.output;
-  auto dtype = runCommand(solo + kTinyGpt + "--cache-dir " + testing::corpusCacheDir() + " --shard full --reduce-dtype fp16", 60);
+  auto dtype = runCommand(solo + kTinyGptThreeLayers + "--cache-dir " + testing::corpusCacheDir() + " --shard full --reduce-dtype fp16", 60);
   EXPECT_TRUE(testing::exitsTwoSaying(dtype, "--reduce-dtype 'fp16': unknown; expected one of fp32 or bf16"))
       << dtype.output;
 }

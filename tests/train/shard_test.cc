@@ -36,7 +36,7 @@ using testing::StoredTensor;
 using testing::TempDir;
 
 const std::string& kTinyGpt = testing::kTinyGptRun;
-const std::string kAdamW = "--optimizer adamw --lr 3e-3 --beta2 0.95 --weight-decay 0.1 --warmup-steps 2 "
+const std::string kShardAdamW = "--optimizer adamw --lr 3e-3 --beta2 0.95 --weight-decay 0.1 --warmup-steps 2 "
                            "--schedule cosine --clip-grad-norm 0.5 ";
 // The same without clipping, and with a schedule that does not depend on
 // the run's length.
@@ -47,7 +47,7 @@ const std::string kAdamWNoClip = "--optimizer adamw --lr 3e-3 --beta2 0.95 --wei
 const std::string kAdamWConstant = "--optimizer adamw --lr 3e-3 --beta2 0.95 --weight-decay 0.1 --warmup-steps 2 "
                                    "--schedule constant --clip-grad-norm 0.5 ";
 
-std::string launch(int ranks, const std::string& args, const std::string& model = kTinyGpt) {
+std::string launchShard(int ranks, const std::string& args, const std::string& model = kTinyGpt) {
   return testing::launchTrain(ranks, model + args);
 }
 
@@ -82,9 +82,9 @@ int64_t stateBytes(const std::string& output) { return bytesPerRank(output, "sta
 // (into `sharded`); both must exit 0. Call with ASSERT_NO_FATAL_FAILURE.
 void runReplicatedAndSharded(int ranks, const std::string& common, const std::string& shard,
                              const TempDir& replicated, const TempDir& sharded, testing::CommandResult* a, testing::CommandResult* b) {
-  *a = runCommand(launch(ranks, common + "--shard none --checkpoint-dir " + replicated.path()), 300);
+  *a = runCommand(launchShard(ranks, common + "--shard none --checkpoint-dir " + replicated.path()), 300);
   ASSERT_EQ(a->exit_code, 0) << a->output;
-  *b = runCommand(launch(ranks, common + "--shard " + shard + " --checkpoint-dir " + sharded.path()), 300);
+  *b = runCommand(launchShard(ranks, common + "--shard " + shard + " --checkpoint-dir " + sharded.path()), 300);
   ASSERT_EQ(b->exit_code, 0) << b->output;
 }
 
@@ -92,13 +92,13 @@ void runReplicatedAndSharded(int ranks, const std::string& common, const std::st
 // which must exit 0. Call with ASSERT_NO_FATAL_FAILURE.
 void resumeOnThreeRanksToStep6(const std::string& args, const TempDir& dir) {
   auto run = runCommand(
-      launch(3, args + "--max-steps 6 --checkpoint-every 6 --resume auto --checkpoint-dir " + dir.path()), 300);
+      launchShard(3, args + "--max-steps 6 --checkpoint-every 6 --resume auto --checkpoint-dir " + dir.path()), 300);
   ASSERT_EQ(run.exit_code, 0) << run.output;
 }
 
 TEST(ShardOptimizerTest, AdamWWithClippingAndAccumulationEqualsReplicated) {
   TempDir replicated("dtrain-shard-none"), sharded("dtrain-shard-opt");
-  const std::string common = kAdamW + "--tokens-per-step 512 --max-steps 6 --checkpoint-every 6 ";
+  const std::string common = kShardAdamW + "--tokens-per-step 512 --max-steps 6 --checkpoint-every 6 ";
   testing::CommandResult a, b;
   ASSERT_NO_FATAL_FAILURE(runReplicatedAndSharded(2, common, "optimizer", replicated, sharded, &a, &b));
   expectSameState(checkpointOf(replicated, 6), checkpointOf(sharded, 6));
@@ -124,14 +124,14 @@ TEST(ShardOptimizerTest, SgdWithMomentumOnThreeRanksEqualsReplicated) {
 // a run that was never sharded; one written by 2 ranks loads on 3.
 TEST(ShardOptimizerTest, ShardedCheckpointsResumeReplicatedAndOnAnotherWorldSize) {
   TempDir plain("dtrain-shard-plain"), mixed("dtrain-shard-mixed");
-  auto a = runCommand(launch(2, kAdamWConstant + "--max-steps 8 --checkpoint-every 4 --checkpoint-dir " + plain.path()), 300);
+  auto a = runCommand(launchShard(2, kAdamWConstant + "--max-steps 8 --checkpoint-every 4 --checkpoint-dir " + plain.path()), 300);
   ASSERT_EQ(a.exit_code, 0) << a.output;
   auto b = runCommand(
-      launch(2, kAdamWConstant + "--shard optimizer --max-steps 4 --checkpoint-every 4 --checkpoint-dir " + mixed.path()),
+      launchShard(2, kAdamWConstant + "--shard optimizer --max-steps 4 --checkpoint-every 4 --checkpoint-dir " + mixed.path()),
       300);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   expectSameState(checkpointOf(plain, 4), checkpointOf(mixed, 4));
-  auto c = runCommand(launch(2, kAdamWConstant + "--shard none --max-steps 8 --checkpoint-every 4 --resume auto "
+  auto c = runCommand(launchShard(2, kAdamWConstant + "--shard none --max-steps 8 --checkpoint-every 4 --resume auto "
                                          "--checkpoint-dir " + mixed.path()),
                       300);
   ASSERT_EQ(c.exit_code, 0) << c.output;
@@ -163,7 +163,7 @@ constexpr double kSgdRounding = 1e-5;
 // training: per-slab ones), so the last bits differ.
 TEST(ShardGradientsTest, AdamWWithClippingAndAccumulationMatchesReplicated) {
   TempDir replicated("dtrain-zero2-none"), sharded("dtrain-zero2-grad");
-  const std::string common = kAdamW + "--tokens-per-step 512 --max-steps 6 --checkpoint-every 6 ";
+  const std::string common = kShardAdamW + "--tokens-per-step 512 --max-steps 6 --checkpoint-every 6 ";
   testing::CommandResult a, b;
   ASSERT_NO_FATAL_FAILURE(runReplicatedAndSharded(2, common, "gradients", replicated, sharded, &a, &b));
   EXPECT_TRUE(testing::contains(b.output, "(sharded over 2 ranks, ZeRO-2)")) << b.output;
@@ -208,11 +208,11 @@ TEST(ShardGradientsTest, EachRankHoldsItsShareOfTheGradients) {
   const std::string llama = "--model llama --layers 4 --dim 64 --heads 4 --kv-heads 2 --seq-len 32 --vocab-size 320 "
                             "--dataset text --tokenizer byte --batch-size 4 --seed 5 --progress none ";
   const std::string common = kAdamWNoClip + "--max-steps 1 --bucket-mb 0.02 ";
-  auto none = runCommand(launch(2, common + "--shard none", llama), 300);
+  auto none = runCommand(launchShard(2, common + "--shard none", llama), 300);
   ASSERT_EQ(none.exit_code, 0) << none.output;
-  auto two = runCommand(launch(2, common + "--shard gradients", llama), 300);
+  auto two = runCommand(launchShard(2, common + "--shard gradients", llama), 300);
   ASSERT_EQ(two.exit_code, 0) << two.output;
-  auto three = runCommand(launch(3, common + "--shard gradients", llama), 300);
+  auto three = runCommand(launchShard(3, common + "--shard gradients", llama), 300);
   ASSERT_EQ(three.exit_code, 0) << three.output;
   const int64_t whole = bytesPerRank(none.output, "gradients");
   const int64_t half = bytesPerRank(two.output, "gradients"), third = bytesPerRank(three.output, "gradients");
@@ -234,13 +234,13 @@ TEST(ShardGradientsTest, CheckpointsResumeReplicatedAndOnAnotherWorldSize) {
   TempDir plain("dtrain-zero2-plain"), mixed("dtrain-zero2-mixed");
   const std::string common = kAdamWNoClip + "--bucket-mb 0.02 ";
   const std::string every4 = common + "--checkpoint-every 4 ";
-  auto a = runCommand(launch(2, every4 + "--max-steps 8 --checkpoint-dir " + plain.path()), 300);
+  auto a = runCommand(launchShard(2, every4 + "--max-steps 8 --checkpoint-dir " + plain.path()), 300);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand(launch(2, every4 + "--shard gradients --max-steps 4 --checkpoint-dir " + mixed.path()), 300);
+  auto b = runCommand(launchShard(2, every4 + "--shard gradients --max-steps 4 --checkpoint-dir " + mixed.path()), 300);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   expectSameState(checkpointOf(plain, 4), checkpointOf(mixed, 4));
   auto c = runCommand(
-      launch(2, every4 + "--shard none --max-steps 8 --resume auto --checkpoint-dir " + mixed.path()), 300);
+      launchShard(2, every4 + "--shard none --max-steps 8 --resume auto --checkpoint-dir " + mixed.path()), 300);
   ASSERT_EQ(c.exit_code, 0) << c.output;
   expectSameState(checkpointOf(plain, 8), checkpointOf(mixed, 8));
 

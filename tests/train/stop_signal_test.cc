@@ -11,12 +11,14 @@
 
 #include "tests/support/command.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/text.h"
 #include "train_runs.h"
 
 namespace dtrain {
 namespace {
 
 using testing::checkpointOf;
+using testing::contains;
 using testing::dtrainBin;
 using testing::expectSameState;
 using testing::kTinyGptRun;
@@ -36,8 +38,6 @@ int stoppedAfter(const std::string& output) {
   if (m[1] != m[3]) return -2;
   return std::stoi(m[1]);
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 class StopSignalTest : public ::testing::Test {
  protected:

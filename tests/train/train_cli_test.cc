@@ -44,12 +44,12 @@ std::string freshDir(const std::string& name) {
   return dir;
 }
 
-std::string launch(int ranks, const std::string& extra = "") {
+std::string launchCli(int ranks, const std::string& extra = "") {
   return dtrainBin() + " launch --nproc-per-node " + std::to_string(ranks) + " --master-port " +
          std::to_string(freePort()) + " --monitor-interval 0.1 " + extra + " " + dtrainBin() + " train ";
 }
 
-nlohmann::json lastRecord(const std::string& jsonl, const std::string& event) {
+nlohmann::json lastCliRecord(const std::string& jsonl, const std::string& event) {
   std::ifstream in(jsonl);
   std::string line;
   nlohmann::json found;
@@ -63,9 +63,9 @@ nlohmann::json lastRecord(const std::string& jsonl, const std::string& event) {
 // The main job: the defaults (CNN, 3 epochs), two ranks.
 TEST(TrainCliTest, TwoRanksReachEightyNinePercentOnFashionMnist) {
   const std::string dir = freshDir("converge");
-  auto r = runCommand(launch(2) + "--metrics-jsonl " + dir + "/m.jsonl --progress lines", 600);
+  auto r = runCommand(launchCli(2) + "--metrics-jsonl " + dir + "/m.jsonl --progress lines", 600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto summary = lastRecord(dir + "/m.jsonl", "summary");
+  auto summary = lastCliRecord(dir + "/m.jsonl", "summary");
   ASSERT_FALSE(summary.is_null()) << r.output;
   EXPECT_EQ(summary["total"], 10000);
   EXPECT_EQ(summary["world_size"], 2);
@@ -78,11 +78,11 @@ TEST(TrainCliTest, KilledRankResumesFromCheckpointToBitwiseEqualParameters) {
   const std::string common = "--model mlp --epochs 1 --max-steps 90 --checkpoint-every 20 --log-every 10 "
                              "--progress lines --seed 5 --resume auto ";
   const std::string clean = freshDir("clean");
-  auto a = runCommand(launch(2) + common + "--checkpoint-dir " + clean, 300);
+  auto a = runCommand(launchCli(2) + common + "--checkpoint-dir " + clean, 300);
   ASSERT_EQ(a.exit_code, 0) << a.output;
 
   const std::string killed = freshDir("killed");
-  auto b = runCommand("DTRAIN_FAULT_KILL_AT=1:50 " + launch(2, "--max-restarts 1") + common + "--checkpoint-dir " +
+  auto b = runCommand("DTRAIN_FAULT_KILL_AT=1:50 " + launchCli(2, "--max-restarts 1") + common + "--checkpoint-dir " +
                           killed,
                       300);
   ASSERT_EQ(b.exit_code, 0) << b.output;
@@ -276,7 +276,7 @@ TEST(TrainCliTest, BadSettingInTheEnvironmentExitsTwo) {
 
 // --print-bucket-timeline: one row per gradient bucket of the last backward.
 TEST(TrainCliTest, BucketTimelineHasARowPerBucket) {
-  auto r = runCommand(launch(2) + "--model resnet18 --dataset synthetic --synthetic-samples 64 "
+  auto r = runCommand(launchCli(2) + "--model resnet18 --dataset synthetic --synthetic-samples 64 "
                                   "--synthetic-image-size 8 --batch-size 8 --epochs 1 --max-steps 3 --bucket-mb 10 "
                                   "--progress lines --print-bucket-timeline",
                       300);
@@ -297,7 +297,7 @@ TEST(TrainCliTest, BucketTimelineHasARowPerBucket) {
 }
 
 TEST(TrainCliTest, MoreRanksThanSamplesIsAClearError) {
-  auto r = runCommand(launch(3) + "--dataset synthetic --synthetic-samples 2 --progress none", 120);
+  auto r = runCommand(launchCli(3) + "--dataset synthetic --synthetic-samples 2 --progress none", 120);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("3 ranks"), std::string::npos) << r.output;
 }
@@ -309,9 +309,9 @@ TEST(TrainCliTest, DataOnDeviceTrainsExactlyLikeTheLoader) {
   const std::string common = "--model mlp --epochs 2 --max-steps 120 --log-every 40 --progress lines --seed 3 "
                              "--checkpoint-every 1000 ";
   const std::string loader_dir = freshDir("loader"), device_dir = freshDir("on_device");
-  auto a = runCommand(launch(2) + common + "--checkpoint-dir " + loader_dir, 300);
+  auto a = runCommand(launchCli(2) + common + "--checkpoint-dir " + loader_dir, 300);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand(launch(2) + common + "--data-on-device --checkpoint-dir " + device_dir, 300);
+  auto b = runCommand(launchCli(2) + common + "--data-on-device --checkpoint-dir " + device_dir, 300);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("data on the device"), std::string::npos) << b.output;
   auto from_loader = readCheckpoint(loader_dir + "/ckpt-000000120");
@@ -344,7 +344,7 @@ TEST(TrainCliTest, CudaGraphsWithoutCudaSayWhyAndTrainEagerly) {
 TEST(TrainCliTest, TimelineIsOneChromeTraceWithEveryRank) {
   const std::string dir = freshDir("timeline");
   const std::string trace_path = dir + "/trace.json";
-  auto r = runCommand(launch(2) + "--model mlp --epochs 1 --max-steps 30 --progress lines "
+  auto r = runCommand(launchCli(2) + "--model mlp --epochs 1 --max-steps 30 --progress lines "
                                   "--timeline-steps 6 --timeline " + trace_path,
                       300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -405,7 +405,7 @@ TEST(TrainCliTest, MetricsPortServesEachRankWhileTraining) {
   const std::string status_file = jobs + "/" + std::to_string(::geteuid()) + "/metrics-test.json";
   const int port = freePort();
   std::thread training([&] {
-    auto r = runCommand("DTRAIN_JOB_ID=metrics-test DTRAIN_JOBS_DIR=" + jobs + " " + launch(2) +
+    auto r = runCommand("DTRAIN_JOB_ID=metrics-test DTRAIN_JOBS_DIR=" + jobs + " " + launchCli(2) +
                             "--model mlp --epochs 1 --log-every 5 --progress none --metrics-port " +
                             std::to_string(port),
                         300);

@@ -44,13 +44,13 @@ std::string train(const std::string& args) {
   return "env -u RANK -u WORLD_SIZE " + dtrainBin() + " train --cache-dir " + corpusCache() + " " + args;
 }
 
-std::string launch(int ranks, const std::string& extra = "") {
+std::string launchLm(int ranks, const std::string& extra = "") {
   return dtrainBin() + " launch --nproc-per-node " + std::to_string(ranks) + " --master-port " +
          std::to_string(freePort()) + " --monitor-interval 0.1 " + extra + " " + dtrainBin() +
          " train --cache-dir " + corpusCache() + " ";
 }
 
-nlohmann::json lastRecord(const std::string& jsonl, const std::string& event) {
+nlohmann::json lastLmRecord(const std::string& jsonl, const std::string& event) {
   std::ifstream in(jsonl);
   std::string line;
   nlohmann::json found;
@@ -76,7 +76,7 @@ TEST(TrainLmTest, SmallGptReachesTheValidationLossOfThePyTorchReference) {
                             "--progress lines --metrics-jsonl " + (dir / "m.jsonl")),
                       600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json summary = lastRecord(dir / "m.jsonl", "summary");
+  const nlohmann::json summary = lastLmRecord(dir / "m.jsonl", "summary");
   ASSERT_TRUE(summary.contains("val_loss")) << r.output;
   const double dtrain_loss = summary["val_loss"].get<double>();
   EXPECT_EQ(summary["steps"], steps);
@@ -103,9 +103,9 @@ TEST(TrainLmTest, KilledRankResumesFromCheckpointToBitwiseEqualParameters) {
   const std::string common = kSmallGpt + "--max-steps 60 --checkpoint-every 20 --log-every 10 --eval-steps 30 "
                                          "--progress lines --resume auto ";
   TempDir clean("dtrain-lm-clean"), killed("dtrain-lm-killed");
-  auto a = runCommand(launch(2) + common + "--checkpoint-dir " + clean.path(), 300);
+  auto a = runCommand(launchLm(2) + common + "--checkpoint-dir " + clean.path(), 300);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = runCommand("DTRAIN_FAULT_KILL_AT=1:30 " + launch(2, "--max-restarts 1") + common + "--checkpoint-dir " +
+  auto b = runCommand("DTRAIN_FAULT_KILL_AT=1:30 " + launchLm(2, "--max-restarts 1") + common + "--checkpoint-dir " +
                           killed.path(),
                       300);
   ASSERT_EQ(b.exit_code, 0) << b.output;
@@ -126,14 +126,14 @@ TEST(TrainLmTest, KilledRankResumesFromCheckpointToBitwiseEqualParameters) {
 // --tokens-per-step over 2 ranks x 4 sequences x 64 tokens = 4 micro-batches.
 TEST(TrainLmTest, TokensPerStepAccumulatesMicroBatches) {
   TempDir dir("dtrain-lm-accumulate");
-  auto r = runCommand(launch(2) + kSmallGpt + "--batch-size 4 --tokens-per-step 2048 --max-steps 24 --log-every 12 " +
+  auto r = runCommand(launchLm(2) + kSmallGpt + "--batch-size 4 --tokens-per-step 2048 --max-steps 24 --log-every 12 " +
                           "--progress lines --metrics-jsonl " + (dir / "m.jsonl"),
                       300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "2 rank(s) x batch 4 x 4 micro-batches")) << r.output;
-  const nlohmann::json summary = lastRecord(dir / "m.jsonl", "summary");
+  const nlohmann::json summary = lastLmRecord(dir / "m.jsonl", "summary");
   EXPECT_EQ(summary["tokens"], 24 * 2048) << summary.dump();
-  const nlohmann::json eval = lastRecord(dir / "m.jsonl", "eval");
+  const nlohmann::json eval = lastLmRecord(dir / "m.jsonl", "eval");
   EXPECT_TRUE(eval.contains("val_loss")) << "the run ended by --max-steps must still be evaluated";
 }
 

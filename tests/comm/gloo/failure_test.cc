@@ -28,12 +28,12 @@ using testing::runGlooGroup;
 using testing::runOnRankThreads;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto cpu = testing::cpuBuffer;
+constexpr auto cpuBuf = testing::cpuBuffer;
 
 TEST(GlooArgumentsTest, CudaBufferIsConfigErrorPointingAtNccl) {
   runGlooGroup(1, [](Communicator& comm, int) {
     float host[4] = {};
-    Buffer device_buffer = cpu(host, 4, DType::kFloat32);
+    Buffer device_buffer = cpuBuf(host, 4, DType::kFloat32);
     device_buffer.device = Device::cuda(0);
     const std::string expected = "gloo does not support CUDA buffers; use the nccl backend";
     try {
@@ -43,7 +43,7 @@ TEST(GlooArgumentsTest, CudaBufferIsConfigErrorPointingAtNccl) {
       EXPECT_TRUE(contains(e.message(), expected)) << e.message();
     }
     EXPECT_THROW(comm.broadcast(device_buffer), ConfigError);
-    EXPECT_THROW(comm.allgather(cpu(host, 4, DType::kFloat32), device_buffer), ConfigError);
+    EXPECT_THROW(comm.allgather(cpuBuf(host, 4, DType::kFloat32), device_buffer), ConfigError);
   });
 }
 
@@ -52,19 +52,19 @@ TEST(GlooArgumentsTest, SizeDtypeAndRankMismatchesAreConfigErrors) {
     float a[8] = {};
     double d[8] = {};
     try {
-      comm.allgather(cpu(a, 4, DType::kFloat32), cpu(a, 4, DType::kFloat32));
+      comm.allgather(cpuBuf(a, 4, DType::kFloat32), cpuBuf(a, 4, DType::kFloat32));
       ADD_FAILURE() << "expected ConfigError";
     } catch (const ConfigError& e) {
       EXPECT_TRUE(contains(e.message(), "recv has 4 elements; expected 8 elements (size() * send.count)"))
           << e.message();
     }
-    EXPECT_THROW(comm.allreduce(cpu(a, 4, DType::kFloat32), cpu(a, 3, DType::kFloat32)), ConfigError);
-    EXPECT_THROW(comm.allreduce(cpu(a, 4, DType::kFloat32), cpu(a + 2, 4, DType::kFloat32)), ConfigError);
-    EXPECT_THROW(comm.allreduce(cpu(a, 4, DType::kFloat32), cpu(d, 4, DType::kFloat64)), ConfigError);
-    EXPECT_THROW(comm.reduceScatter(cpu(a, 5, DType::kFloat32), cpu(a, 2, DType::kFloat32)), ConfigError);
-    EXPECT_THROW(comm.broadcast(cpu(a, 4, DType::kFloat32), {2}), ConfigError);
-    EXPECT_THROW(comm.send(cpu(a, 4, DType::kFloat32), rank), ConfigError);
-    EXPECT_THROW(comm.recv(cpu(a, 4, DType::kFloat32), -1), ConfigError);
+    EXPECT_THROW(comm.allreduce(cpuBuf(a, 4, DType::kFloat32), cpuBuf(a, 3, DType::kFloat32)), ConfigError);
+    EXPECT_THROW(comm.allreduce(cpuBuf(a, 4, DType::kFloat32), cpuBuf(a + 2, 4, DType::kFloat32)), ConfigError);
+    EXPECT_THROW(comm.allreduce(cpuBuf(a, 4, DType::kFloat32), cpuBuf(d, 4, DType::kFloat64)), ConfigError);
+    EXPECT_THROW(comm.reduceScatter(cpuBuf(a, 5, DType::kFloat32), cpuBuf(a, 2, DType::kFloat32)), ConfigError);
+    EXPECT_THROW(comm.broadcast(cpuBuf(a, 4, DType::kFloat32), {2}), ConfigError);
+    EXPECT_THROW(comm.send(cpuBuf(a, 4, DType::kFloat32), rank), ConfigError);
+    EXPECT_THROW(comm.recv(cpuBuf(a, 4, DType::kFloat32), -1), ConfigError);
   });
 }
 
@@ -102,7 +102,7 @@ TEST(GlooWorkTest, WaitTimesOutWhileAPeerIsLateThenCompletes) {
   runGlooGroup(2, [](Communicator& comm, int rank) {
     int32_t value[1] = {rank + 1};
     if (rank == 1) std::this_thread::sleep_for(400ms);
-    auto work = comm.allreduce(cpu(value, 1, DType::kInt32), cpu(value, 1, DType::kInt32));
+    auto work = comm.allreduce(cpuBuf(value, 1, DType::kInt32), cpuBuf(value, 1, DType::kInt32));
     if (rank == 0) {
       try {
         work->wait(50ms);
@@ -134,7 +134,7 @@ TEST(GlooFailureTest, RankThatNeverArrivesIsNamedAndLaterCallsFailAtOnce) {
     auto comm = createCommunicator("gloo", store, rank, 3, glooTestOptions());
     if (rank == 2) return wait_for_checks();
     float data[16] = {};
-    auto work = comm->allreduce(cpu(data, 16, DType::kFloat32), cpu(data, 16, DType::kFloat32),
+    auto work = comm->allreduce(cpuBuf(data, 16, DType::kFloat32), cpuBuf(data, 16, DType::kFloat32),
                                 {ReduceOp::kSum, 1s});
     try {
       work->wait(30s);

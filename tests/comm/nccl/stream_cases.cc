@@ -13,8 +13,8 @@
 namespace dtrain::testing {
 namespace {
 
-constexpr std::chrono::seconds kWaitLimit{60};
-constexpr size_t kCount = 1031;
+constexpr std::chrono::seconds kStreamWaitLimit{60};
+constexpr size_t kStreamCount = 1031;
 
 }  // namespace
 
@@ -53,7 +53,7 @@ void checkCallerStreamOrdering(Communicator& comm, int device) {
                                std::to_string(want) + " (the stream did not wait for the allreduce)");
     }
   }
-  work->wait(kWaitLimit);
+  work->wait(kStreamWaitLimit);
   cudaFreeHost(pinned_in);
   cudaFreeHost(pinned_out);
   cudaStreamDestroy(stream);
@@ -64,8 +64,8 @@ void checkGraphCapture(Communicator& comm, int device) {
   constexpr int kReplays = 3;
   cudaStream_t stream = nullptr;
   cudaOrThrow(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  DeviceBuffer buffer(DType::kFloat32, kCount, device);
-  buffer.upload(std::vector<double>(kCount, 1.0));
+  DeviceBuffer buffer(DType::kFloat32, kStreamCount, device);
+  buffer.upload(std::vector<double>(kStreamCount, 1.0));
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t replayable = nullptr;
   cudaOrThrow(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
@@ -78,14 +78,14 @@ void checkGraphCapture(Communicator& comm, int device) {
     cudaOrThrow(cudaGraphLaunch(replayable, stream), "cudaGraphLaunch");
   }
   cudaOrThrow(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  expectValues(buffer.download(), std::vector<double>(kCount, std::pow(comm.size(), kReplays)), 0, what);
+  expectValues(buffer.download(), std::vector<double>(kStreamCount, std::pow(comm.size(), kReplays)), 0, what);
   // NCCL keeps resources for captured work until the graph is destroyed.
   cudaGraphExecDestroy(replayable);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
   std::shared_ptr<Work> after = comm.allreduce(buffer.all(), buffer.all());
-  after->wait(kWaitLimit);
-  expectValues(buffer.download(), std::vector<double>(kCount, std::pow(comm.size(), kReplays + 1)), 0,
+  after->wait(kStreamWaitLimit);
+  expectValues(buffer.download(), std::vector<double>(kStreamCount, std::pow(comm.size(), kReplays + 1)), 0,
                what + ", then an ordinary allreduce");
 }
 

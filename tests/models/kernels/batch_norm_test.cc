@@ -37,7 +37,7 @@ struct BnCase {
   float offset = 0.f;     // added to x: a mean far from zero next to the spread
 };
 
-std::string case_name(const ::testing::TestParamInfo<BnCase>& info) {
+std::string bnCaseName(const ::testing::TestParamInfo<BnCase>& info) {
   const BnCase& c = info.param;
   const int offset_value = static_cast<int>(c.offset);
   const std::string offset = (offset_value < 0 ? "m" : "") + std::to_string(std::abs(offset_value));
@@ -229,7 +229,7 @@ std::vector<BnCase> bn_cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest, ::testing::ValuesIn(bn_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest, ::testing::ValuesIn(bn_cases()), bnCaseName);
 
 // A training forward + backward captured into a graph and replayed twice:
 // the same outputs, and the running statistics updated twice.

@@ -40,7 +40,7 @@ struct PoolCase {
   bool misalign = false;  // every tensor one element (argmax one byte) past its allocation: the scalar path
 };
 
-std::string case_name(const ::testing::TestParamInfo<PoolCase>& info) {
+std::string poolCaseName(const ::testing::TestParamInfo<PoolCase>& info) {
   const PoolCase& c = info.param;
   const PoolShape& s = c.shape;
   const char* values[] = {"", "_ties", "_specials"};
@@ -271,7 +271,7 @@ std::vector<PoolCase> pool_cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, MaxPoolTest, ::testing::ValuesIn(pool_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, MaxPoolTest, ::testing::ValuesIn(pool_cases()), poolCaseName);
 
 // Forward + backward captured into a graph and replayed twice: the eager bits.
 TEST(MaxPoolKernels, CapturesIntoAGraph) {

@@ -23,7 +23,7 @@ struct NormCase {
   bool mixed = false;     // fp32 stream, bf16 x, y and dy, dx also as bf16 (autocast's layout)
 };
 
-std::string case_name(const ::testing::TestParamInfo<NormCase>& info) {
+std::string normCaseName(const ::testing::TestParamInfo<NormCase>& info) {
   const NormCase& c = info.param;
   return std::string(c.rms ? "rms" : "ln") + "_" + dtype_name(c.act) + "_" + dtype_name(c.param) + "_r" +
          std::to_string(c.rows) + "_c" + std::to_string(c.cols) + (c.residual ? "_res" : "") +
@@ -31,10 +31,10 @@ std::string case_name(const ::testing::TestParamInfo<NormCase>& info) {
 }
 
 // A tensor whose data starts `shift` elements into its allocation.
-struct View {
+struct NormView {
   DeviceTensor t;
   size_t shift = 0;
-  View(size_t n, DType d, bool misalign) : t(n + 1, d), shift(misalign ? 1 : 0) {}
+  NormView(size_t n, DType d, bool misalign) : t(n + 1, d), shift(misalign ? 1 : 0) {}
   void* ptr() const { return static_cast<char*>(t.data()) + shift * dtype_size(t.dtype()); }
   void upload(const std::vector<float>& v) { t.upload(v, shift); }
   std::vector<float> download(size_t n) const { return t.download(shift, n); }
@@ -64,7 +64,7 @@ TEST_P(NormTest, ForwardAndBackwardMatchReferenceAndAreDeterministic) {
   const auto dy = random_values(n, 5, io);
   const auto dres = c.residual ? random_values(n, 6, c.act) : std::vector<float>{};
 
-  View x_d(n, io, c.misalign), dy_d(n, io, c.misalign), y(n, io, c.misalign);
+  NormView x_d(n, io, c.misalign), dy_d(n, io, c.misalign), y(n, io, c.misalign);
   DeviceTensor res_d(n, c.act), res_out(n, c.act), w_d(w, c.param), b_d(c.cols, c.param), mean(c.rows, DType::kFloat32),
       rstd(c.rows, DType::kFloat32);
   x_d.upload(x);
@@ -107,7 +107,7 @@ TEST_P(NormTest, ForwardAndBackwardMatchReferenceAndAreDeterministic) {
   const size_t ws_bytes = norm_backward_workspace_size(c.rows, c.cols);
   DeviceBytes ws(ws_bytes);
   DeviceTensor dres_d(n, c.act), dw(c.cols, c.param), db(c.cols, c.param);
-  View dx(n, c.act, c.misalign), dx_bf16(n, DType::kBFloat16, c.misalign);
+  NormView dx(n, c.act, c.misalign), dx_bf16(n, DType::kBFloat16, c.misalign);
   if (c.residual) dres_d.upload(dres);
   NormBackwardArgs g;
   g.dy = dy_d.ptr();
@@ -179,7 +179,7 @@ std::vector<NormCase> norm_cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, NormTest, ::testing::ValuesIn(norm_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, NormTest, ::testing::ValuesIn(norm_cases()), normCaseName);
 
 TEST(NormKernels, AccumulatesParameterGradientsAndCapturesIntoAGraph) {
   DTRAIN_SKIP_WITHOUT_GPU();
