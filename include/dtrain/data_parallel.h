@@ -63,8 +63,9 @@
 //   communicator (clipGradNormOnDevice).
 // - ZeRO-3 (options.shard_parameters; FSDP's FULL_SHARD): the parameters
 //   are sharded too. The model is cut into units (a models::Model's
-//   shardingUnits(): unit 0 its embeddings, final norm and head, then one
-//   per transformer block); buckets are the units' runs of parameters in
+//   shardingUnits(), given as options.model, or options.units: unit 0 its
+//   embeddings, final norm and head, then one per transformer block);
+//   buckets are the units' runs of parameters in
 //   each slab (no size cap), padded to 64 x N as in ZeRO-2, and rank r
 //   keeps the r-th 1/N of each as its float32 master copy (shards()'
 //   params, views into one master shard per slab) besides its gradient
@@ -72,7 +73,7 @@
 //   of options.param_dtype (float32, or bfloat16 to compute in it as
 //   FSDP's MixedPrecisionPolicy(param_dtype=bf16)): unit 0 has a slot of
 //   its own, the blocks share two. The model calls this DataParallel's
-//   unitHooks() (construction registers them with a models::Model): a
+//   unitHooks() (construction registers them with options.model): a
 //   unit's slot is all-gathered just before its forward and again before
 //   its backward, the next unit's gather issued ahead on a stream and
 //   communicator of its own (options.gather_communicator) so it overlaps
@@ -86,6 +87,16 @@
 //   staged and reduce-scattered in (float32, or bfloat16 for half the
 //   bytes, as FSDP's reduce_dtype); the gradient shards stay float32.
 // - A failed or timed-out all-reduce surfaces from backward() (CommError).
+// - options.model: the module as a models::Model, passed explicitly
+//   (DataParallel never guesses a module's type). While the DataParallel
+//   lives, the model's unit hooks are its own: ZeRO-3's gathers, or, for a
+//   model with units, the hook that starts backward's bookkeeping at the
+//   loss (so activation checkpointing's nested backwards are never taken
+//   for the whole one).
+// - The stages are pieces (parallel/grad_sync.h and its two
+//   implementations, parallel/sharded_parameters.h), chosen once at
+//   construction from the options; dtrain's jobs compose them from a
+//   ParallelPlan (parallel/parallelize.h).
 // - An observer (setObserver) is told when each backward starts and ends
 //   and when each bucket is ready and reduced; timing, timelines and
 //   metrics are built on it (train/bucket_timer.h), DataParallel keeps no
@@ -94,7 +105,6 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include <torch/torch.h>
@@ -106,7 +116,9 @@ namespace dtrain {
 class Communicator;
 class Work;
 struct SlabPlan;
+struct DataParallelPieces;
 namespace models {
+class Model;
 class UnitHooks;
 }
 
@@ -143,6 +155,11 @@ struct DataParallelOptions {
   // (null: the main one; on CUDA give one, so gathers and reduce-scatters
   // run concurrently without their order depending on each other).
   std::shared_ptr<Communicator> gather_communicator;
+  // The module as a models::Model (the same object), or null for any other
+  // module: its units (ZeRO-3, unless `units` names them) and its unit
+  // hooks (see the contract). Not owned; the module outlives the
+  // DataParallel.
+  models::Model* model = nullptr;
 };
 
 // A run of one parameter's elements that lies in a range of a slab:
@@ -193,26 +210,30 @@ class DataParallel {
  public:
   DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> communicator,
                DataParallelOptions options = {});
+  // dtrain's own (parallel/parallelize.h): the stage given as pieces; the
+  // stage's fields of `options` (shard_gradients, shard_parameters, units,
+  // param_dtype, reduce_dtype, gather_communicator) are not read.
+  DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> communicator,
+               DataParallelOptions options, DataParallelPieces&& pieces);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
+  const std::shared_ptr<torch::nn::Module>& module() const;
   // Trainable parameters in registration order (the module's parameters()).
-  const std::vector<torch::Tensor>& parameters() const { return params_; }
+  const std::vector<torch::Tensor>& parameters() const;
   // The flat parameter/gradient slabs, one per dtype, for optimizers.
-  const std::vector<FlatSlab>& slabs() const { return slabs_; }
-  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<FlatSlab>& slabs() const;
+  const std::vector<Bucket>& buckets() const;
   // Slab i's parameters' length, without the slab_multiple padding (and
   // without the ZeRO-2 bucket padding: the unsharded layout).
-  int64_t slabNumel(size_t i) const { return slab_numel_.at(i); }
-  const std::shared_ptr<Communicator>& communicator() const { return comm_; }
+  int64_t slabNumel(size_t i) const;
+  const std::shared_ptr<Communicator>& communicator() const;
 
-  // ZeRO-2 (shard_gradients): this rank's slice of each bucket, in bucket
-  // order: param a view into the slab (ZeRO-3: into its master shard), grad
-  // a view into its gradient shard. Empty otherwise.
-  bool shardsGradients() const { return options_.shard_gradients; }
-  bool shardsParameters() const { return options_.shard_parameters; }
+  // ZeRO-2 and ZeRO-3: the gradients are sharded (reduce-scattered).
+  bool shardsGradients() const;
+  // ZeRO-3: the parameters are sharded too.
+  bool shardsParameters() const;
   // ZeRO-3: what the model calls around its units (nullptr otherwise).
   models::UnitHooks* unitHooks() const;
   // Every parameter's current value, in parameters() order: the
@@ -231,15 +252,19 @@ class DataParallel {
   // is in no run. What a checkpoint maps an optimizer's flat state onto.
   std::vector<ParameterRun> slabRuns(int slab, int64_t begin, int64_t numel) const;
   // Slab `slab`'s length in that layout (with its padding).
-  int64_t paddedSlabNumel(size_t slab) const { return padded_numel_.at(slab); }
-  const std::vector<FlatSlab>& shards() const { return shards_; }
-  // What a sharded optimizer needs (pieces are the buckets); ZeRO-2 only.
+  int64_t paddedSlabNumel(size_t slab) const;
+  // ZeRO-2 and ZeRO-3: this rank's slice of each bucket, in bucket order:
+  // param a view into the slab (ZeRO-3: into its master shard), grad a
+  // view into its gradient shard. Empty otherwise.
+  const std::vector<FlatSlab>& shards() const;
+  // What a sharded optimizer needs (pieces are the buckets); ZeRO-2 and
+  // ZeRO-3 only (ConfigError otherwise).
   ShardLayout shardLayout() const;
   // Bytes of gradient this rank holds: the gradient slabs; with
   // shard_gradients its shards plus the staging buffers allocated so far.
   int64_t gradientBytes() const;
 
-  // Zeros every gradient slab in place.
+  // Zeros every gradient slab (or shard) in place.
   void zeroGrad();
   // Broadcasts the module's buffers (BatchNorm statistics) from rank 0.
   void syncBuffers();
@@ -249,8 +274,8 @@ class DataParallel {
   // While alive, backward passes only accumulate local gradients.
   class NoSyncGuard {
    public:
-    explicit NoSyncGuard(DataParallel& dp) : dp_(dp), previous_(dp.no_sync_) { dp_.no_sync_ = true; }
-    ~NoSyncGuard() { dp_.no_sync_ = previous_; }
+    explicit NoSyncGuard(DataParallel& dp) : dp_(dp), previous_(dp.setNoSync(true)) {}
+    ~NoSyncGuard() { dp_.setNoSync(previous_); }
     NoSyncGuard(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;
 
@@ -262,68 +287,19 @@ class DataParallel {
 
   // The observer of every later backward (nullptr: none); not owned.
   void setObserver(GradSyncObserver* observer);
-  GradSyncObserver* observer() const { return observer_; }
-  int64_t syncedBackwards() const { return synced_backwards_; }
+  GradSyncObserver* observer() const;
+  int64_t syncedBackwards() const;
   // Bytes of bucket b's gradients.
   int64_t bucketBytes(int b) const;
 
  private:
-  struct Impl;
-  void checkDtypes() const;
-  torch::Device collectParameters();
-  void buildSlabs(torch::Device device);
-  void installHooks();
-  void onGradReady(int param);
-  void startBackward();
-  void launchBucket(int bucket);
-  void finishBackward();
-  // ZeRO-2 and ZeRO-3 (data_parallel_shards.cc tells the steps).
-  void planLaunchOrder();
-  void buildShards(const std::vector<torch::Tensor>& full);
-  void buildUnits(const SlabPlan& plan, torch::Device device);
-  std::vector<int> unitOfParameters();
-  void publishShards();
-  void backwardStarting();
-  torch::ScalarType stagingDtype(int bucket) const;
-  torch::Device device() const;
-  void stageGradient(int param, int bucket);
-  void acquireStaging(int bucket);
-  void addStagingBuffer();
-  void launchReduceScatter(int bucket);
-  void completeOldest();
-  void releaseStaging(int bucket);
-  void broadcastTensors(const std::vector<torch::Tensor>& tensors);
+  // Sets whether backward only accumulates; returns what it was.
+  bool setNoSync(bool no_sync);
 
-  std::shared_ptr<torch::nn::Module> module_;
-  std::shared_ptr<Communicator> comm_;
-  DataParallelOptions options_;
-  std::vector<torch::Tensor> params_;
-  std::vector<FlatSlab> slabs_;
-  std::vector<int64_t> slab_numel_;
-  std::vector<torch::ScalarType> slab_dtype_;
-  std::vector<int64_t> padded_numel_;  // each slab's length with its padding
-  std::vector<int64_t> param_offset_;  // each parameter's element offset in its slab
-  std::vector<Bucket> buckets_;
-  // ZeRO-2: the buckets as pieces, this rank's slices, the shard buffers.
-  std::vector<ShardPiece> pieces_;
-  std::vector<FlatSlab> shards_;
-  std::vector<torch::Tensor> grad_shards_;
-  std::vector<int64_t> shard_position_;  // each piece's offset in its slab's shard
-  int64_t staging_bytes_ = 0;  // of the largest bucket
-  torch::ScalarType staging_dtype_ = torch::kFloat;
-  // ZeRO-3: per slab the float32 master shard (cast into the gather slots
-  // as each unit is gathered); the gather slots.
-  std::vector<torch::Tensor> param_shards_;
-  std::vector<torch::Tensor> slots_;
-  std::vector<int> unit_of_param_;
-  int unit_count_ = 0;
-  std::vector<int> bucket_of_param_;
-  std::vector<int> launch_order_;  // bucket indices, in the order every rank launches them
-  std::shared_ptr<Impl> impl_;  // hooks, per-backward state, streams, events
-  bool no_sync_ = false;
-  int64_t synced_backwards_ = 0;
-  GradSyncObserver* observer_ = nullptr;
-  std::mutex mutex_;
+  // The layout, the pieces, the backward's bookkeeping
+  // (parallel/data_parallel_impl.h).
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace dtrain

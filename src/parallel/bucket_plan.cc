@@ -89,4 +89,15 @@ SlabPlan padBuckets(SlabPlan plan, int64_t multiple, std::vector<ShardPiece>& pi
   return plan;
 }
 
+ShardSlices shardSlices(const std::vector<ShardPiece>& pieces, size_t slabs, int64_t world) {
+  ShardSlices slices;
+  slices.shard_numel.assign(slabs, 0);
+  for (const ShardPiece& piece : pieces) {
+    int64_t& numel = slices.shard_numel[static_cast<size_t>(piece.slab)];
+    slices.position.push_back(numel);
+    numel += piece.numel / world;
+  }
+  return slices;
+}
+
 }  // namespace dtrain

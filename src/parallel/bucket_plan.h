@@ -49,4 +49,13 @@ SlabPlan planSlabs(const std::vector<torch::Tensor>& params, double first_bucket
 // `multiple` must keep parameters aligned (a multiple of 16 bytes).
 SlabPlan padBuckets(SlabPlan plan, int64_t multiple, std::vector<ShardPiece>& pieces);
 
+// Where each rank keeps its 1/world slice of every piece: a slab's shard
+// holds the slices of its pieces in order; position[k] is piece k's slice's
+// offset in its slab's shard, shard_numel[s] slab s's shard length.
+struct ShardSlices {
+  std::vector<int64_t> position;
+  std::vector<int64_t> shard_numel;
+};
+ShardSlices shardSlices(const std::vector<ShardPiece>& pieces, size_t slabs, int64_t world);
+
 }  // namespace dtrain

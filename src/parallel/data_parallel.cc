@@ -1,117 +1,90 @@
+// DataParallel, the facade: construction composes the layout and the
+// pieces (grad_sync.h, sharded_parameters.h); the methods read them. The
+// driver of each backward is data_parallel_backward.cc.
 #include "dtrain/data_parallel.h"
 
-#include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include <algorithm>
-#include <deque>
-#include <map>
-#include <optional>
 #include <unordered_set>
 
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "models/model.h"
+#include "parallel/all_reduce_buckets.h"
 #include "parallel/bucket_plan.h"
 #include "parallel/data_parallel_impl.h"
+#include "parallel/reduce_scatter_buckets.h"
 #include "parallel/tensor_buffer.h"
 
 #if DTRAIN_TORCH_CUDA
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
-
-#include "gpu/cuda_check.h"
 #endif
 
 namespace dtrain {
 namespace {
 
-// Runs `fn` after the parameter's gradient was accumulated (a post hook on
-// its AccumulateGrad node, as DDP's reducer does). Written against the
-// FunctionPostHook interface, which 1.13 and 2.x share.
-class GradReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit GradReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    fn_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> fn_;
-};
-
-}  // namespace
-
-DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> communicator,
-                           DataParallelOptions options)
-    : module_(std::move(module)), comm_(std::move(communicator)), options_(options) {
-  if (!module_) throw ConfigError("DataParallel: the module is null");
-  if (!comm_) throw ConfigError("DataParallel: the communicator is null");
-  if (options_.bucket_mb <= 0 || options_.first_bucket_mb <= 0) {
-    throw ConfigError("DataParallel: bucket sizes must be > 0 MiB (got bucket_mb=" +
-                      std::to_string(options_.bucket_mb) + ", first_bucket_mb=" +
-                      std::to_string(options_.first_bucket_mb) + ")");
-  }
-  if (options_.shard_parameters) options_.shard_gradients = true;
-  checkDtypes();
-  const torch::Device device = collectParameters();
-  impl_ = std::make_shared<Impl>();
-  impl_->owner = this;
-  impl_->cuda = device.is_cuda();
-  impl_->device_index = device.is_cuda() ? device.index() : 0;
-#if !DTRAIN_TORCH_CUDA
-  if (impl_->cuda) throw ConfigError("DataParallel: CUDA parameters, but dtrain was built without CUDA support");
-#endif
-  buildSlabs(device);
-  installHooks();
-  // A model with units calls our hooks; without sharded parameters only
-  // the loss's (backward starts there, in the outer graph task).
-  auto* model = dynamic_cast<models::Model*>(module_.get());
-  if (!options_.shard_parameters && model != nullptr && !model->shardingUnits().empty()) {
-    std::weak_ptr<Impl> weak = impl_;
-    impl_->backward_start = BackwardStart::create([weak] {
-      if (auto impl = weak.lock()) impl->owner->backwardStarting();
-    });
-    model->setUnitHooks(impl_->backward_start.get());
-  }
-  if (options_.broadcast_at_start && comm_->size() > 1) {
-    if (!options_.shard_parameters) syncParameters();  // ZeRO-3 started its shards from rank 0's values
-    syncBuffers();
-  }
-}
-
-void DataParallel::checkDtypes() const {
+// The one place DataParallelOptions' stage becomes pieces: ZeRO-3
+// (shard_parameters) shards the parameters and reduce-scatters; ZeRO-2
+// (shard_gradients) reduce-scatters; otherwise buckets are all-reduced.
+DataParallelPieces piecesFor(const DataParallelOptions& options) {
+  const bool shard_parameters = options.shard_parameters;
+  const bool shard_gradients = options.shard_gradients || shard_parameters;
   const auto floating = [](torch::ScalarType t) { return t == torch::kFloat || t == torch::kBFloat16; };
-  if (!(floating(options_.param_dtype) || options_.param_dtype == torch::kHalf) || !floating(options_.reduce_dtype)) {
-    throw ConfigError(std::string("DataParallel: param_dtype ") + c10::toString(options_.param_dtype) +
-                      ", reduce_dtype " + c10::toString(options_.reduce_dtype) +
+  if (!(floating(options.param_dtype) || options.param_dtype == torch::kHalf) || !floating(options.reduce_dtype)) {
+    throw ConfigError(std::string("DataParallel: param_dtype ") + c10::toString(options.param_dtype) +
+                      ", reduce_dtype " + c10::toString(options.reduce_dtype) +
                       "; expected Float, BFloat16 or Half, and Float or BFloat16");
   }
-  if (options_.param_dtype != torch::kFloat && !options_.shard_parameters) {
-    throw ConfigError(std::string("DataParallel: param_dtype ") + c10::toString(options_.param_dtype) +
+  if (options.param_dtype != torch::kFloat && !shard_parameters) {
+    throw ConfigError(std::string("DataParallel: param_dtype ") + c10::toString(options.param_dtype) +
                       " needs shard_parameters (ZeRO-3); the other stages "
                       "compute in the parameters' own dtype (use autocast)");
   }
-  if (options_.reduce_dtype != torch::kFloat && !options_.shard_gradients) {
+  if (options.reduce_dtype != torch::kFloat && !shard_gradients) {
     throw ConfigError("DataParallel: reduce_dtype BFloat16 needs shard_gradients or shard_parameters (ZeRO-2 "
                       "or ZeRO-3), which reduce from staging buffers");
   }
+  DataParallelPieces pieces;
+  if (shard_gradients) {
+    pieces.grad_sync = std::make_unique<ReduceScatterBuckets>(options.reduce_dtype);
+  } else {
+    pieces.grad_sync = std::make_unique<AllReduceBuckets>();
+  }
+  if (shard_parameters) {
+    std::vector<std::vector<torch::Tensor>> units = options.units;
+    if (units.empty() && options.model != nullptr) units = options.model->shardingUnits();
+    pieces.sharded_parameters =
+        std::make_unique<ShardedParameters>(std::move(units), options.param_dtype, options.gather_communicator);
+  }
+  return pieces;
 }
 
-torch::Device DataParallel::collectParameters() {
+void checkOptions(const torch::nn::Module* module, const Communicator* comm, const DataParallelOptions& options,
+                  const DataParallelPieces& pieces) {
+  if (module == nullptr) throw ConfigError("DataParallel: the module is null");
+  if (comm == nullptr) throw ConfigError("DataParallel: the communicator is null");
+  if (!pieces.grad_sync) throw ConfigError("DataParallel: no gradient synchronisation piece");
+  if (options.bucket_mb <= 0 || options.first_bucket_mb <= 0) {
+    throw ConfigError("DataParallel: bucket sizes must be > 0 MiB (got bucket_mb=" +
+                      std::to_string(options.bucket_mb) + ", first_bucket_mb=" +
+                      std::to_string(options.first_bucket_mb) + ")");
+  }
+  if (options.slab_multiple < 1) {
+    throw ConfigError("DataParallel: slab_multiple is " + std::to_string(options.slab_multiple) +
+                      "; expected >= 1");
+  }
+}
+
+std::vector<torch::Tensor> trainableParameters(torch::nn::Module& module) {
+  std::vector<torch::Tensor> params;
   std::unordered_set<const void*> seen;
-  for (const torch::Tensor& p : module_->parameters(/*recurse=*/true)) {
+  for (const torch::Tensor& p : module.parameters(/*recurse=*/true)) {
     if (!p.requires_grad()) continue;
     if (!seen.insert(p.unsafeGetTensorImpl()).second) continue;  // a shared parameter counts once
-    params_.push_back(p);
+    params.push_back(p);
   }
-  if (params_.empty()) throw ConfigError("DataParallel: the module has no trainable parameters");
-  const torch::Device device = params_.front().device();
-  for (const torch::Tensor& p : params_) {
+  if (params.empty()) throw ConfigError("DataParallel: the module has no trainable parameters");
+  const torch::Device device = params.front().device();
+  for (const torch::Tensor& p : params) {
     if (p.device() != device) {
       throw ConfigError("DataParallel: parameters live on " + device.str() + " and " + p.device().str() +
                         "; move the whole module to one device first");
@@ -122,300 +95,262 @@ torch::Device DataParallel::collectParameters() {
     }
     dtypeOf(p.scalar_type());  // rejects dtypes the collectives cannot average
   }
-  return device;
+  return params;
 }
 
-// Moves every parameter into its slab (a view), its .grad into the gradient
-// slab, and plans the buckets.
-void DataParallel::buildSlabs(torch::Device device) {
-  std::unordered_set<const void*> exempt;
-  for (const torch::Tensor& p : options_.no_weight_decay) exempt.insert(p.unsafeGetTensorImpl());
-  std::vector<bool> decayed;
-  if (!exempt.empty()) {
-    for (const torch::Tensor& p : params_) decayed.push_back(exempt.count(p.unsafeGetTensorImpl()) == 0);
-  }
-  if (options_.shard_parameters) unit_of_param_ = unitOfParameters();
-  SlabPlan plan = planSlabs(params_, options_.first_bucket_mb, options_.bucket_mb, decayed, unit_of_param_);
-  for (const SlabLayout& layout : plan.slabs) {
-    slab_numel_.push_back(layout.numel);
-    slab_dtype_.push_back(layout.dtype);
-  }
-  // ZeRO-2 and ZeRO-3: 64-element slices keep every rank's part aligned.
-  if (options_.shard_gradients) plan = padBuckets(std::move(plan), int64_t{64} * comm_->size(), pieces_);
-  buckets_ = plan.buckets;
-  bucket_of_param_ = plan.bucket_of_param;
-  param_offset_.assign(params_.size(), 0);
-  for (const SlabLayout& layout : plan.slabs) {
-    for (size_t k = 0; k < layout.params.size(); ++k) param_offset_[layout.params[k]] = layout.offsets[k];
-  }
-  if (options_.slab_multiple < 1) {
-    throw ConfigError("DataParallel: slab_multiple is " + std::to_string(options_.slab_multiple) +
-                      "; expected >= 1");
-  }
-  planLaunchOrder();
-  if (options_.shard_parameters) {
-    for (const SlabLayout& layout : plan.slabs) padded_numel_.push_back(layout.numel);
-    buildUnits(plan, device);
-    return;
-  }
+// Replicated parameters: every parameter becomes a view into its slab
+// (padded to slab_multiple), its .grad a view into the gradient slab when
+// the gradient piece keeps full gradients.
+void buildSlabs(const SlabPlan& plan, int64_t multiple, bool with_gradients, torch::Device device,
+                FlatLayout& layout) {
   torch::NoGradGuard no_grad;
-  for (const SlabLayout& layout : plan.slabs) {
-    auto tensor_options = torch::TensorOptions().dtype(layout.dtype).device(device);
-    const int64_t multiple = options_.slab_multiple;
-    const int64_t numel = (layout.numel + multiple - 1) / multiple * multiple;
-    padded_numel_.push_back(numel);
-    // ZeRO-2 keeps no full gradient: autograd's gradients go to staging.
+  for (const SlabLayout& slab_layout : plan.slabs) {
+    auto tensor_options = torch::TensorOptions().dtype(slab_layout.dtype).device(device);
+    const int64_t numel = (slab_layout.numel + multiple - 1) / multiple * multiple;
+    layout.padded_numel.push_back(numel);
     FlatSlab slab{torch::zeros({numel}, tensor_options),
-                  options_.shard_gradients ? torch::Tensor() : torch::zeros({numel}, tensor_options),
-                  layout.weight_decay};
-    for (size_t k = 0; k < layout.params.size(); ++k) {
-      torch::Tensor& p = params_[layout.params[k]];
-      const int64_t offset = layout.offsets[k];
+                  with_gradients ? torch::zeros({numel}, tensor_options) : torch::Tensor(), slab_layout.weight_decay};
+    for (size_t k = 0; k < slab_layout.params.size(); ++k) {
+      torch::Tensor& p = layout.params[static_cast<size_t>(slab_layout.params[k])];
+      const int64_t offset = slab_layout.offsets[k];
       torch::Tensor view = slab.param.as_strided(p.sizes(), p.strides(), offset);
       view.copy_(p.detach());
       p.set_data(view);
       p.mutable_grad() =
           slab.grad.defined() ? slab.grad.as_strided(p.sizes(), p.strides(), offset) : torch::Tensor();
     }
-    slabs_.push_back(std::move(slab));
-  }
-  if (options_.shard_gradients) {
-    std::vector<torch::Tensor> full;
-    for (const FlatSlab& slab : slabs_) full.push_back(slab.param);
-    buildShards(full);
+    layout.slabs.push_back(std::move(slab));
   }
 }
 
-// Replicated: plan order (slab by slab). ZeRO-2 and ZeRO-3: the order backward is
-// expected to finish the buckets in, across slabs (by their earliest
-// registered parameter, latest first), so that a slab's buckets do not
-// hold staging buffers while another slab's wait for their turn (a
-// model's no-weight-decay slab has buckets throughout backward).
-void DataParallel::planLaunchOrder() {
-  launch_order_.resize(buckets_.size());
-  for (size_t b = 0; b < buckets_.size(); ++b) launch_order_[b] = static_cast<int>(b);
-  if (!options_.shard_gradients) return;
-  std::vector<int> earliest(buckets_.size());
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    earliest[b] = *std::min_element(buckets_[b].params.begin(), buckets_[b].params.end());
-  }
-  std::stable_sort(launch_order_.begin(), launch_order_.end(),
-                   [&earliest](int a, int b) { return earliest[a] > earliest[b]; });
-}
+}  // namespace
 
-int64_t DataParallel::gradientBytes() const {
-  int64_t bytes = 0;
-  for (const FlatSlab& slab : slabs_) {
-    if (slab.grad.defined()) bytes += slab.grad.numel() * static_cast<int64_t>(slab.grad.element_size());
-  }
-  for (const torch::Tensor& shard : grad_shards_) bytes += shard.numel() * static_cast<int64_t>(shard.element_size());
-  return bytes + static_cast<int64_t>(impl_->pool.size()) * staging_bytes_;
-}
+DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> communicator,
+                           DataParallelOptions options)
+    : DataParallel(std::move(module), std::move(communicator), options, piecesFor(options)) {}
 
-// The per-backward bookkeeping, the communication stream, and a hook on
-// every parameter's gradient accumulator.
-void DataParallel::installHooks() {
-  impl_->initial_pending.assign(buckets_.size(), 0);
-  for (size_t b = 0; b < buckets_.size(); ++b) impl_->initial_pending[b] = static_cast<int>(buckets_[b].params.size());
-  impl_->pending = impl_->initial_pending;
-  impl_->ready.assign(buckets_.size(), 0);
+DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> communicator,
+                           DataParallelOptions options, DataParallelPieces&& pieces) {
+  checkOptions(module.get(), communicator.get(), options, pieces);
+  impl_ = std::make_shared<Impl>();
+  Impl& impl = *impl_;
+  impl.weak_self = impl_;
+  impl.module = std::move(module);
+  impl.model = options.model;
+  impl.options = std::move(options);
+  impl.sync.comm = std::move(communicator);
+  impl.sync.timeout = impl.options.timeout;
+  impl.grad_sync = std::move(pieces.grad_sync);
+  impl.sharded_parameters = std::move(pieces.sharded_parameters);
+  impl.layout.params = trainableParameters(*impl.module);
+  const torch::Device device = impl.layout.params.front().device();
+  impl.sync.cuda = device.is_cuda();
+  impl.sync.device_index = device.is_cuda() ? device.index() : 0;
 #if DTRAIN_TORCH_CUDA
-  if (impl_->cuda) {
-    impl_->comm_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
-                                                      static_cast<c10::DeviceIndex>(impl_->device_index));
-    for (size_t b = 0; b < buckets_.size(); ++b) impl_->ready_events.push_back(Impl::makeEvent());
-    impl_->joined_event = Impl::makeEvent();
+  if (impl.sync.cuda) {
+    impl.sync.streams = std::make_shared<SyncContext::CudaStreams>();
+    impl.sync.streams->comm = c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
+                                                           static_cast<c10::DeviceIndex>(impl.sync.device_index));
   }
+#else
+  if (impl.sync.cuda) throw ConfigError("DataParallel: CUDA parameters, but dtrain was built without CUDA support");
 #endif
-  if (options_.shard_gradients) {
-    impl_->slot_of_bucket.assign(buckets_.size(), -1);
-    impl_->staging.assign(buckets_.size(), torch::Tensor());
-    for (size_t i = 0; i < std::min<size_t>(2, buckets_.size()); ++i) addStagingBuffer();
+  impl.buildLayout();
+  impl.installHooks();
+  impl.hookModel();
+  if (impl.options.broadcast_at_start && impl.sync.comm->size() > 1) {
+    if (!impl.sharded_parameters) syncParameters();  // ZeRO-3 started its shards from rank 0's values
+    syncBuffers();
   }
-  std::weak_ptr<Impl> weak = impl_;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    const int index = static_cast<int>(i);
-    accumulator->add_post_hook(std::make_unique<GradReadyHook>([weak, index] {
-      if (auto impl = weak.lock()) impl->owner->onGradReady(index);
-    }));
-    impl_->accumulators.push_back(std::move(accumulator));
+}
+
+// The slabs and buckets, as the pieces want them: ZeRO-3's units make the
+// buckets, the gradient piece pads them and orders their launches, and
+// the parameters go into slabs or (sharded) into master shards and slots.
+void DataParallel::Impl::buildLayout() {
+  std::unordered_set<const void*> exempt;
+  for (const torch::Tensor& p : options.no_weight_decay) exempt.insert(p.unsafeGetTensorImpl());
+  std::vector<bool> decayed;
+  if (!exempt.empty()) {
+    for (const torch::Tensor& p : layout.params) decayed.push_back(exempt.count(p.unsafeGetTensorImpl()) == 0);
   }
+  std::vector<int> unit_of_param;
+  if (sharded_parameters) unit_of_param = sharded_parameters->unitOfParameters(layout.params);
+  SlabPlan plan = planSlabs(layout.params, options.first_bucket_mb, options.bucket_mb, decayed, unit_of_param);
+  for (const SlabLayout& slab : plan.slabs) {
+    layout.slab_numel.push_back(slab.numel);
+    layout.slab_dtype.push_back(slab.dtype);
+  }
+  const int64_t multiple = grad_sync->bucketMultiple(sync.comm->size());
+  if (multiple > 1) plan = padBuckets(std::move(plan), multiple, layout.pieces);
+  layout.buckets = plan.buckets;
+  layout.bucket_of_param = plan.bucket_of_param;
+  layout.param_offset.assign(layout.params.size(), 0);
+  for (const SlabLayout& slab : plan.slabs) {
+    for (size_t k = 0; k < slab.params.size(); ++k) layout.param_offset[static_cast<size_t>(slab.params[k])] = slab.offsets[k];
+  }
+  launch_order = grad_sync->launchOrder(layout.buckets);
+  if (sharded_parameters) {
+    for (const SlabLayout& slab : plan.slabs) layout.padded_numel.push_back(slab.numel);
+    std::weak_ptr<Impl> weak = weak_self;
+    sharded_parameters->take(plan, layout, sync, options.broadcast_at_start, [weak] {
+      if (auto impl = weak.lock()) impl->backwardStarting();
+    });
+  } else {
+    buildSlabs(plan, options.slab_multiple, grad_sync->keepsFullGradients(), sync.device(), layout);
+  }
+  grad_sync->attach(layout, sync);
+}
+
+// The model's unit hooks, when the caller named the model: ZeRO-3's
+// gathers, or for a model with units the start of backward at the loss (in
+// the outer graph task, so activation checkpointing's nested backwards are
+// never taken for the whole one).
+void DataParallel::Impl::hookModel() {
+  if (model == nullptr) return;
+  if (!sharded_parameters && !model->shardingUnits().empty()) {
+    std::weak_ptr<Impl> weak = weak_self;
+    backward_start = BackwardStart::create([weak] {
+      if (auto impl = weak.lock()) impl->backwardStarting();
+    });
+  }
+  if (hooks() != nullptr) model->setUnitHooks(hooks());
 }
 
 DataParallel::~DataParallel() {
-  if (!impl_ || impl_->hooks() == nullptr) return;
-  auto* model = dynamic_cast<models::Model*>(module_.get());
-  if (model != nullptr && model->unitHooks() == impl_->hooks()) model->setUnitHooks(nullptr);
+  if (!impl_ || impl_->model == nullptr || impl_->hooks() == nullptr) return;
+  if (impl_->model->unitHooks() == impl_->hooks()) impl_->model->setUnitHooks(nullptr);
 }
 
-void DataParallel::zeroGrad() {
-  for (FlatSlab& slab : slabs_) {
-    if (slab.grad.defined()) slab.grad.zero_();
-  }
-  for (torch::Tensor& shard : grad_shards_) shard.zero_();
+const std::shared_ptr<torch::nn::Module>& DataParallel::module() const { return impl_->module; }
+const std::vector<torch::Tensor>& DataParallel::parameters() const { return impl_->layout.params; }
+const std::vector<FlatSlab>& DataParallel::slabs() const { return impl_->layout.slabs; }
+const std::vector<Bucket>& DataParallel::buckets() const { return impl_->layout.buckets; }
+int64_t DataParallel::slabNumel(size_t i) const { return impl_->layout.slab_numel.at(i); }
+int64_t DataParallel::paddedSlabNumel(size_t slab) const { return impl_->layout.padded_numel.at(slab); }
+const std::shared_ptr<Communicator>& DataParallel::communicator() const { return impl_->sync.comm; }
+bool DataParallel::shardsGradients() const { return !impl_->grad_sync->keepsFullGradients(); }
+bool DataParallel::shardsParameters() const { return impl_->sharded_parameters != nullptr; }
+const std::vector<FlatSlab>& DataParallel::shards() const { return impl_->grad_sync->shards(); }
+int64_t DataParallel::gradientBytes() const { return impl_->grad_sync->gradientBytes(); }
+void DataParallel::zeroGrad() { impl_->grad_sync->zeroGrad(); }
+
+models::UnitHooks* DataParallel::unitHooks() const {
+  return impl_->sharded_parameters ? impl_->sharded_parameters->hooks() : nullptr;
 }
 
 void DataParallel::syncParameters() {
-  if (options_.shard_parameters) {
+  if (impl_->sharded_parameters) {
     throw ConfigError("DataParallel: syncParameters() with sharded parameters (ZeRO-3): each rank holds its own "
                       "slices, started from rank 0's values at construction");
   }
   std::vector<torch::Tensor> flats;
-  for (const FlatSlab& slab : slabs_) flats.push_back(slab.param);
-  broadcastTensors(flats);
+  for (const FlatSlab& slab : impl_->layout.slabs) flats.push_back(slab.param);
+  broadcastTensors(*impl_->sync.comm, flats, impl_->options.timeout);
 }
 
 void DataParallel::syncBuffers() {
   std::vector<torch::Tensor> buffers;
-  for (const torch::Tensor& b : module_->buffers(/*recurse=*/true)) {
+  for (const torch::Tensor& b : impl_->module->buffers(/*recurse=*/true)) {
     if (b.defined() && b.numel() > 0) buffers.push_back(b);
   }
-  broadcastTensors(buffers);
+  broadcastTensors(*impl_->sync.comm, buffers, impl_->options.timeout);
 }
 
-void DataParallel::broadcastTensors(const std::vector<torch::Tensor>& tensors) {
-  if (comm_->size() == 1 || tensors.empty()) return;
-  torch::NoGradGuard no_grad;
-  // One broadcast per dtype: pack into a flat tensor unless it already is one.
-  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
-  for (const torch::Tensor& t : tensors) by_dtype[t.scalar_type()].push_back(t);
-  for (auto& [dtype, group] : by_dtype) {
-    const bool single_flat = group.size() == 1 && group[0].dim() == 1 && group[0].is_contiguous();
-    torch::Tensor flat = single_flat ? group[0] : torch::cat(flattenAll(group));
-    BroadcastOptions options;
-    options.root = 0;
-    options.timeout = options_.timeout;
-    Buffer buffer = bufferOf(flat, currentStreamOf(flat));
-    comm_->broadcast(buffer, options)->wait(options_.timeout);
-    if (!single_flat) {
-      int64_t offset = 0;
-      for (const torch::Tensor& t : group) {
-        t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
-        offset += t.numel();
-      }
+ShardLayout DataParallel::shardLayout() const {
+  const FlatLayout& layout = impl_->layout;
+  if (!shardsGradients()) {
+    throw ConfigError("DataParallel: shardLayout() needs shard_gradients (ZeRO-2) or shard_parameters (ZeRO-3)");
+  }
+  ShardedParameters* sharded = impl_->sharded_parameters.get();
+  ShardLayout shard_layout;
+  for (size_t s = 0; s < layout.slabs.size(); ++s) {
+    if (sharded == nullptr) shard_layout.params.push_back(layout.slabs[s].param);
+    shard_layout.weight_decay.push_back(layout.slabs[s].weight_decay);
+    shard_layout.numel.push_back(layout.padded_numel[s]);
+  }
+  shard_layout.logical_numel = layout.slab_numel;
+  shard_layout.pieces = layout.pieces;
+  for (const FlatSlab& shard : shards()) shard_layout.grads.push_back(shard.grad);
+  if (sharded != nullptr) {
+    shard_layout.slices = layout.master_slices;
+    // The optimizer outlives no DataParallel it serves (TrainingJob's order).
+    shard_layout.published = [sharded] { sharded->published(); };
+  }
+  return shard_layout;
+}
+
+std::vector<torch::Tensor> DataParallel::fullParameters() {
+  if (!impl_->sharded_parameters) return impl_->layout.params;
+  return impl_->sharded_parameters->fullParameters(impl_->layout, impl_->sync);
+}
+
+void DataParallel::loadFullParameters(const std::vector<torch::Tensor>& values) {
+  const std::vector<torch::Tensor>& params = impl_->layout.params;
+  if (values.size() != params.size()) {
+    throw ConfigError("DataParallel: " + std::to_string(values.size()) + " parameter values for " +
+                      std::to_string(params.size()) + " parameters");
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!values[i].sizes().equals(params[i].sizes())) {
+      throw ConfigError("DataParallel: parameter " + std::to_string(i) + " has shape " + toString(params[i].sizes()) +
+                        "; the value given has " + toString(values[i].sizes()));
     }
   }
-}
-
-void DataParallel::onGradReady(int param) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (no_sync_ && !options_.shard_gradients) return;  // ZeRO-2 has no full gradient to accumulate into
-  Impl& impl = *impl_;
-  if (!impl.in_backward) startBackward();
-  const int b = bucket_of_param_[param];
-  if (options_.shard_gradients) stageGradient(param, b);
-  if (--impl.pending[b] != 0) return;
-  impl.ready[b] = 1;
-#if DTRAIN_TORCH_CUDA
-  if (impl.cuda) {
-    DTRAIN_CUDA_CHECK(cudaEventRecord(impl.ready_events[b], static_cast<cudaStream_t>(impl.compute_stream)));
-  }
-#endif
-  if (observer_ != nullptr) observer_->bucketReady(b, impl.compute_stream);
-  // Buckets start in launch order on every rank, whatever order they got ready in.
-  while (impl.next_bucket < static_cast<int>(buckets_.size()) && impl.ready[launch_order_[impl.next_bucket]]) {
-    launchBucket(launch_order_[impl.next_bucket++]);
-  }
-}
-
-// The first gradient of a backward: check the last one's collectives (a
-// failure recorded since then surfaces here) and arrange the finish.
-void DataParallel::startBackward() {
-  Impl& impl = *impl_;
-  for (const auto& work : impl.previous_works) {
-    if (work->isCompleted() && work->exception()) std::rethrow_exception(work->exception());
-  }
-  impl.previous_works.clear();
-  impl.in_backward = true;
-#if DTRAIN_TORCH_CUDA
-  if (impl.cuda) {
-    impl.compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(impl.device_index));
-    impl.compute_stream = impl.compute->stream();
-    std::fill(impl.released_in_backward.begin(), impl.released_in_backward.end(), 0);
-  }
-#endif
-  if (observer_ != nullptr) observer_->backwardStarted(impl.compute_stream);
-  std::weak_ptr<Impl> weak = impl_;
-  torch::autograd::Engine::get_default_engine().queue_callback([weak] {
-    if (auto alive = weak.lock()) alive->owner->finishBackward();
-  });
-}
-
-void DataParallel::launchBucket(int b) {
-  Impl& impl = *impl_;
-  // ZeRO-2: a bucket none of whose parameters got a gradient gets its
-  // (zeroed) staging buffer before its ready event.
-  if (options_.shard_gradients) acquireStaging(b);
-  void* stream = impl.commStream();
-#if DTRAIN_TORCH_CUDA
-  if (impl.cuda) {
-    // The communication stream waits for this bucket's gradients only, so
-    // the rest of backward keeps running on the compute stream.
-    const auto compute = static_cast<cudaStream_t>(impl.compute_stream);
-    if (!impl.ready[b]) DTRAIN_CUDA_CHECK(cudaEventRecord(impl.ready_events[b], compute));
-    DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), impl.ready_events[b], 0));
-  }
-#endif
-  if (options_.shard_gradients) {
-    launchReduceScatter(b);
+  if (impl_->sharded_parameters) {
+    impl_->sharded_parameters->load(impl_->layout, impl_->sync.comm->rank(), impl_->sync.comm->size(), values);
     return;
   }
-  const Bucket& bucket = buckets_[b];
-  torch::Tensor grad = slabs_[bucket.slab].grad.narrow(0, bucket.offset, bucket.numel);
-  AllreduceOptions options;
-  options.op = ReduceOp::kAvg;
-  options.timeout = options_.timeout;
-  if (observer_ != nullptr) observer_->bucketLaunching(b, stream);
-  impl.works.push_back(comm_->allreduce(bufferOf(grad, stream), bufferOf(grad, stream), options));
-  if (observer_ != nullptr) observer_->bucketLaunched(b, stream);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) params[i].copy_(values[i]);
 }
 
-void DataParallel::finishBackward() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Impl& impl = *impl_;
-  if (!impl.in_backward) return;
-  if (observer_ != nullptr) observer_->backwardEnded(impl.compute_stream);
-  // Buckets with gradients that never came (unused parameters) go now, in order.
-  while (impl.next_bucket < static_cast<int>(buckets_.size())) launchBucket(launch_order_[impl.next_bucket++]);
+std::vector<ParameterRun> DataParallel::slabRuns(int slab, int64_t begin, int64_t numel) const {
+  const FlatLayout& layout = impl_->layout;
+  const int slabs = static_cast<int>(layout.slabs.size());
+  const int64_t length = slab < 0 || slab >= slabs ? 0 : layout.padded_numel[static_cast<size_t>(slab)];
+  if (slab < 0 || slab >= slabs || begin < 0 || numel < 0 || begin + numel > length) {
+    throw ConfigError("DataParallel: elements [" + std::to_string(begin) + ", " + std::to_string(begin + numel) +
+                      ") of slab " + std::to_string(slab) + " lie outside its " + std::to_string(length) +
+                      " elements");
+  }
+  std::vector<ParameterRun> runs;
+  for (size_t i = 0; i < layout.params.size(); ++i) {
+    if (layout.buckets[static_cast<size_t>(layout.bucket_of_param[i])].slab != slab) continue;
+    const int64_t first = layout.param_offset[i], last = first + layout.params[i].numel();
+    const int64_t from = std::max(first, begin), to = std::min(last, begin + numel);
+    if (from < to) runs.push_back({static_cast<int>(i), from - first, to - from, from - begin});
+  }
+  std::sort(runs.begin(), runs.end(),
+            [](const ParameterRun& a, const ParameterRun& b) { return a.position < b.position; });
+  return runs;
+}
 
-  std::vector<std::shared_ptr<Work>> works;
-  works.swap(impl.works);
-  impl.in_backward = false;
-  impl.next_bucket = 0;
-  impl.pending = impl.initial_pending;
-  std::fill(impl.ready.begin(), impl.ready.end(), 0);
-  ++synced_backwards_;
+int64_t DataParallel::parameterBytes() const {
+  int64_t total = 0;
+  for (const FlatSlab& slab : impl_->layout.slabs) {
+    if (slab.param.defined()) total += slab.param.numel() * static_cast<int64_t>(slab.param.element_size());
+  }
+  if (impl_->sharded_parameters) total += impl_->sharded_parameters->bytes();
+  return total;
+}
 
-  if (impl.cuda) {
-#if DTRAIN_TORCH_CUDA
-    // The optimizer (on the compute stream) waits for the last collective
-    // (and, ZeRO-2, the last addition into the shard); the host does not.
-    DTRAIN_CUDA_CHECK(cudaEventRecord(impl.joined_event, impl.comm_stream->stream()));
-    DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(impl.compute_stream), impl.joined_event, 0));
-    impl.previous_works = std::move(works);
-#endif
-    return;
-  }
-  if (options_.shard_gradients) {
-    while (!impl.in_flight.empty()) completeOldest();
-    return;
-  }
-  for (size_t i = 0; i < works.size(); ++i) {
-    works[i]->wait(options_.timeout);
-    if (observer_ != nullptr) observer_->bucketCompleted(static_cast<int>(i));
-  }
+bool DataParallel::setNoSync(bool no_sync) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return std::exchange(impl_->no_sync, no_sync);
 }
 
 void DataParallel::setObserver(GradSyncObserver* observer) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  observer_ = observer;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->sync.observer = observer;
 }
 
+GradSyncObserver* DataParallel::observer() const { return impl_->sync.observer; }
+int64_t DataParallel::syncedBackwards() const { return impl_->synced_backwards; }
+
 int64_t DataParallel::bucketBytes(int b) const {
-  const Bucket& bucket = buckets_.at(static_cast<size_t>(b));
-  const torch::ScalarType dtype = options_.shard_gradients ? stagingDtype(b) : slab_dtype_[static_cast<size_t>(bucket.slab)];
-  return bucket.numel * static_cast<int64_t>(c10::elementSize(dtype));
+  const Bucket& bucket = impl_->layout.buckets.at(static_cast<size_t>(b));
+  return bucket.numel * static_cast<int64_t>(c10::elementSize(impl_->grad_sync->bucketDtype(b)));
 }
 
 }  // namespace dtrain

@@ -1,5 +1,10 @@
 #include "parallel/tensor_buffer.h"
 
+#include <torch/torch.h>
+
+#include <map>
+
+#include "comm/communicator.h"
 #include "common/error.h"
 
 #if DTRAIN_TORCH_CUDA
@@ -55,6 +60,28 @@ std::string toString(c10::IntArrayRef sizes) {
   std::string text = "[";
   for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
   return text + "]";
+}
+
+void broadcastTensors(Communicator& comm, const std::vector<torch::Tensor>& tensors,
+                      std::chrono::milliseconds timeout) {
+  if (comm.size() == 1 || tensors.empty()) return;
+  torch::NoGradGuard no_grad;
+  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (const torch::Tensor& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+  for (auto& [dtype, group] : by_dtype) {
+    const bool single_flat = group.size() == 1 && group[0].dim() == 1 && group[0].is_contiguous();
+    torch::Tensor flat = single_flat ? group[0] : torch::cat(flattenAll(group));
+    BroadcastOptions options;
+    options.root = 0;
+    options.timeout = timeout;
+    comm.broadcast(bufferOf(flat, currentStreamOf(flat)), options)->wait(timeout);
+    if (single_flat) continue;
+    int64_t offset = 0;
+    for (const torch::Tensor& t : group) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
 }
 
 }  // namespace dtrain

@@ -2,6 +2,7 @@
 // train/; comm/ never sees torch).
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "comm/types.h"
 
 namespace dtrain {
+
+class Communicator;
 
 // The comm dtype of a tensor dtype; ConfigError naming it when the
 // collectives cannot carry it.
@@ -22,5 +25,9 @@ void* currentStreamOf(const torch::Tensor& tensor);
 // Each tensor flattened to 1-D (for torch::cat).
 std::vector<torch::Tensor> flattenAll(const std::vector<torch::Tensor>& tensors);
 std::string toString(c10::IntArrayRef sizes);
+// Broadcasts `tensors` from rank 0 in place, one collective per dtype
+// (packed into one flat tensor unless it already is one); waits for it.
+void broadcastTensors(Communicator& comm, const std::vector<torch::Tensor>& tensors,
+                      std::chrono::milliseconds timeout);
 
 }  // namespace dtrain

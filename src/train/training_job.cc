@@ -31,46 +31,23 @@ void configureKernels(const ExecutionOptions& execution) {
   at::globalContext().setDeterministicCuDNN(execution.deterministic);
 }
 
-// How the plan lays DataParallel out (the one place its stage becomes
-// DataParallelOptions' switches): ZeRO-1 pads each slab so that it splits
-// into equal slices of 64-element multiples (every slice stays aligned);
-// ZeRO-2 pads each bucket so (DataParallel does that itself).
-DataParallelOptions dataParallelOptions(const ParallelPlan& plan, const Context& ctx, models::Model& model,
-                                        Precision precision) {
-  DataParallelOptions options;
-  options.bucket_mb = plan.bucket_mb;
-  options.first_bucket_mb = plan.first_bucket_mb;
-  options.timeout = ctx.collectiveTimeout();
-  options.no_weight_decay = model.noWeightDecayParameters();
-  if (plan.shard == ShardStage::kOptimizer) options.slab_multiple = int64_t{64} * plan.dp_shard;
-  if (plan.shardsGradients()) {
-    options.shard_gradients = true;
-    options.reduce_dtype = plan.reduce_dtype == ReduceDtype::kBf16 ? torch::kBFloat16 : torch::kFloat;
-  }
-  if (plan.shardsParameters()) {
-    options.shard_parameters = true;
-    options.param_dtype = precision == Precision::kBf16   ? torch::kBFloat16
-                          : precision == Precision::kFp16 ? torch::kHalf
-                                                          : torch::kFloat;
-  }
+// The options parallelize() composes the plan's pieces with: the
+// optimizer --optimizer names (over whatever slabs or slices the plan's
+// optimizer layout gives it), ZeRO-3's compute dtype (the autocast one)
+// and, on the GPUs, a communicator of their own for ZeRO-3's gathers (NCCL
+// would otherwise order them with the reduce-scatters).
+ParallelizeOptions parallelizeOptions(const JobParts& parts, std::shared_ptr<Context> ctx, Precision precision) {
+  ParallelizeOptions options;
+  options.timeout = ctx->collectiveTimeout();
+  options.param_dtype = precision == Precision::kBf16   ? torch::kBFloat16
+                        : precision == Precision::kFp16 ? torch::kHalf
+                                                        : torch::kFloat;
+  options.gather_communicator = [ctx]() -> std::shared_ptr<Communicator> {
+    return ctx->device().is_cuda() ? ctx->newCommunicator("gather") : nullptr;
+  };
+  const OptimizerOptions optimizer = parts.optimizer;
+  options.make_optimizer = [optimizer](std::vector<FlatSlab> slabs) { return makeOptimizer(optimizer, slabs); };
   return options;
-}
-
-// The optimizer --optimizer names, over the slabs or this rank's share of
-// them as the plan's stage says.
-std::unique_ptr<Optimizer> makeJobOptimizer(const JobParts& parts, const ParallelPlan& plan, DataParallel& dp,
-                                            Context& ctx) {
-  const OptimizerOptions& options = parts.optimizer;
-  const auto make = [&options](std::vector<FlatSlab> slices) { return makeOptimizer(options, slices); };
-  if (plan.shard == ShardStage::kOptimizer) {
-    std::vector<int64_t> logical;
-    for (size_t i = 0; i < dp.slabs().size(); ++i) logical.push_back(dp.slabNumel(i));
-    return makeShardedOptimizer(dp.slabs(), logical, ctx.communicator(), make, ctx.collectiveTimeout());
-  }
-  if (plan.shardsGradients()) {
-    return makeShardedOptimizer(dp.shardLayout(), ctx.communicator(), make, ctx.collectiveTimeout());
-  }
-  return makeOptimizer(options, dp.slabs());
 }
 
 }  // namespace
@@ -119,16 +96,11 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   model_->to(ctx_->device());
 
   plan_ = planParallelism(parts.parallel, ctx_->size());
-  DataParallelOptions dp_options = dataParallelOptions(plan_, *ctx_, *model_, precision_);
-  // ZeRO-3's gathers: a communicator of their own on the GPUs (NCCL would
-  // otherwise order them with the reduce-scatters).
-  if (dp_options.shard_parameters && ctx_->device().is_cuda()) dp_options.gather_communicator = ctx_->newCommunicator("gather");
-  dp_ = std::make_unique<DataParallel>(model_, ctx_->communicator(), std::move(dp_options));
-  optimizer_ = makeJobOptimizer(parts, plan_, *dp_, *ctx_);
+  parallel_ = parallelize(model_, plan_, ctx_->communicator(), parallelizeOptions(parts, ctx_, precision_));
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision_ == Precision::kFp16;
   scaler_ = std::make_unique<GradScaler>(scaler_options);
-  if (scaler_options.enabled && dp_->shardsGradients()) {
+  if (scaler_options.enabled && parallel_.data_parallel->shardsGradients()) {
     // Each rank checks only its shard: a step is skipped when any rank saw inf/nan.
     std::shared_ptr<Communicator> comm = ctx_->communicator();
     const std::chrono::milliseconds timeout = ctx_->collectiveTimeout();
@@ -148,7 +120,8 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   step_options.clip_grad_norm = parts.optimizer.clip_grad_norm;
   step_options.communicator_capturable = ctx_->backend() == "nccl";
   step_options.collective_timeout = ctx_->collectiveTimeout();
-  step_ = std::make_unique<TrainStep>(*model_, *dp_, *optimizer_, *scaler_, ctx_->device(), step_options);
+  step_ = std::make_unique<TrainStep>(*model_, *parallel_.data_parallel, *parallel_.optimizer, *scaler_,
+                                      ctx_->device(), step_options);
 }
 
 // Members go in reverse order: the step, optimizer and DataParallel before
@@ -167,7 +140,8 @@ std::string TrainingJob::deviceName() const {
 
 int64_t TrainingJob::allreduceBytesPerStep() const {
   int64_t bytes = 0;
-  for (size_t b = 0; b < dp_->buckets().size(); ++b) bytes += dp_->bucketBytes(static_cast<int>(b));
+  const DataParallel& dp = *parallel_.data_parallel;
+  for (size_t b = 0; b < dp.buckets().size(); ++b) bytes += dp.bucketBytes(static_cast<int>(b));
   return bytes;
 }
 

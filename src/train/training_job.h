@@ -1,8 +1,9 @@
 // TrainingJob: the parts every training run assembles, in this order: the
 // process group (dtrain::init), a job stream current on the device, the
-// model on that device, DataParallel over it, the optimizer over its slabs,
-// the loss scaler and the step. `dtrain train` and `dtrain bench train`
-// build their runs on it; what they train on and how they report is theirs.
+// model on that device, the parallel plan applied to it (parallelize():
+// DataParallel and the optimizer), the loss scaler and the step. `dtrain
+// train` and `dtrain bench train` build their runs on it; what they train
+// on and how they report is theirs.
 // (private to train/)
 #pragma once
 
@@ -16,6 +17,7 @@
 #include "dtrain/init.h"
 #include "dtrain/optim.h"
 #include "models/model.h"
+#include "parallel/parallelize.h"
 #include "train/train_options.h"
 #include "train/train_step.h"
 
@@ -53,8 +55,8 @@ class TrainingJob {
   // The parallelism the options planned over this world.
   const ParallelPlan& plan() const { return plan_; }
   models::Model& model() { return *model_; }
-  DataParallel& dataParallel() { return *dp_; }
-  Optimizer& optimizer() { return *optimizer_; }
+  DataParallel& dataParallel() { return *parallel_.data_parallel; }
+  Optimizer& optimizer() { return *parallel_.optimizer; }
   GradScaler& scaler() { return *scaler_; }
   TrainStep& step() { return *step_; }
   // Bytes of gradients one step all-reduces (reduce-scatters with --shard
@@ -69,8 +71,7 @@ class TrainingJob {
   Precision precision_;
   ParallelPlan plan_;
   std::shared_ptr<models::Model> model_;
-  std::unique_ptr<DataParallel> dp_;
-  std::unique_ptr<Optimizer> optimizer_;
+  ParallelModel parallel_;  // the plan applied to the model: DataParallel and the optimizer
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<TrainStep> step_;
 };

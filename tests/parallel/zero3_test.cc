@@ -105,6 +105,7 @@ std::vector<RankResult> train(const RunSpec& spec) {
     RankResult& out = results[static_cast<size_t>(rank)];
     for (const torch::Tensor& p : model->parameters()) out.initial.push_back(p.detach().clone());
     DataParallelOptions options;
+    options.model = model.get();  // its units and unit hooks
     options.no_weight_decay = model->noWeightDecayParameters();
     options.bucket_mb = 0.01;
     options.first_bucket_mb = 0.01;
@@ -416,6 +417,7 @@ TEST(Zero3Test, ParametersAreViewsIntoTheGatherSlotsAndBadSetupsAreConfigErrors)
   DataParallelOptions options;
   options.shard_parameters = true;
   options.param_dtype = torch::kBFloat16;
+  options.model = model.get();
   {
     DataParallel dp(model, comm, options);
     EXPECT_TRUE(dp.shardsGradients());
@@ -431,6 +433,7 @@ TEST(Zero3Test, ParametersAreViewsIntoTheGatherSlotsAndBadSetupsAreConfigErrors)
 
   // A module that is no models::Model and names no units.
   auto linear = std::make_shared<torch::nn::LinearImpl>(4, 4);
+  options.model = nullptr;
   try {
     DataParallel dp(linear, comm, options);
     ADD_FAILURE() << "expected a ConfigError";
