@@ -148,9 +148,14 @@ TEST(LaunchTest, ANodeThatFallsSilentIsDroppedAndTheGroupRestartsWithoutIt) {
 }
 
 TEST(LaunchTest, KilledWorkerRestartsTheGroupUntilRestartsRunOut) {
+  // Rank 1 dies only once rank 0 has said which restart it is in (a file
+  // per restart): otherwise the group can be torn down before rank 0 runs.
+  const std::string dir = makeTempDir("dtrain-launch-test");
   auto r = runCommand(launch() + " --nproc-per-node 2 --max-restarts 2 --monitor-interval 0.05 --master-port " +
                       std::to_string(freePort()) + " --no-python sh -c \"echo RESTART \\$RANK "
-                      "\\$TORCHELASTIC_RESTART_COUNT; if [ \\$RANK = 1 ]; then echo dying >&2; kill -9 \\$\\$; fi; sleep 30\"", 120);
+                      "\\$TORCHELASTIC_RESTART_COUNT; said=" + dir + "/said.\\$TORCHELASTIC_RESTART_COUNT; "
+                      "if [ \\$RANK = 1 ]; then while [ ! -e \\$said ]; do sleep 0.01; done; "
+                      "echo dying >&2; kill -9 \\$\\$; fi; touch \\$said; sleep 30\"", 120);
   EXPECT_EQ(r.exit_code, 137) << r.output;
   for (int count : {0, 1, 2}) {
     EXPECT_NE(r.output.find("RESTART 0 " + std::to_string(count)), std::string::npos) << r.output;
