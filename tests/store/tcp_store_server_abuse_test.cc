@@ -119,7 +119,8 @@ TEST(TcpStoreServerAbuseTest, TooManyKeysIsAnErrorReplyAndTheConnectionStaysUsab
 
 // A well-behaved client's worst round trip while another client sends the
 // costliest requests it can: the bound is generous for a loaded 2-core
-// machine, and far below the seconds one such request used to take.
+// machine (up to ~120 ms alone, 191 ms beside `ctest -j3`), and far below
+// the seconds one such request used to take.
 TEST(TcpStoreServerAbuseTest, OneClientsHugeRequestsDoNotStallTheOthers) {
   TcpStoreServer server(loopbackServerOptions());
   TcpStore good(clientOptionsFor(server));
@@ -153,7 +154,7 @@ TEST(TcpStoreServerAbuseTest, OneClientsHugeRequestsDoNotStallTheOthers) {
   done = true;
   abuser.join();
   const auto worst_ms = std::chrono::duration_cast<milliseconds>(worst).count();
-  EXPECT_LT(worst_ms, 100) << "a SET+GET took " << worst_ms << " ms while another client sent "
+  EXPECT_LT(worst_ms, 400) << "a SET+GET took " << worst_ms << " ms while another client sent "
                            << "a WAIT of 4,000,000 keys and CHECKs of 65,536";
 }
 
