@@ -31,6 +31,7 @@ gpus=2
 # ranks, do the same arithmetic up to the reduction's order.
 check() {
   local tiny="--model $1 --layers 4 --dim 128 --heads 4 --seq-len 128 --vocab-size 512 --batch-size 4"
+  [ "$1" = llama ] && tiny+=" --kv-heads 2"  # llama's default 8 key/value heads do not divide 4 heads
   local modes=("--no-cuda-graphs" "")
   [ "$1" = llama ] && modes=("")
   for graphs in "${modes[@]}"; do
