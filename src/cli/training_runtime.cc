@@ -9,10 +9,13 @@
 
 #include "common/host.h"
 #include "common/error.h"
+#include "common/heap.h"
 
 namespace dtrain::cli {
 
 void* trainingRuntimeSymbol(const std::string& name) {
+  // The process is about to run libtorch: freed tensors stay in the heap (common/heap.h).
+  static const bool tuned [[maybe_unused]] = keepFreedHeapForReuse();
   // An installed binary loads its own tree's runtime first; a build tree's binary the one built beside it.
   std::vector<std::string> candidates;
   try {

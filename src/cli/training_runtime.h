@@ -1,6 +1,7 @@
 // The training runtime (libdtrain_train, and with it libtorch) is loaded
 // with dlopen only by the commands that need it (`train`, `bench train`), so
 // that launch, bench and the other tools start in milliseconds.
+// Loading it also keeps the heap that libtorch frees (common/heap.h).
 #pragma once
 
 #include <string>
