@@ -15,9 +15,12 @@
 
 namespace dtrain::testing {
 
-// A tiny GPT-2 on the embedded corpus (byte tokens), quick on two CPUs.
+// A tiny GPT-2 on the embedded corpus (byte tokens), quick on two CPUs;
+// its evaluations read 4 validation batches per rank (all of them would
+// take most of a short run's time, and no test of it reads the loss).
 inline const std::string kTinyGptRun = "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 "
-                                       "--dataset text --tokenizer byte --batch-size 4 --seed 5 --progress none ";
+                                       "--dataset text --tokenizer byte --batch-size 4 --seed 5 --progress none "
+                                       "--eval-batches 4 ";
 
 // Where this test program's runs keep the tokenized corpus (made once).
 inline const std::string& corpusCacheDir() {
