@@ -19,16 +19,21 @@ ops::ResidualAndNormed addLayerNorm(const ResidualStream& in, const nn::LayerNor
   return {in.residual, ops::layerNorm(in.residual, norm->weight, norm->bias, eps)};
 }
 
+// The attention and the MLP take their sizes from their weights, not the
+// config: a tensor-parallel plan leaves each rank a share of the heads and
+// hidden units (models/tensor_split.h).
 class Gpt2Attention : public nn::Module {
  public:
-  explicit Gpt2Attention(const LanguageModelConfig& c)
-      : heads_(c.heads),
+  Gpt2Attention(const LanguageModelConfig& c, std::shared_ptr<const TensorSplitRef> split)
+      : head_dim_(c.dim / c.heads),
+        split_(std::move(split)),
         c_attn(register_module("c_attn", nn::Linear(c.dim, 3 * c.dim))),
         c_proj(register_module("c_proj", nn::Linear(c.dim, c.dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    const std::vector<torch::Tensor> qkv = byHead(x);
-    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), x);
+    const torch::Tensor in = split_->split != nullptr ? split_->split->columnInput(x) : x;
+    const std::vector<torch::Tensor> qkv = byHead(in);
+    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), in);
   }
 
   // forward for new positions, earlier keys and values from the slot.
@@ -39,19 +44,22 @@ class Gpt2Attention : public nn::Module {
   }
 
  private:
-  // q, k, v of x [B, T, dim], each [B, heads, T, head_dim].
+  // q, k, v of x [B, T, dim], each [B, heads, T, head_dim] (heads: those
+  // whose rows c_attn holds).
   std::vector<torch::Tensor> byHead(const torch::Tensor& x) {
-    const int64_t batch = x.size(0), seq = x.size(1), dim = x.size(2);
-    std::vector<torch::Tensor> qkv = ops::linear(x, c_attn->weight, c_attn->bias).split(dim, -1);
-    for (torch::Tensor& t : qkv) t = t.view({batch, seq, heads_, dim / heads_}).transpose(1, 2);
+    const int64_t batch = x.size(0), seq = x.size(1), width = c_attn->weight.size(0) / 3;
+    std::vector<torch::Tensor> qkv = ops::linear(x, c_attn->weight, c_attn->bias).split(width, -1);
+    for (torch::Tensor& t : qkv) t = t.view({batch, seq, width / head_dim_, head_dim_}).transpose(1, 2);
     return qkv;
   }
-  // The heads' outputs y [B, heads, T, head_dim] back to x's shape, projected.
+  // The heads' outputs y [B, heads, T, head_dim] back to [B, T, heads x head_dim], projected.
   torch::Tensor output(const torch::Tensor& y, const torch::Tensor& x) {
-    return ops::linear(y.transpose(1, 2).reshape({x.size(0), x.size(1), x.size(2)}), c_proj->weight, c_proj->bias);
+    const torch::Tensor flat = y.transpose(1, 2).reshape({x.size(0), x.size(1), y.size(1) * y.size(3)});
+    return rowSplitLinear(*split_, flat, c_proj->weight, c_proj->bias);
   }
 
-  int64_t heads_;
+  int64_t head_dim_;
+  std::shared_ptr<const TensorSplitRef> split_;
 
  public:
   nn::Linear c_attn;
@@ -60,26 +68,34 @@ class Gpt2Attention : public nn::Module {
 
 class Gpt2Mlp : public nn::Module {
  public:
-  explicit Gpt2Mlp(const LanguageModelConfig& c)
-      : c_fc(register_module("c_fc", nn::Linear(c.dim, c.ffn_dim))),
+  Gpt2Mlp(const LanguageModelConfig& c, std::shared_ptr<const TensorSplitRef> split)
+      : split_(std::move(split)),
+        c_fc(register_module("c_fc", nn::Linear(c.dim, c.ffn_dim))),
         c_proj(register_module("c_proj", nn::Linear(c.ffn_dim, c.dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    return ops::geluMlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
+    TensorSplit* split = split_->split;
+    if (split == nullptr) return ops::geluMlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
+    const torch::Tensor partial = ops::geluMlp(split->columnInput(x), c_fc->weight, c_fc->bias, c_proj->weight, {});
+    return split->rowOutput(partial) + c_proj->bias;
   }
 
+ private:
+  std::shared_ptr<const TensorSplitRef> split_;
+
+ public:
   nn::Linear c_fc;
   nn::Linear c_proj;
 };
 
 class Gpt2Block : public TransformerBlock {
  public:
-  explicit Gpt2Block(const LanguageModelConfig& c)
+  Gpt2Block(const LanguageModelConfig& c, const std::shared_ptr<const TensorSplitRef>& split)
       : eps_(c.norm_eps),
         ln_1(register_module("ln_1", layerNorm(c))),
-        attn(register_module("attn", std::make_shared<Gpt2Attention>(c))),
+        attn(register_module("attn", std::make_shared<Gpt2Attention>(c, split))),
         ln_2(register_module("ln_2", layerNorm(c))),
-        mlp(register_module("mlp", std::make_shared<Gpt2Mlp>(c))) {}
+        mlp(register_module("mlp", std::make_shared<Gpt2Mlp>(c, split))) {}
 
   ResidualStream forwardStream(const ResidualStream& in) override {
     return around(in, [&](const torch::Tensor& normed) { return attn->forward(normed); });
@@ -118,7 +134,7 @@ Gpt2::Gpt2(const LanguageModelConfig& c) : LanguageModel(c) {
   wpe_ = transformer_->register_module("wpe", nn::Embedding(c.max_seq_len, c.dim));
   auto h = transformer_->register_module("h", nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
-    auto block = std::make_shared<Gpt2Block>(c);
+    auto block = std::make_shared<Gpt2Block>(c, splitRef());
     h->push_back(block);
     addBlock(block);
   }
@@ -149,6 +165,9 @@ torch::Tensor Gpt2::embed(const torch::Tensor& tokens) { return embedAt(tokens, 
 
 torch::Tensor Gpt2::embedAt(const torch::Tensor& tokens, int64_t first_position) {
   const torch::Tensor positions = torch::arange(first_position, first_position + tokens.size(1), tokens.options());
+  if (TensorSplit* split = tensorSplit()) {
+    return split->tokenEmbedding(tokens, wte_->weight) + split->sequencePart(wpe_->forward(positions), 0);
+  }
   return wte_->forward(tokens) + wpe_->forward(positions);
 }
 

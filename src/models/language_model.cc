@@ -17,6 +17,13 @@ std::string shapeText(const torch::Tensor& t) {
 
 }  // namespace
 
+torch::Tensor rowSplitLinear(const TensorSplitRef& ref, const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias) {
+  if (ref.split == nullptr) return ops::linear(x, weight, bias);
+  const torch::Tensor out = ref.split->rowOutput(ops::linear(x, weight, torch::Tensor()));
+  return bias.defined() ? out + bias : out;
+}
+
 torch::Tensor TransformerBlock::forwardCached(const torch::Tensor&, KvSlot) {
   throw ConfigError("this transformer block has no cached decoding (forwardCached)");
 }
@@ -87,6 +94,7 @@ std::vector<std::vector<torch::Tensor>> LanguageModel::shardingUnits() {
 }
 
 torch::Tensor LanguageModel::forward(torch::Tensor tokens) {
+  if (TensorSplit* split = tensorSplit()) return split->classifier(hidden(tokens), outputWeight());
   return ops::classifier(hidden(tokens), outputWeight());
 }
 
@@ -103,6 +111,10 @@ torch::Tensor LanguageModel::forwardCached(const torch::Tensor& tokens, KvCache&
                       " exceed the KV cache's capacity of " + std::to_string(cache.capacity()) +
                       " or the model's " + std::to_string(config_.max_seq_len) + " positions");
   }
+  if (tensorSplit() != nullptr) {
+    throw ConfigError("language model '" + config_.name + "': cached decoding runs on a whole model; consolidate the "
+                      "tensor-parallel checkpoint (dtrain checkpoint consolidate) and generate from it");
+  }
   torch::NoGradGuard no_grad;
   torch::Tensor x = embedAt(tokens, cache.length());
   for (size_t b = 0; b < blocks_.size(); ++b) x = blocks_[b]->forwardCached(x, cache.slot(static_cast<int64_t>(b)));
@@ -116,7 +128,9 @@ torch::Tensor LanguageModel::loss(const torch::Tensor& tokens, const torch::Tens
                       shapeText(tokens) + ", got " + std::string(c10::toString(targets.scalar_type())) + " " +
                       shapeText(targets));
   }
-  torch::Tensor loss = ops::classifierCrossEntropy(hidden(tokens), outputWeight(), targets);
+  TensorSplit* split = tensorSplit();
+  torch::Tensor loss = split != nullptr ? split->classifierCrossEntropy(hidden(tokens), outputWeight(), targets)
+                                        : ops::classifierCrossEntropy(hidden(tokens), outputWeight(), targets);
   if (UnitHooks* hooks = unitHooks()) loss = hooks->afterForward(0, {loss}).at(0);
   return loss;
 }

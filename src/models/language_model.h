@@ -26,6 +26,7 @@
 #include "models/kv_cache.h"
 #include "models/lm_config.h"
 #include "models/model.h"
+#include "models/tensor_split.h"
 #include "models/transformer_ops.h"
 
 #include <memory>
@@ -60,6 +61,17 @@ class TransformerBlock : public torch::nn::Module {
   virtual torch::Tensor forwardCached(const torch::Tensor& x, KvSlot slot);
 };
 
+// The tensor split (models/tensor_split.h) a model and its blocks read at
+// every forward: null while the model is whole.
+struct TensorSplitRef {
+  TensorSplit* split = nullptr;
+};
+
+// A row-split product x Wᵀ (+ b): with a split, the partial product
+// completed by it and the bias added after; without, ops::linear.
+torch::Tensor rowSplitLinear(const TensorSplitRef& ref, const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias);
+
 class LanguageModel : public Model {
  public:
   const LanguageModelConfig& config() const { return config_; }
@@ -93,6 +105,10 @@ class LanguageModel : public Model {
   virtual std::vector<torch::Tensor> headParameters() = 0;
   // Unit 0: embeddingParameters() and headParameters(); then each block's.
   std::vector<std::vector<torch::Tensor>> shardingUnits() override;
+  // The split of every later forward (nullptr: the whole model); not
+  // owned. The plan that sets it has split the weights to match.
+  void setTensorSplit(TensorSplit* split) { split_->split = split; }
+  TensorSplit* tensorSplit() const { return split_->split; }
   // Whether training forwards keep no activations inside the blocks and
   // recompute them in backward (models/activation_checkpoint.h): each
   // block keeps only its input stream. Off by default.
@@ -110,6 +126,8 @@ class LanguageModel : public Model {
   explicit LanguageModel(LanguageModelConfig config);
   // Subclasses add their blocks in order while registering them.
   void addBlock(std::shared_ptr<TransformerBlock> block) { blocks_.push_back(std::move(block)); }
+  // What the blocks hold to read the split.
+  std::shared_ptr<const TensorSplitRef> splitRef() const { return split_; }
 
  private:
   // finalNorm(blocks(embed(tokens))), after checking the tokens.
@@ -120,6 +138,7 @@ class LanguageModel : public Model {
   LanguageModelConfig config_;
   std::vector<std::shared_ptr<TransformerBlock>> blocks_;
   bool activation_checkpointing_ = false;
+  std::shared_ptr<TensorSplitRef> split_ = std::make_shared<TensorSplitRef>();
 };
 
 // Builds the family's model for a config (validated again here), its

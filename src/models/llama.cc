@@ -23,20 +23,25 @@ class RmsNorm : public nn::Module {
   torch::Tensor weight;
 };
 
+// The attention and the feed-forward take their sizes from their weights,
+// not the config: a tensor-parallel plan leaves each rank a share of the
+// heads and hidden units (models/tensor_split.h).
 class LlamaAttention : public nn::Module {
  public:
-  LlamaAttention(const LanguageModelConfig& c, std::shared_ptr<RotaryCache> rotary)
-      : heads_(c.heads),
-        kv_heads_(c.kv_heads),
+  LlamaAttention(const LanguageModelConfig& c, std::shared_ptr<RotaryCache> rotary,
+                 std::shared_ptr<const TensorSplitRef> split)
+      : head_dim_(c.headDim()),
         rotary_(std::move(rotary)),
+        split_(std::move(split)),
         wq(register_module("wq", projection(c.dim, c.heads * c.headDim()))),
         wk(register_module("wk", projection(c.dim, c.kvDim()))),
         wv(register_module("wv", projection(c.dim, c.kvDim()))),
         wo(register_module("wo", projection(c.heads * c.headDim(), c.dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    const std::vector<torch::Tensor> qkv = byHead(x, rotary_->tableFor(x));
-    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), x);
+    const torch::Tensor in = split_->split != nullptr ? split_->split->columnInput(x) : x;
+    const std::vector<torch::Tensor> qkv = byHead(in, rotary_->tableFor(in));
+    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), in);
   }
 
   // forward for new positions slot.offset().., earlier keys and values from
@@ -52,22 +57,24 @@ class LlamaAttention : public nn::Module {
 
  private:
   // q, k (rotated by the table's first rows) and v of x [B, T, dim], each
-  // [B, heads or kv_heads, T, head_dim].
+  // [B, heads or kv_heads, T, head_dim] (those whose rows wq, wk, wv hold).
   std::vector<torch::Tensor> byHead(const torch::Tensor& x, const ops::RotaryTable& table) {
-    const int64_t batch = x.size(0), seq = x.size(1), head_dim = x.size(2) / heads_;
-    const torch::Tensor q = ops::applyRotary(wq->forward(x).view({batch, seq, heads_, head_dim}), table);
-    const torch::Tensor k = ops::applyRotary(wk->forward(x).view({batch, seq, kv_heads_, head_dim}), table);
-    const torch::Tensor v = wv->forward(x).view({batch, seq, kv_heads_, head_dim});
+    const int64_t batch = x.size(0), seq = x.size(1);
+    const int64_t heads = wq->weight.size(0) / head_dim_, kv_heads = wk->weight.size(0) / head_dim_;
+    const torch::Tensor q = ops::applyRotary(wq->forward(x).view({batch, seq, heads, head_dim_}), table);
+    const torch::Tensor k = ops::applyRotary(wk->forward(x).view({batch, seq, kv_heads, head_dim_}), table);
+    const torch::Tensor v = wv->forward(x).view({batch, seq, kv_heads, head_dim_});
     return {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)};
   }
-  // The heads' outputs y [B, heads, T, head_dim] back to [B, T, dim], projected.
+  // The heads' outputs y [B, heads, T, head_dim] back to [B, T, heads x head_dim], projected.
   torch::Tensor output(const torch::Tensor& y, const torch::Tensor& x) {
-    return wo->forward(y.transpose(1, 2).reshape({x.size(0), x.size(1), y.size(1) * y.size(3)}));
+    const torch::Tensor flat = y.transpose(1, 2).reshape({x.size(0), x.size(1), y.size(1) * y.size(3)});
+    return rowSplitLinear(*split_, flat, wo->weight, torch::Tensor());
   }
 
-  int64_t heads_;
-  int64_t kv_heads_;
+  int64_t head_dim_;
   std::shared_ptr<RotaryCache> rotary_;
+  std::shared_ptr<const TensorSplitRef> split_;
 
  public:
   nn::Linear wq, wk, wv, wo;
@@ -75,26 +82,33 @@ class LlamaAttention : public nn::Module {
 
 class LlamaFeedForward : public nn::Module {
  public:
-  explicit LlamaFeedForward(const LanguageModelConfig& c)
-      : w1(register_module("w1", projection(c.dim, c.ffn_dim))),
+  LlamaFeedForward(const LanguageModelConfig& c, std::shared_ptr<const TensorSplitRef> split)
+      : split_(std::move(split)),
+        w1(register_module("w1", projection(c.dim, c.ffn_dim))),
         w2(register_module("w2", projection(c.ffn_dim, c.dim))),
         w3(register_module("w3", projection(c.dim, c.ffn_dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    return w2->forward(ops::swiglu(w1->forward(x), w3->forward(x)));
+    const torch::Tensor in = split_->split != nullptr ? split_->split->columnInput(x) : x;
+    return rowSplitLinear(*split_, ops::swiglu(w1->forward(in), w3->forward(in)), w2->weight, torch::Tensor());
   }
 
+ private:
+  std::shared_ptr<const TensorSplitRef> split_;
+
+ public:
   nn::Linear w1, w2, w3;
 };
 
 class LlamaBlock : public TransformerBlock {
  public:
-  LlamaBlock(const LanguageModelConfig& c, std::shared_ptr<RotaryCache> rotary)
+  LlamaBlock(const LanguageModelConfig& c, std::shared_ptr<RotaryCache> rotary,
+             const std::shared_ptr<const TensorSplitRef>& split)
       : eps_(c.norm_eps),
         attention_norm(register_module("attention_norm", std::make_shared<RmsNorm>(c.dim))),
-        attention(register_module("attention", std::make_shared<LlamaAttention>(c, std::move(rotary)))),
+        attention(register_module("attention", std::make_shared<LlamaAttention>(c, std::move(rotary), split))),
         ffn_norm(register_module("ffn_norm", std::make_shared<RmsNorm>(c.dim))),
-        feed_forward(register_module("feed_forward", std::make_shared<LlamaFeedForward>(c))) {}
+        feed_forward(register_module("feed_forward", std::make_shared<LlamaFeedForward>(c, split))) {}
 
   ResidualStream forwardStream(const ResidualStream& in) override {
     return around(in, [&](const torch::Tensor& normed) { return attention->forward(normed); });
@@ -144,7 +158,7 @@ Llama::Llama(const LanguageModelConfig& c) : LanguageModel(c) {
   auto rotary = std::make_shared<RotaryCache>(c.max_seq_len, c.headDim(), c.rope_theta);
   auto layers = register_module("layers", nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
-    auto block = std::make_shared<LlamaBlock>(c, rotary);
+    auto block = std::make_shared<LlamaBlock>(c, rotary, splitRef());
     layers->push_back(block);
     addBlock(block);
   }
@@ -168,7 +182,10 @@ void Llama::initWeights() {
   }
 }
 
-torch::Tensor Llama::embed(const torch::Tensor& tokens) { return tok_embeddings_->forward(tokens); }
+torch::Tensor Llama::embed(const torch::Tensor& tokens) {
+  if (TensorSplit* split = tensorSplit()) return split->tokenEmbedding(tokens, tok_embeddings_->weight);
+  return tok_embeddings_->forward(tokens);
+}
 
 // Rotary positions enter in the attention, not here.
 torch::Tensor Llama::embedAt(const torch::Tensor& tokens, int64_t) { return embed(tokens); }

@@ -10,10 +10,11 @@
 // - planParallelism() throws one ConfigError per bad combination, naming
 //   the flags and their values and what would work; a plan it returns is
 //   valid and consistent (worldSize() == the world size it was given).
-// - The mesh is pp x dp_replicate x dp_shard x tp ranks (tp innermost).
-//   Today a job is data-parallel only: dp_shard is the world and the
-//   others are 1; the sizes are fields so that later plans add dimensions
-//   without changing the readers of the present ones.
+// - The mesh is pp x dp_replicate x dp_shard x tp ranks (tp innermost:
+//   the ranks of a tp group are consecutive, the GPUs of one node;
+//   parallel/device_mesh.h draws the layout). --shard applies within a
+//   dp_shard group; gradients are then all-reduced across dp_replicate.
+//   pp is 1 until pipeline parallelism comes.
 // - The words of each enum (shardStageName, ...) are the flags' words and
 //   the ones files hold (a checkpoint's "stage"), byte for byte.
 #pragma once
@@ -48,19 +49,29 @@ const char* reduceDtypeName(ReduceDtype dtype);
 const char* computePrecisionName(ComputePrecision precision);
 const char* commBackendName(CommBackend backend);
 
-// The process group and the gradient reduction, as the flags give them.
+// The process group, the mesh and the gradient reduction, as the flags give them.
 struct ParallelOptions {
   CommBackend backend = CommBackend::kAuto;  // $DTRAIN_BACKEND when auto
   int64_t timeout_s = 600;                   // collective timeout
   double bucket_mb = 25;                     // gradient bucket cap (the first bucket is 1 MiB)
   ShardStage shard = ShardStage::kNone;
   ReduceDtype reduce_dtype = ReduceDtype::kFp32;
+  int tp = 1;                    // --tp: tensor-parallel ranks (innermost: one node's GPUs)
+  int dp_replicate = 1;          // --dp-replicate: replicas of the sharded groups (HSDP)
+  bool sequence_parallel = true; // --sequence-parallel: with tp > 1, norms and residuals on sequence shards
 };
 
-// What planParallelism needs to know of the model.
+// What planParallelism needs to know of the model. The shape fields are
+// those of a transformer language model; 0 where the model has none.
 struct PlannedModel {
   std::string name;                 // for messages ("--model resnet18")
   bool has_sharding_units = true;   // ZeRO-3 gathers unit by unit (the language models)
+  bool splits_by_tensor = false;    // tensor parallelism has a plan for it (gpt2, llama)
+  int64_t heads = 0;
+  int64_t kv_heads = 0;   // llama's grouped-query key/value heads (gpt2: = heads)
+  int64_t ffn_dim = 0;    // the MLP's hidden units
+  int64_t vocab_size = 0; // the (padded) vocabulary
+  int64_t seq_len = 0;
 };
 
 struct ParallelPlan {
@@ -75,16 +86,32 @@ struct ParallelPlan {
   double bucket_mb = 25;        // the cap of a gradient bucket
   double first_bucket_mb = 1;   // the first bucket (1 MiB, or bucket_mb if smaller)
 
+  bool sequence_parallel = false;  // tp > 1 with activations on sequence shards between blocks
+
   int worldSize() const { return pp * dp_replicate * dp_shard * tp; }
+  int dataParallelSize() const { return dp_replicate * dp_shard; }
+  // The key/value heads each tp rank holds copies of rather than a share
+  // of: true when there are fewer of them than tp ranks.
+  bool replicatesKvHeads(int64_t kv_heads) const { return kv_heads < tp; }
   bool shardsOptimizer() const { return shard != ShardStage::kNone; }
   bool shardsGradients() const { return shard == ShardStage::kGradients || shard == ShardStage::kFull; }
   bool shardsParameters() const { return shard == ShardStage::kFull; }
 };
 
-// The plan of `options` over `world_size` ranks; ConfigError (see the
-// contract) for a world size below 1, --reduce-dtype bf16 without
-// --shard gradients or full, and --shard full over a model without
-// sharding units.
+// The checks that need no world size (a command's flags at parse time):
+// ConfigError for --reduce-dtype bf16 without --shard gradients or full,
+// --shard full over a model without sharding units, --tp or
+// --dp-replicate below 1, and --tp > 1 over a model without a
+// tensor-parallel plan or whose heads, key/value heads (at least tp of
+// them: split, so tp must divide them; fewer: replicated, so they must
+// divide tp), MLP width, vocabulary or (with sequence parallelism)
+// sequence length do not split into tp equal parts; each message names
+// the flags and the numbers.
+void checkParallelOptions(const ParallelOptions& options, const PlannedModel& model = {});
+
+// The plan of `options` over `world_size` ranks: ConfigError for a world
+// size below 1 or not a multiple of tp x dp_replicate, then
+// checkParallelOptions's. dp_shard is what remains of the world.
 ParallelPlan planParallelism(const ParallelOptions& options, int world_size, const PlannedModel& model = {});
 
 }  // namespace dtrain

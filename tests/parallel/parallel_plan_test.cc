@@ -95,6 +95,118 @@ TEST(ParallelPlanTest, ZeroThreeNeedsAModelWithShardingUnits) {
       << "ZeRO-2 needs no units";
 }
 
+// gpt2-small's shape: 12 heads, MLP 3072, vocabulary 50304, sequence 1024.
+PlannedModel gpt2Small() {
+  PlannedModel model{"gpt2", true, true};
+  model.heads = 12;
+  model.kv_heads = 12;
+  model.ffn_dim = 3072;
+  model.vocab_size = 50304;
+  model.seq_len = 1024;
+  return model;
+}
+
+// llama-8b's: 32 heads over 8 key/value heads, MLP 14336, vocabulary 128256.
+PlannedModel llama8b() {
+  PlannedModel model{"llama", true, true};
+  model.heads = 32;
+  model.kv_heads = 8;
+  model.ffn_dim = 14336;
+  model.vocab_size = 128256;
+  model.seq_len = 4096;
+  return model;
+}
+
+TEST(ParallelPlanTest, TheMeshIsDpReplicateByDpShardByTp) {
+  struct Case {
+    int world, tp, dp_replicate, dp_shard;
+  };
+  for (const Case c : {Case{8, 2, 2, 2}, Case{4, 4, 1, 1}, Case{4, 2, 1, 2}, Case{8, 1, 4, 2}, Case{16, 8, 1, 2}}) {
+    SCOPED_TRACE("world " + std::to_string(c.world) + " tp " + std::to_string(c.tp) + " dp_replicate " +
+                 std::to_string(c.dp_replicate));
+    ParallelOptions options;
+    options.tp = c.tp;
+    options.dp_replicate = c.dp_replicate;
+    options.shard = ShardStage::kFull;
+    const ParallelPlan plan = planParallelism(options, c.world, llama8b());
+    EXPECT_EQ(plan.tp, c.tp);
+    EXPECT_EQ(plan.dp_replicate, c.dp_replicate);
+    EXPECT_EQ(plan.dp_shard, c.dp_shard);
+    EXPECT_EQ(plan.dataParallelSize(), c.dp_replicate * c.dp_shard);
+    EXPECT_EQ(plan.worldSize(), c.world);
+    EXPECT_EQ(plan.sequence_parallel, c.tp > 1) << "on by default with tp > 1";
+    EXPECT_EQ(plan.replicatesKvHeads(8), c.tp > 8);
+  }
+  ParallelOptions no_sp;
+  no_sp.tp = 2;
+  no_sp.sequence_parallel = false;
+  EXPECT_FALSE(planParallelism(no_sp, 2, gpt2Small()).sequence_parallel);
+  EXPECT_FALSE(planParallelism(ParallelOptions{}, 2, gpt2Small()).sequence_parallel) << "tp 1 has no sequence shards";
+}
+
+TEST(ParallelPlanTest, FewerKeyValueHeadsThanTpAreReplicatedWhenTheyDivideIt) {
+  PlannedModel model = llama8b();
+  model.kv_heads = 2;
+  ParallelOptions options;
+  options.tp = 8;
+  EXPECT_TRUE(planParallelism(options, 8, model).replicatesKvHeads(model.kv_heads));
+  model.kv_heads = 3;
+  model.heads = 24;
+  EXPECT_EQ(configErrorOf([&] { planParallelism(options, 8, model); }),
+            "--tp 8: --model llama's 3 key/value heads, fewer than --tp, are replicated, tp / 3 ranks each, which "
+            "needs --tp a multiple of 3");
+}
+
+TEST(ParallelPlanTest, EveryMeshThatDoesNotFitIsRefusedNamingTheNumbers) {
+  const auto refused = [](int tp, int dp_replicate, int world, PlannedModel model, bool sp = true) {
+    ParallelOptions options;
+    options.tp = tp;
+    options.dp_replicate = dp_replicate;
+    options.sequence_parallel = sp;
+    return configErrorOf([&] { planParallelism(options, world, model); });
+  };
+  EXPECT_EQ(refused(3, 1, 4, gpt2Small()),
+            "--tp 3 x --dp-replicate 1 = 3 ranks does not divide the world of 4 ranks (dp_replicate x dp_shard x tp); "
+            "expected a world that is a multiple of 3");
+  EXPECT_EQ(refused(2, 3, 8, gpt2Small()),
+            "--tp 2 x --dp-replicate 3 = 6 ranks does not divide the world of 8 ranks (dp_replicate x dp_shard x tp); "
+            "expected a world that is a multiple of 6");
+  EXPECT_EQ(refused(0, 1, 4, gpt2Small()), "--tp 0 --dp-replicate 1: expected both at least 1");
+  EXPECT_EQ(refused(1, 0, 4, gpt2Small()), "--tp 1 --dp-replicate 0: expected both at least 1");
+  EXPECT_EQ(refused(2, 1, 2, {"resnet18", false, false}),
+            "--tp 2 with --model resnet18: tensor parallelism splits the transformer language models (gpt2, llama) "
+            "only; use --tp 1");
+  EXPECT_EQ(refused(8, 1, 8, gpt2Small()),
+            "--tp 8: --model gpt2's attention heads (12) do not split into 8 equal parts; expected a --tp that "
+            "divides them");
+  PlannedModel kv = llama8b();
+  kv.kv_heads = 12;
+  kv.heads = 48;
+  EXPECT_EQ(refused(8, 1, 8, kv),
+            "--tp 8: its key/value heads (12) do not split into 8 equal parts; expected a --tp that divides them (or, "
+            "with fewer of them than --tp, a multiple of them: each is then replicated)");
+  PlannedModel ffn = gpt2Small();
+  ffn.ffn_dim = 3070;
+  EXPECT_EQ(refused(4, 1, 4, ffn),
+            "--tp 4: the MLP's hidden units (3070) do not split into 4 equal parts; expected a --tp that divides them");
+  PlannedModel vocab = gpt2Small();
+  vocab.vocab_size = 50257;
+  EXPECT_EQ(refused(2, 1, 2, vocab),
+            "--tp 2: the vocabulary's entries (50257) do not split into 2 equal parts; expected a --vocab-size that "
+            "--tp divides");
+  PlannedModel seq = gpt2Small();
+  seq.seq_len = 1022;
+  EXPECT_EQ(refused(4, 1, 4, seq),
+            "--tp 4: the sequence's positions (--seq-len, split by sequence parallelism) (1022) do not split into 4 "
+            "equal parts; expected a --seq-len that --tp divides, or --sequence-parallel false");
+  seq.seq_len = 1020;  // divisible by 4, and without sequence parallelism any length
+  EXPECT_EQ(refused(4, 1, 4, seq), "");
+  seq.seq_len = 1022;
+  EXPECT_EQ(refused(4, 1, 4, seq, false), "");
+  EXPECT_EQ(configErrorOf([&] { checkParallelOptions(ParallelOptions{.tp = 2}, gpt2Small()); }), "")
+      << "the world-free checks pass a tp that the heads take";
+}
+
 TEST(ParallelPlanTest, AWorldOfNoRanksIsRefused) {
   EXPECT_EQ(configErrorOf([] { planParallelism(ParallelOptions{}, 0); }), "a world of 0 ranks: expected at least 1");
 }

@@ -1,0 +1,307 @@
+#include "parallel/tensor_parallel.h"
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "parallel/tensor_buffer.h"
+
+namespace dtrain {
+namespace {
+
+// The live groups by id, for the autograd functions' backward (saved_data
+// holds only IValues).
+struct GroupRegistry {
+  std::mutex mutex;
+  int64_t next_id = 1;
+  std::map<int64_t, const TensorParallelGroup*> by_id;
+};
+
+GroupRegistry& groupRegistry() {
+  static GroupRegistry instance;
+  return instance;
+}
+
+const TensorParallelGroup& groupOf(const torch::autograd::AutogradContext* ctx) {
+  const int64_t id = ctx->saved_data.at("group").toInt();
+  GroupRegistry& r = groupRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.by_id.find(id);
+  if (it == r.by_id.end()) {
+    throw ConfigError("tensor parallelism: a backward ran after its tensor-parallel group (id " + std::to_string(id) +
+                      ") was destroyed; keep the group alive while its graphs are");
+  }
+  return *it->second;
+}
+
+// `dim` of a tensor of `rank` dimensions, negative counting from the end; ConfigError when outside.
+int64_t checkedDim(const torch::Tensor& x, int64_t dim, const char* what) {
+  const int64_t n = x.dim();
+  const int64_t d = dim < 0 ? dim + n : dim;
+  if (d < 0 || d >= n) {
+    throw ConfigError(std::string("tensor parallelism: ") + what + ": dimension " + std::to_string(dim) +
+                      " of a tensor of shape " + toString(x.sizes()) + " does not exist");
+  }
+  return d;
+}
+
+void checkEqualParts(const torch::Tensor& x, int64_t dim, int parts, const char* what) {
+  if (x.size(dim) % parts != 0) {
+    throw ConfigError(std::string("tensor parallelism: ") + what + ": the shape " + toString(x.sizes()) +
+                      " does not split into " + std::to_string(parts) + " equal parts along dimension " +
+                      std::to_string(dim) + " (tp " + std::to_string(parts) + ")");
+  }
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Identity forward, all-reduce backward (Megatron's f).
+class CopyToRegion : public torch::autograd::Function<CopyToRegion> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    torch::Tensor g = grads[0].contiguous();
+    groupOf(ctx).allReduce(g);
+    return {g, torch::Tensor()};
+  }
+};
+
+// All-reduce forward, identity backward (Megatron's g).
+class ReduceFromRegion : public torch::autograd::Function<ReduceFromRegion> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group) {
+    ctx->saved_data["group"] = group;
+    torch::Tensor out = x.contiguous().clone();
+    groupOf(ctx).allReduce(out);
+    return out;
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], torch::Tensor()}; }
+};
+
+// All-gather forward, reduce-scatter backward.
+class GatherSequence : public torch::autograd::Function<GatherSequence> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group, int64_t dim) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    return groupOf(ctx).allGather(x, dim);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {groupOf(ctx).reduceScatter(grads[0], ctx->saved_data["dim"].toInt()), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// Reduce-scatter forward, all-gather backward.
+class ReduceScatterSequence : public torch::autograd::Function<ReduceScatterSequence> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group, int64_t dim) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    return groupOf(ctx).reduceScatter(x, dim);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {groupOf(ctx).allGather(grads[0], ctx->saved_data["dim"].toInt()), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// This rank's part forward, all-gather backward.
+class SplitSequence : public torch::autograd::Function<SplitSequence> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group, int64_t dim) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    const TensorParallelGroup& g = groupOf(ctx);
+    return x.chunk(g.size(), dim)[static_cast<size_t>(g.rank())].contiguous();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {groupOf(ctx).allGather(grads[0], ctx->saved_data["dim"].toInt()), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// All-gather forward, this rank's part backward.
+class GatherParts : public torch::autograd::Function<GatherParts> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group, int64_t dim) {
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["dim"] = dim;
+    return groupOf(ctx).allGather(x, dim);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const TensorParallelGroup& g = groupOf(ctx);
+    const int64_t dim = ctx->saved_data["dim"].toInt();
+    return {grads[0].chunk(g.size(), dim)[static_cast<size_t>(g.rank())].contiguous(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+// Cross-entropy over vocab shards; saves the local softmax for a local backward.
+class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
+                               int64_t vocab_start, int64_t group) {
+    ctx->saved_data["group"] = group;
+    const TensorParallelGroup& g = groupOf(ctx);
+    const int64_t width = logits.size(1);
+    torch::Tensor x = logits.to(torch::kFloat);
+    torch::Tensor row_max = std::get<0>(x.max(1)).contiguous();
+    g.allReduce(row_max, ReduceOp::kMax);
+    x = x - row_max.unsqueeze(1);
+    const torch::Tensor local = targets - vocab_start;
+    const torch::Tensor here = local.ge(0).logical_and(local.lt(width));
+    const torch::Tensor index = local.clamp(0, width - 1);
+    // Row 0: the targets' logits (on the rank that holds each); row 1: the sums of exponentials.
+    torch::Tensor sums = torch::empty({2, x.size(0)}, x.options());
+    sums[0].copy_(x.gather(1, index.unsqueeze(1)).squeeze(1).masked_fill(here.logical_not(), 0.0));
+    torch::Tensor exp = x.exp_();
+    sums[1].copy_(exp.sum(1));
+    g.allReduce(sums);
+    exp.div_(sums[1].unsqueeze(1));  // this rank's columns of the softmax
+    ctx->save_for_backward({exp, index, here});
+    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    return sums[1].log() - sums[0];
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    torch::Tensor grad = saved[0].clone();
+    grad.scatter_add_(1, saved[1].unsqueeze(1), saved[2].to(grad.scalar_type()).neg().unsqueeze(1));
+    grad.mul_(grads[0].unsqueeze(1));
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    return {grad.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<TensorParallelGroup> TensorParallelGroup::create(std::shared_ptr<Communicator> comm,
+                                                                 std::chrono::milliseconds timeout) {
+  if (!comm) throw ConfigError("tensor parallelism: the tensor-parallel group has no communicator");
+  std::shared_ptr<TensorParallelGroup> group(new TensorParallelGroup(std::move(comm), timeout));
+  GroupRegistry& r = groupRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  group->id_ = r.next_id++;
+  r.by_id[group->id_] = group.get();
+  return group;
+}
+
+TensorParallelGroup::TensorParallelGroup(std::shared_ptr<Communicator> comm, std::chrono::milliseconds timeout)
+    : comm_(std::move(comm)), timeout_(timeout) {}
+
+TensorParallelGroup::~TensorParallelGroup() {
+  GroupRegistry& r = groupRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.by_id.erase(id_);
+}
+
+int TensorParallelGroup::rank() const { return comm_->rank(); }
+int TensorParallelGroup::size() const { return comm_->size(); }
+
+void TensorParallelGroup::allReduce(torch::Tensor& tensor, ReduceOp op) const {
+  if (size() == 1 || tensor.numel() == 0) return;
+  if (!tensor.is_contiguous()) throw ConfigError("tensor parallelism: allReduce of a non-contiguous tensor");
+  const Buffer buffer = bufferOf(tensor, currentStreamOf(tensor));
+  AllreduceOptions options;
+  options.op = op;
+  options.timeout = timeout_;
+  comm_->allreduce(buffer, buffer, options)->wait(timeout_);
+}
+
+torch::Tensor TensorParallelGroup::allGather(const torch::Tensor& tensor, int64_t dim) const {
+  const int64_t d = checkedDim(tensor, dim, "all-gather");
+  if (size() == 1) return tensor;
+  // The collective concatenates along dimension 0: move `d` there and back.
+  const torch::Tensor in = tensor.movedim(d, 0).contiguous();
+  std::vector<int64_t> sizes = in.sizes().vec();
+  sizes[0] *= size();
+  torch::Tensor out = torch::empty(sizes, in.options());
+  if (in.numel() > 0) {
+    void* stream = currentStreamOf(in);
+    AllgatherOptions options;
+    options.timeout = timeout_;
+    comm_->allgather(bufferOf(in, stream), bufferOf(out, stream), options)->wait(timeout_);
+  }
+  return d == 0 ? out : out.movedim(0, d).contiguous();
+}
+
+torch::Tensor TensorParallelGroup::reduceScatter(const torch::Tensor& tensor, int64_t dim) const {
+  const int64_t d = checkedDim(tensor, dim, "reduce-scatter");
+  checkEqualParts(tensor, d, size(), "reduce-scatter");
+  if (size() == 1) return tensor;
+  const torch::Tensor in = tensor.movedim(d, 0).contiguous();
+  std::vector<int64_t> sizes = in.sizes().vec();
+  sizes[0] /= size();
+  torch::Tensor out = torch::empty(sizes, in.options());
+  if (out.numel() > 0) {
+    void* stream = currentStreamOf(in);
+    ReduceScatterOptions options;
+    options.timeout = timeout_;
+    comm_->reduceScatter(bufferOf(in, stream), bufferOf(out, stream), options)->wait(timeout_);
+  }
+  return d == 0 ? out : out.movedim(0, d).contiguous();
+}
+
+namespace tp {
+
+torch::Tensor copyToRegion(const torch::Tensor& x, const TensorParallelGroup& group) {
+  if (group.size() == 1) return x;
+  return CopyToRegion::apply(x, group.id());
+}
+
+torch::Tensor reduceFromRegion(const torch::Tensor& x, const TensorParallelGroup& group) {
+  if (group.size() == 1) return x;
+  return ReduceFromRegion::apply(x, group.id());
+}
+
+torch::Tensor gatherSequence(const torch::Tensor& x, const TensorParallelGroup& group, int64_t dim) {
+  const int64_t d = checkedDim(x, dim, "gatherSequence");
+  if (group.size() == 1) return x;
+  return GatherSequence::apply(x, group.id(), d);
+}
+
+torch::Tensor reduceScatterSequence(const torch::Tensor& x, const TensorParallelGroup& group, int64_t dim) {
+  const int64_t d = checkedDim(x, dim, "reduceScatterSequence");
+  checkEqualParts(x, d, group.size(), "reduceScatterSequence");
+  if (group.size() == 1) return x;
+  return ReduceScatterSequence::apply(x, group.id(), d);
+}
+
+torch::Tensor splitSequence(const torch::Tensor& x, const TensorParallelGroup& group, int64_t dim) {
+  const int64_t d = checkedDim(x, dim, "splitSequence");
+  checkEqualParts(x, d, group.size(), "splitSequence");
+  if (group.size() == 1) return x;
+  return SplitSequence::apply(x, group.id(), d);
+}
+
+torch::Tensor gatherParts(const torch::Tensor& x, const TensorParallelGroup& group, int64_t dim) {
+  const int64_t d = checkedDim(x, dim, "gatherParts");
+  if (group.size() == 1) return x;
+  return GatherParts::apply(x, group.id(), d);
+}
+
+torch::Tensor vocabShardEmbedding(const torch::Tensor& tokens, const torch::Tensor& weight_shard, int64_t vocab_start) {
+  const int64_t rows = weight_shard.size(0);
+  const torch::Tensor local = tokens - vocab_start;
+  const torch::Tensor outside = local.lt(0).logical_or(local.ge(rows));
+  const torch::Tensor rows_used = local.masked_fill(outside, 0);
+  return torch::embedding(weight_shard, rows_used).masked_fill(outside.unsqueeze(-1), 0.0);
+}
+
+torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& logits_shard, const torch::Tensor& targets,
+                                        int64_t vocab_start, const TensorParallelGroup& group) {
+  if (logits_shard.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits_shard.size(0) ||
+      targets.scalar_type() != torch::kLong) {
+    throw ConfigError("tensor parallelism: vocab-parallel cross-entropy takes logits [N, V/tp] and int64 targets "
+                      "[N], got " + toString(logits_shard.sizes()) + " and " + toString(targets.sizes()) + " " +
+                      std::string(c10::toString(targets.scalar_type())));
+  }
+  return VocabParallelCrossEntropy::apply(logits_shard, targets, vocab_start, group.id());
+}
+
+}  // namespace tp
+}  // namespace dtrain

@@ -1,0 +1,178 @@
+#include "parallel/tensor_parallel_plan.h"
+
+#include <utility>
+
+#include "common/error.h"
+#include "parallel/parallel_plan.h"
+
+namespace dtrain {
+namespace {
+
+using Kind = ParameterSplit::Kind;
+
+// The edges of the regions (models/tensor_split.h), Megatron's way.
+class MegatronSplit : public models::TensorSplit {
+ public:
+  MegatronSplit(std::shared_ptr<TensorParallelGroup> group, bool sequence_parallel)
+      : group_(std::move(group)), sequence_parallel_(sequence_parallel) {}
+
+  torch::Tensor columnInput(const torch::Tensor& normed) override {
+    return sequence_parallel_ ? tp::gatherSequence(normed, *group_, 1) : tp::copyToRegion(normed, *group_);
+  }
+  torch::Tensor rowOutput(const torch::Tensor& partial) override {
+    return sequence_parallel_ ? tp::reduceScatterSequence(partial, *group_, 1) : tp::reduceFromRegion(partial, *group_);
+  }
+  torch::Tensor tokenEmbedding(const torch::Tensor& tokens, const torch::Tensor& table_shard) override {
+    return rowOutput(tp::vocabShardEmbedding(tokens, table_shard, group_->rank() * table_shard.size(0)));
+  }
+  torch::Tensor sequencePart(const torch::Tensor& x, int64_t dim) override {
+    return sequence_parallel_ ? tp::splitSequence(x, *group_, dim) : x;
+  }
+  torch::Tensor classifierCrossEntropy(const torch::Tensor& normed, const torch::Tensor& weight_shard,
+                                       const torch::Tensor& targets) override {
+    const torch::Tensor logits = models::ops::classifier(columnInput(normed), weight_shard);
+    const int64_t width = logits.size(-1);
+    return tp::vocabParallelCrossEntropy(logits.reshape({-1, width}), targets.reshape({-1}), group_->rank() * width,
+                                         *group_)
+        .mean();
+  }
+  torch::Tensor classifier(const torch::Tensor& normed, const torch::Tensor& weight_shard) override {
+    return tp::gatherParts(models::ops::classifier(columnInput(normed), weight_shard), *group_, -1);
+  }
+
+ private:
+  std::shared_ptr<TensorParallelGroup> group_;
+  bool sequence_parallel_;
+};
+
+PlannedModel plannedModel(const models::LanguageModelConfig& c) {
+  PlannedModel model{c.name, true, true};
+  model.heads = c.heads;
+  model.kv_heads = c.kv_heads;
+  model.ffn_dim = c.ffn_dim;
+  model.vocab_size = c.vocab_size;
+  model.seq_len = c.seq_len;
+  return model;
+}
+
+// How the parameter `name` of a model of `c` splits over tp ranks.
+ParameterSplit splitOf(const std::string& name, const models::LanguageModelConfig& c, int tp) {
+  ParameterSplit split;
+  const auto any = [&](std::initializer_list<const char*> suffixes) {
+    for (const char* suffix : suffixes) {
+      if (name.ends_with(suffix)) return true;
+    }
+    return false;
+  };
+  if (any({"attn.c_attn.weight", "attn.c_attn.bias"})) {
+    split.kind = Kind::kRows;
+    split.blocks = 3;
+  } else if (any({"mlp.c_fc.weight", "mlp.c_fc.bias", "attention.wq.weight", "feed_forward.w1.weight",
+                  "feed_forward.w3.weight", "wte.weight", "lm_head.weight", "tok_embeddings.weight"}) ||
+             name == "output.weight") {
+    split.kind = Kind::kRows;
+  } else if (any({"attention.wk.weight", "attention.wv.weight"})) {
+    split.kind = c.kv_heads >= tp ? Kind::kRows : Kind::kKvHeadRows;
+    split.head_rows = c.headDim();
+  } else if (any({"attn.c_proj.weight", "mlp.c_proj.weight", "attention.wo.weight", "feed_forward.w2.weight"})) {
+    split.kind = Kind::kColumns;
+  }
+  return split;  // whole: norms, wpe, the row-split products' biases
+}
+
+// Whether a whole parameter's gradient is computed in part on each rank:
+// the norms and the biases added after rowOutput run on sequence shards.
+bool partialWhenSequenceParallel(const std::string& name) {
+  return name.find("ln_") != std::string::npos || name.ends_with("norm.weight") || name.ends_with("c_proj.bias");
+}
+
+// The key/value head whose rows rank `rank` holds when there are fewer of them than tp ranks.
+int64_t kvHeadOf(int rank, int tp, int64_t kv_heads) { return rank * kv_heads / tp; }
+
+}  // namespace
+
+torch::Tensor partOf(const torch::Tensor& whole, const ParameterSplit& split, int rank, int tp) {
+  switch (split.kind) {
+    case Kind::kWhole: return whole.clone();
+    case Kind::kRows: {
+      std::vector<torch::Tensor> parts;
+      for (const torch::Tensor& block : whole.chunk(split.blocks, 0)) parts.push_back(block.chunk(tp, 0)[rank]);
+      return torch::cat(parts, 0).contiguous();
+    }
+    case Kind::kColumns: return whole.chunk(tp, 1)[rank].contiguous();
+    case Kind::kKvHeadRows: {
+      const int64_t heads = whole.size(0) / split.head_rows;
+      return whole.narrow(0, kvHeadOf(rank, tp, heads) * split.head_rows, split.head_rows).contiguous();
+    }
+  }
+  return whole.clone();
+}
+
+torch::Tensor wholeOf(const std::vector<torch::Tensor>& parts, const ParameterSplit& split, int tp) {
+  switch (split.kind) {
+    case Kind::kWhole: return parts.at(0).clone();
+    case Kind::kRows: {
+      std::vector<torch::Tensor> blocks;
+      for (int64_t b = 0; b < split.blocks; ++b) {
+        for (int r = 0; r < tp; ++r) blocks.push_back(parts.at(static_cast<size_t>(r)).chunk(split.blocks, 0)[b]);
+      }
+      return torch::cat(blocks, 0);
+    }
+    case Kind::kColumns: return torch::cat(parts, 1);
+    case Kind::kKvHeadRows: {
+      const int64_t heads = split.whole.at(0) / split.head_rows;
+      std::vector<torch::Tensor> rows;
+      for (int64_t h = 0; h < heads; ++h) rows.push_back(parts.at(static_cast<size_t>(h * tp / heads)));
+      return torch::cat(rows, 0);
+    }
+  }
+  return parts.at(0).clone();
+}
+
+TensorParallelModel::TensorParallelModel(std::shared_ptr<models::LanguageModel> model,
+                                         std::shared_ptr<TensorParallelGroup> group, TensorParallelOptions options)
+    : model_(std::move(model)), group_(std::move(group)), options_(options) {
+  if (!model_ || !group_) throw ConfigError("tensor parallelism: no language model or no tensor-parallel group");
+  const models::LanguageModelConfig& c = model_->config();
+  const int tp = group_->size(), rank = group_->rank();
+  ParallelOptions check;
+  check.tp = tp;
+  check.sequence_parallel = options_.sequence_parallel;
+  checkParallelOptions(check, plannedModel(c));
+  if (tp == 1) options_.sequence_parallel = false;
+
+  torch::NoGradGuard no_grad;
+  for (auto& item : model_->named_parameters()) {
+    ParameterSplit split = splitOf(item.key(), c, tp);
+    torch::Tensor& p = item.value();
+    split.whole = p.sizes().vec();
+    if (split.kind != Kind::kWhole) p.set_data(partOf(p.detach(), split, rank, tp));
+    std::shared_ptr<TensorParallelGroup> g = group_;
+    if (split.kind == Kind::kKvHeadRows && tp > 1) {
+      // Ranks that share a key/value head each hold a part of its gradient.
+      const int64_t head = kvHeadOf(rank, tp, c.kv_heads), rows = split.head_rows;
+      const std::vector<int64_t> whole = split.whole;
+      p.register_hook([g, head, rows, whole](const torch::Tensor& grad) {
+        torch::Tensor all = torch::zeros(whole, grad.options());
+        all.narrow(0, head * rows, rows).copy_(grad);
+        g->allReduce(all);
+        return all.narrow(0, head * rows, rows).contiguous();
+      });
+    } else if (split.kind == Kind::kWhole && options_.sequence_parallel && partialWhenSequenceParallel(item.key())) {
+      p.register_hook([g](const torch::Tensor& grad) {
+        torch::Tensor sum = grad.contiguous().clone();
+        g->allReduce(sum);
+        return sum;
+      });
+    }
+    layout_[item.key()] = std::move(split);
+  }
+  split_ = std::make_unique<MegatronSplit>(group_, options_.sequence_parallel);
+  model_->setTensorSplit(split_.get());
+}
+
+TensorParallelModel::~TensorParallelModel() {
+  if (model_ && model_->tensorSplit() == split_.get()) model_->setTensorSplit(nullptr);
+}
+
+}  // namespace dtrain
