@@ -37,7 +37,7 @@ const TensorParallelGroup& groupOf(const torch::autograd::AutogradContext* ctx) 
   return *it->second;
 }
 
-// `dim` of a tensor of `rank` dimensions, negative counting from the end; ConfigError when outside.
+// `dim` of x, negative counting from the end; ConfigError when x has no such dimension.
 int64_t checkedDim(const torch::Tensor& x, int64_t dim, const char* what) {
   const int64_t n = x.dim();
   const int64_t d = dim < 0 ? dim + n : dim;

@@ -101,7 +101,8 @@ torch::Tensor vocabShardEmbedding(const torch::Tensor& tokens, const torch::Tens
 // dtype: the row maxima and the sums of exponentials and the targets'
 // logits are all-reduced (two collectives of N floats), never the logits.
 // Backward is local: (softmax - one_hot(target)) on this rank's columns.
-// ConfigError for targets outside [0, V) (V = the group's shards together).
+// Targets must lie in [0, V) (V: the shards together); the data loader's
+// token ids do. ConfigError for shapes other than these.
 torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& logits_shard, const torch::Tensor& targets,
                                         int64_t vocab_start, const TensorParallelGroup& group);
 
