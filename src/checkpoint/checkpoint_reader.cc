@@ -21,6 +21,7 @@ struct Run {
   size_t shard = 0;
   int64_t begin = 0;
   int64_t count = 0;
+  int64_t offset = 0;  // of its first element in the shard file's tensor
 };
 
 std::string crcText(uint32_t crc) {
@@ -80,7 +81,11 @@ void CheckpointReader::Impl::openSharded() {
   aliases = metadata.aliases;
   tensors = metadata.tensors;
   for (size_t s = 0; s < metadata.shards.size(); ++s) {
-    for (const ShardRange& r : metadata.shards[s].ranges) runs[r.tensor].push_back({s, r.begin, r.count});
+    std::map<std::string, int64_t> held;  // elements of each tensor this shard's earlier ranges hold
+    for (const ShardRange& r : metadata.shards[s].ranges) {
+      runs[r.tensor].push_back({s, r.begin, r.count, held[r.tensor]});
+      held[r.tensor] += r.count;
+    }
   }
   for (auto& [name, list] : runs) {
     std::sort(list.begin(), list.end(), [](const Run& a, const Run& b) { return a.begin < b.begin; });
@@ -99,14 +104,16 @@ const CheckpointFile& CheckpointReader::Impl::shard(size_t i) {
                       crcText(opened->storedCrc()) + ", but the metadata names " + std::to_string(expected.bytes) +
                       " bytes and CRC " + crcText(expected.crc) + " (a shard of another write?)");
   }
-  for (const ShardRange& r : expected.ranges) {
-    const CheckpointFileEntry* entry = opened->find(r.tensor);
-    const CheckpointTensorInfo& t = info(r.tensor);
-    if (entry == nullptr) throw ConfigError(where + " holds no '" + r.tensor + "', which the metadata places there");
-    if (torchDtypeOf(entry->dtype) != t.dtype || entry->shape != std::vector<int64_t>{r.count}) {
-      throw ConfigError(where + ": '" + r.tensor + "' is " + nlohmann::json(entry->shape).dump() + " " +
+  std::map<std::string, int64_t> held;
+  for (const ShardRange& r : expected.ranges) held[r.tensor] += r.count;
+  for (const auto& [name, count] : held) {
+    const CheckpointFileEntry* entry = opened->find(name);
+    const CheckpointTensorInfo& t = info(name);
+    if (entry == nullptr) throw ConfigError(where + " holds no '" + name + "', which the metadata places there");
+    if (torchDtypeOf(entry->dtype) != t.dtype || entry->shape != std::vector<int64_t>{count}) {
+      throw ConfigError(where + ": '" + name + "' is " + nlohmann::json(entry->shape).dump() + " " +
                         c10::toString(torchDtypeOf(entry->dtype)) + ", but the metadata says [" +
-                        std::to_string(r.count) + "] " + c10::toString(t.dtype));
+                        std::to_string(count) + "] " + c10::toString(t.dtype));
     }
   }
   shards[i] = std::move(opened);
@@ -197,7 +204,7 @@ void CheckpointReader::read(const std::string& name, int64_t begin, int64_t coun
   for (--run; count > 0; ++run) {
     const int64_t n = std::min(count, run->begin + run->count - begin);
     const CheckpointFile& file = impl_->shard(run->shard);
-    file.read(file.find(t.name)->offset + static_cast<uint64_t>((begin - run->begin) * element), dst,
+    file.read(file.find(t.name)->offset + static_cast<uint64_t>((run->offset + begin - run->begin) * element), dst,
               static_cast<size_t>(n * element));
     dst += n * element;
     begin += n;

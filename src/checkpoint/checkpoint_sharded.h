@@ -30,7 +30,10 @@ std::string shardFileName(int rank, int world_size);
 using LogicalTensor = CheckpointTensorInfo;
 
 // Elements [begin, begin + count) of a logical tensor (in its storage order),
-// held by one shard file as a 1-D tensor of that name.
+// held by one shard file in a 1-D tensor of that name. A file that holds
+// several ranges of one tensor (a tensor-parallel part of q, k and v rows)
+// holds them one after the other in that tensor, in the order its
+// ShardFile lists them.
 struct ShardRange {
   std::string tensor;
   int64_t begin = 0;
