@@ -54,6 +54,8 @@ class Context {
   // same point): collectives on it never wait behind the main one's.
   std::shared_ptr<Communicator> newCommunicator(const std::string& name);
   std::string backend() const;
+  // The job's store, rank and size (what a DeviceMesh is built over).
+  const World& world() const { return *world_; }
   std::chrono::milliseconds collectiveTimeout() const { return collective_timeout_; }
 
   // Every rank waits here until all arrived (a tiny all-reduce).

@@ -122,6 +122,8 @@ TrainCheckpointMeta checkTrainCheckpointMeta(const std::string& file, const nloh
   out.epoch = check.integer("epoch", 0, kMaxEpochs, true);
   out.batch = check.integer("batch", 0, kMaxSteps, true);
   out.world_size = check.integer("world_size", 1, kMaxWorldSize, true);
+  out.data_ranks = check.integer("data_ranks", 1, kMaxWorldSize, false);
+  check.integer("tp", 1, kMaxWorldSize, false);
   out.batch_size = check.integer("batch_size", 1, kMaxBatch, true);
   out.model = check.text("model", true);
   out.dataset = check.text("dataset", false);

@@ -29,6 +29,7 @@ struct TrainCheckpointMeta {
   int64_t epoch = 0;
   int64_t batch = 0;       // the next batch of that epoch
   int64_t world_size = 0;  // 0: not in the meta
+  int64_t data_ranks = 0;  // the data-parallel ranks (world_size / tp); 0: not in the meta (= world_size)
   int64_t batch_size = 0;  // per rank; 0: not in the meta
   std::string model, dataset, optimizer;
 };

@@ -66,7 +66,7 @@ void checkTensorParallel(const ParallelOptions& options, const PlannedModel& mod
   checkTpSplits(tp, model.vocab_size, "the vocabulary's entries", "a --vocab-size that --tp divides");
   if (options.sequence_parallel) {
     checkTpSplits(tp, model.seq_len, "the sequence's positions (--seq-len, split by sequence parallelism)",
-                "a --seq-len that --tp divides, or --sequence-parallel false");
+                "a --seq-len that --tp divides, or --no-sequence-parallel");
   }
 }
 

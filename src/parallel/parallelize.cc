@@ -11,9 +11,15 @@ namespace dtrain {
 namespace {
 
 void checkPlan(const ParallelPlan& plan, const Communicator& comm, const ParallelizeOptions& options) {
-  if (plan.tp != 1 || plan.pp != 1) {
-    throw ConfigError("parallelize: the plan has tp=" + std::to_string(plan.tp) + ", pp=" + std::to_string(plan.pp) +
-                      "; tensor and pipeline parallelism are no pieces yet (expected 1 and 1)");
+  if (plan.pp != 1) {
+    throw ConfigError("parallelize: the plan has pp=" + std::to_string(plan.pp) +
+                      "; pipeline parallelism is no piece yet (expected 1)");
+  }
+  if (plan.dp_replicate > 1 && plan.shard != ShardStage::kNone) {
+    throw ConfigError("--dp-replicate " + std::to_string(plan.dp_replicate) + " with --shard " +
+                      shardStageName(plan.shard) +
+                      ": hybrid sharding (shard within a group, replicate across groups) is not built yet; use "
+                      "--shard none with --dp-replicate, or --dp-replicate 1");
   }
   if (plan.dp_replicate * plan.dp_shard != comm.size()) {
     throw ConfigError("parallelize: the plan's data-parallel size is " +

@@ -29,7 +29,11 @@
 //   returned DataParallel lives. The model itself has no flag to set.
 // - `comm` is the data-parallel group; the plan's data-parallel size
 //   (dp_replicate x dp_shard) must be its size, and the plan must have no
-//   tensor or pipeline dimension yet (ConfigError otherwise).
+//   pipeline dimension yet (ConfigError otherwise). With tp > 1 the model
+//   is already split (TensorParallelModel): the data-parallel pieces see
+//   this rank's parts as the parameters, and the ranks of `comm` hold the
+//   same parts. Hybrid sharding (dp_replicate > 1 with a --shard stage) is
+//   a ConfigError: only --shard none spans replicas yet.
 // - Construction is collective on `comm`: rank 0's parameters and buffers
 //   are broadcast (ZeRO-3: each rank keeps its slices of them);
 //   options.gather_communicator is called (on every rank) only for ZeRO-3.

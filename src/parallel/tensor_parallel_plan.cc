@@ -108,6 +108,40 @@ torch::Tensor partOf(const torch::Tensor& whole, const ParameterSplit& split, in
   return whole.clone();
 }
 
+std::vector<std::pair<int64_t, int64_t>> wholeRunsOf(const ParameterSplit& split, int rank, int tp, int64_t begin,
+                                                     int64_t count) {
+  int64_t whole_numel = 1;
+  for (int64_t d : split.whole) whole_numel *= d;
+  switch (split.kind) {
+    case Kind::kWhole: return {{begin, count}};
+    case Kind::kColumns: return {{rank * (whole_numel / tp) + begin, count}};
+    case Kind::kKvHeadRows: {
+      const int64_t head_numel = split.head_rows * (whole_numel / split.whole.at(0));
+      const int64_t heads = split.whole.at(0) / split.head_rows;
+      return {{kvHeadOf(rank, tp, heads) * head_numel + begin, count}};
+    }
+    case Kind::kRows: break;
+  }
+  const int64_t block = whole_numel / split.blocks, part_block = block / tp;
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t at = begin, end = begin + count; at < end;) {
+    const int64_t b = at / part_block, within = at % part_block;
+    const int64_t n = std::min(end - at, part_block - within);
+    runs.emplace_back(b * block + rank * part_block + within, n);
+    at += n;
+  }
+  return runs;
+}
+
+bool writesPart(const ParameterSplit& split, int rank, int tp) {
+  if (split.kind == Kind::kWhole) return rank == 0;
+  if (split.kind == Kind::kKvHeadRows) {
+    const int64_t heads = split.whole.at(0) / split.head_rows;
+    return rank == 0 || kvHeadOf(rank, tp, heads) != kvHeadOf(rank - 1, tp, heads);
+  }
+  return true;
+}
+
 torch::Tensor wholeOf(const std::vector<torch::Tensor>& parts, const ParameterSplit& split, int tp) {
   switch (split.kind) {
     case Kind::kWhole: return parts.at(0).clone();
@@ -146,7 +180,13 @@ TensorParallelModel::TensorParallelModel(std::shared_ptr<models::LanguageModel> 
     ParameterSplit split = splitOf(item.key(), c, tp);
     torch::Tensor& p = item.value();
     split.whole = p.sizes().vec();
-    if (split.kind != Kind::kWhole) p.set_data(partOf(p.detach(), split, rank, tp));
+    if (split.kind == Kind::kColumns) {
+      // Column-major, so that rank r's part is one run of the whole
+      // weight's column-major order (what a checkpoint writes it in).
+      p.set_data(partOf(p.detach(), split, rank, tp).t().contiguous().t());
+    } else if (split.kind != Kind::kWhole) {
+      p.set_data(partOf(p.detach(), split, rank, tp));
+    }
     std::shared_ptr<TensorParallelGroup> g = group_;
     if (split.kind == Kind::kKvHeadRows && tp > 1) {
       // Ranks that share a key/value head each hold a part of its gradient.

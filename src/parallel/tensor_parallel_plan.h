@@ -35,7 +35,10 @@
 // - Every rank of the group feeds the same tokens; with sequence
 //   parallelism the stream between blocks is this rank's T / tp positions.
 // - parameterLayout() names how each parameter was split, for checkpoints
-//   that keep the whole model's names and shapes.
+//   that keep the whole model's names and shapes. A column-split weight's
+//   part is laid out column-major (strides {1, rows}): rank r's part is
+//   then elements [r x n/tp, (r+1) x n/tp) of the whole weight in
+//   column-major order, one run (wholeRunsOf).
 #pragma once
 
 #include <map>
@@ -72,6 +75,17 @@ struct ParameterSplit {
 torch::Tensor partOf(const torch::Tensor& whole, const ParameterSplit& split, int rank, int tp);
 // The whole parameter from every rank's part (parts[r] is rank r's).
 torch::Tensor wholeOf(const std::vector<torch::Tensor>& parts, const ParameterSplit& split, int tp);
+
+// Where elements [begin, begin + count) of rank r's part (in its memory
+// order: row-major, column-major for kColumns) lie in the whole parameter
+// (in the same order): (whole begin, count) runs, in part order. kRows of
+// several blocks give up to one run per block; the others one run.
+std::vector<std::pair<int64_t, int64_t>> wholeRunsOf(const ParameterSplit& split, int rank, int tp, int64_t begin,
+                                                     int64_t count);
+// Whether rank r writes the split's elements to a checkpoint: the parts
+// are its own; of a whole parameter rank 0's copy, of a replicated
+// key/value head the copy of the first rank that holds it.
+bool writesPart(const ParameterSplit& split, int rank, int tp);
 
 class TensorParallelModel {
  public:

@@ -31,6 +31,11 @@ BlockActivations blockActivations(const MemoryInputs& in) {
   // gpt2's fused MLP keeps the fc product but not the GELU's output.
   const double gpt2_mlp = in.fused_head ? 2 * f : 4 * f;
   b.full = 2 * b.stream * d + narrow * (c.family == models::LmFamily::kGpt2 ? 12 * d + gpt2_mlp : 8 * d + 4 * k + 6 * f);
+  if (in.tp > 1) {
+    const double tp = static_cast<double>(in.tp);
+    b.full = in.sequence_parallel ? b.full / tp : 2 * b.stream * d + (b.full - 2 * b.stream * d) / tp;
+    if (in.sequence_parallel) b.stream /= tp;
+  }
   return b;
 }
 
@@ -42,7 +47,8 @@ int64_t activationBytes(const MemoryInputs& in) {
   const double kept = in.activation_checkpointing ? layers * 2 * block.stream * static_cast<double>(c.dim) +
                                                         block.full
                                                   : layers * block.full;
-  const double head = in.fused_head ? 2.0 * static_cast<double>(c.dim) : 10.0 * static_cast<double>(c.vocab_size);
+  const double head = in.fused_head ? 2.0 * static_cast<double>(c.dim)
+                                    : 10.0 * static_cast<double>(c.vocab_size) / std::max(1, in.tp);
   const double backward = block.full;  // one block's temporaries during its backward
   return static_cast<int64_t>(static_cast<double>(in.tokens) * (kept + head + backward));
 }
@@ -82,14 +88,34 @@ std::string flagsText(ShardStage shard, bool checkpointing) {
   return text;
 }
 
+// The parameters one tp rank holds (all of them at tp 1).
+double parametersPerTpRank(const MemoryInputs& in) {
+  if (in.tp <= 1 || in.lm == nullptr) return static_cast<double>(in.parameters);
+  const models::LanguageModelConfig& c = *in.lm;
+  const double d = static_cast<double>(c.dim), layers = static_cast<double>(c.layers), tp = static_cast<double>(in.tp);
+  const double whole = c.family == models::LmFamily::kGpt2
+                           ? layers * 6 * d + 2 * d + static_cast<double>(c.max_seq_len) * d
+                           : layers * 2 * d + d;
+  double rank = (static_cast<double>(in.parameters) - whole) / tp + whole;
+  if (c.family == models::LmFamily::kLlama && c.kv_heads < in.tp) {
+    // wk and wv: one head's rows each instead of kv_heads / tp of them.
+    const double head_rows = static_cast<double>(c.headDim()), kv = static_cast<double>(c.kvDim());
+    rank += layers * 2 * d * (head_rows - kv / tp);
+  }
+  return rank;
+}
+
 }  // namespace
 
 MemoryEstimate estimateMemory(const MemoryInputs& in) {
   MemoryEstimate e;
-  const double p = static_cast<double>(in.parameters), n = static_cast<double>(std::max(1, in.ranks));
+  const double p = parametersPerTpRank(in), n = static_cast<double>(std::max(1, in.ranks));
   const double state = in.optimizer_state_bytes;
   const double reduce = in.reduce_dtype == ReduceDtype::kBf16 ? 2 : 4;
-  const UnitSizes units = unitSizes(in);
+  UnitSizes units = unitSizes(in);
+  units.root /= std::max(1, in.tp);
+  units.block /= std::max(1, in.tp);
+  units.largest_bucket /= std::max(1, in.tp);
   const double largest_bucket = static_cast<double>(units.largest_bucket);
   if (in.shard == ShardStage::kFull) {
     const double c = static_cast<double>(computeBytes(in.precision));
@@ -129,7 +155,7 @@ std::string gibText(int64_t bytes) {
 }
 
 std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& e) {
-  const double paper = zeroPaperBytesPerParameter(in.shard, in.ranks) * static_cast<double>(in.parameters);
+  const double paper = zeroPaperBytesPerParameter(in.shard, in.ranks) * parametersPerTpRank(in);
   std::string text = "memory per rank (estimate): parameters " + gibText(e.parameters) + ", gradients " +
                      gibText(e.gradients) + ", optimizer state " + gibText(e.optimizer);
   if (in.lm != nullptr) text += ", activations " + gibText(e.activations);

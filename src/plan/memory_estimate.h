@@ -34,6 +34,15 @@
 // it (CPU) the logits in bf16 and fp32 (10 V). One block's activations
 // more for backward's temporaries. These are estimates: the final summary
 // gives the allocator's measured peak beside them.
+//
+// Tensor parallelism over tp ranks (N is then the data-parallel ranks): a
+// rank holds 1/tp of every split parameter and all of the whole ones (the
+// norms; gpt2's position table and the row-parallel products' biases; llama's
+// key/value projections are one head's when there are fewer heads than tp),
+// and the ZeRO stages above apply to that. Activations: with sequence
+// parallelism a block keeps 1/tp of everything (Korthikanti et al. 2022);
+// without it the two streams stay whole and the rest is 1/tp. The fused
+// head keeps the whole normed hidden state; the unfused one 1/tp of the logits.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +55,9 @@ namespace dtrain {
 
 struct MemoryInputs {
   int64_t parameters = 0;       // P
-  int ranks = 1;                // N
+  int ranks = 1;                // N: the data-parallel ranks
+  int tp = 1;                   // tensor-parallel ranks (language models)
+  bool sequence_parallel = false;
   ShardStage shard = ShardStage::kNone;
   ComputePrecision precision = ComputePrecision::kFp32;
   ReduceDtype reduce_dtype = ReduceDtype::kFp32;

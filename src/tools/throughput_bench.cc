@@ -269,7 +269,9 @@ std::optional<MemoryInputs> benchMemoryInputs(const BenchTrainOptions& o, const 
   MemoryInputs in;
   in.lm = &config;
   in.parameters = models::parameterCount(config);
-  in.ranks = ranks;
+  in.tp = o.parallel.tp;
+  in.ranks = std::max(1, ranks / in.tp);  // the data-parallel ranks
+  in.sequence_parallel = in.tp > 1 && o.parallel.sequence_parallel;
   in.shard = o.parallel.shard;
   in.precision = o.execution.precision;
   in.reduce_dtype = o.parallel.reduce_dtype;
@@ -305,7 +307,7 @@ int runThroughputBench(const BenchTrainOptions& o) {
   const OptimizerOptions optimizer = benchOptimizer(o);
   const models::LanguageModelConfig lm = isLanguageModel(o.model) ? languageModelConfig(o.model)
                                                                   : models::LanguageModelConfig{};
-  JobParts parts{o.parallel, o.execution, optimizer, o.model.channels_last, /*seed=*/1234, {}};
+  JobParts parts{o.parallel, o.execution, optimizer, o.model.channels_last, /*seed=*/1234, {}, plannedModel(o.model)};
   parts.preflight = [&](Context& ctx, const std::string& device_name) {
     const int64_t limit = plannedDeviceBytes(ctx.device());
     if (limit <= 0) return;
@@ -339,9 +341,15 @@ int runThroughputBench(const BenchTrainOptions& o) {
   result["gpus"] = ctx.size();
   result["device_type"] = device.is_cuda() ? "cuda" : "cpu";
   result["backend"] = ctx.backend();
+  const ParallelPlan& plan = job.plan();
+  result["tp"] = plan.tp;
+  result["dp_replicate"] = plan.dp_replicate;
+  result["dp_shard"] = plan.dp_shard;
+  result["sequence_parallel"] = plan.sequence_parallel;
+  result["shard"] = shardStageName(plan.shard);
   result["step_ms"] = elapsed * 1e3 / static_cast<double>(o.steps);
   const double samples_per_s =
-      static_cast<double>(o.input.batch_size * ctx.size() * o.steps) / std::max(elapsed, 1e-12);
+      static_cast<double>(o.input.batch_size * job.dataRanks() * o.steps) / std::max(elapsed, 1e-12);
   result["samples_per_s"] = samples_per_s;
   result["flops_per_sample"] = job.model().trainingFlopsPerSample();
   const double peak = gpu::peakDenseFlops(job.deviceName(), computePrecisionName(o.execution.precision));

@@ -177,9 +177,10 @@ std::unique_ptr<BatchSource> ImageClassificationTask::trainBatches(int rank, int
   return std::make_unique<LoaderBatches>(train_, o);
 }
 
-Evaluation ImageClassificationTask::evaluate(models::Model& model, Context& ctx, Precision precision) {
+Evaluation ImageClassificationTask::evaluate(models::Model& model, Context& ctx, const DataRanks& ranks,
+                                            Precision precision) {
   if (!test_loader_) {
-    test_loader_ = std::make_unique<data::DataLoader>(test_, testLoaderOptions(ctx.rank(), ctx.size(), ctx.device()));
+    test_loader_ = std::make_unique<data::DataLoader>(test_, testLoaderOptions(ranks.rank, ranks.size, ctx.device()));
   }
   torch::NoGradGuard no_grad;
   model.eval();
@@ -205,6 +206,7 @@ Evaluation ImageClassificationTask::evaluate(models::Model& model, Context& ctx,
   std::vector<double> sums{static_cast<double>(correct.item<int64_t>()), static_cast<double>(total),
                            loss_sum.item<double>()};
   ctx.allreduceSum(sums);
+  for (double& sum : sums) sum /= ranks.copies;
   Evaluation result;
   result.correct = static_cast<int64_t>(std::llround(sums[0]));
   result.samples = static_cast<int64_t>(std::llround(sums[1]));

@@ -23,7 +23,7 @@ class ImageClassificationTask : public Task {
   std::string describe() const override;
   std::shared_ptr<models::Model> makeModel() const override;
   std::unique_ptr<BatchSource> trainBatches(int rank, int world_size, torch::Device device) const override;
-  Evaluation evaluate(models::Model& model, Context& ctx, Precision precision) override;
+  Evaluation evaluate(models::Model& model, Context& ctx, const DataRanks& ranks, Precision precision) override;
 
   // The loader options of training batches (shuffled, augmented as the data
   // set wants) and of evaluation (in order, unpadded).

@@ -61,9 +61,13 @@ JobCheckpoint::JobCheckpoint(TrainingJob& job, const CheckpointOptions& options,
 CheckpointLayout& JobCheckpoint::layout() {
   if (!layout_) {
     Context& ctx = job_.context();
+    TensorParallelPlacement tp;
+    if (const TensorParallelModel* split = job_.tensorParallel()) {
+      tp.tp = split->group().size();
+      tp.splits = &split->parameterLayout();
+    }
     layout_ = std::make_unique<CheckpointLayout>(job_.dataParallel(), job_.optimizer(), job_.scaler(),
-                                                 job_.plan().shard, ctx.rank(),
-                                                 ctx.size());
+                                                 job_.plan().shard, ctx.rank(), ctx.size(), tp);
   }
   return *layout_;
 }
@@ -73,6 +77,8 @@ nlohmann::json JobCheckpoint::meta(const TrainPosition& position) const {
                          {"epoch", position.epoch},
                          {"batch", position.batch},
                          {"world_size", job_.context().size()},
+                         {"data_ranks", job_.dataRanks()},
+                         {"tp", job_.plan().tp},
                          {"batch_size", identity_.batch_size},
                          {"model", identity_.model},
                          {"dataset", identity_.dataset},

@@ -71,16 +71,24 @@ torch::ScalarType CheckpointLayout::Family::dtypeOf(int slab) const {
 }
 
 CheckpointLayout::CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, ShardStage stage,
-                                   int rank, int world)
+                                   int rank, int world, TensorParallelPlacement tp)
     : dp_(dp), optimizer_(optimizer), scaler_(scaler), rank_(rank), world_(world), stage_(stage) {
+  if (tp.tp < 1 || world % tp.tp != 0) {
+    throw ConfigError("checkpoint: tp " + std::to_string(tp.tp) + " does not divide the world of " +
+                      std::to_string(world) + " ranks");
+  }
+  tp_ = tp.tp;
+  tp_rank_ = rank % tp_;
+  dp_rank_ = rank / tp_;
+  dp_world_ = world / tp_;
   if (dp_.shardsGradients()) pieces_ = dp_.shardLayout().pieces;
-  findParameters();
+  findParameters(tp.splits);
   findFamilies();
   findWholeTensors();
 }
 
 // Each trained parameter's name, slab and place, from slabRuns over whole slabs.
-void CheckpointLayout::findParameters() {
+void CheckpointLayout::findParameters(const std::map<std::string, ParameterSplit>* splits) {
   std::unordered_map<const void*, std::string> first;
   std::vector<std::pair<std::string, std::string>> tied;  // (other name, first name)
   for (const auto& item : dp_.module()->named_parameters(/*recurse=*/true)) {
@@ -98,8 +106,15 @@ void CheckpointLayout::findParameters() {
         throw ConfigError("checkpoint: parameter '" + name + "' does not lie in one piece of one slab");
       }
       placed[static_cast<size_t>(run.param)] = true;
+      ParameterSplit split;
+      split.whole = p.sizes().vec();
+      if (splits != nullptr) {
+        auto it = splits->find(name);
+        if (it == splits->end()) throw ConfigError("checkpoint: tensor parallelism has no split of '" + name + "'");
+        split = it->second;
+      }
       params_[static_cast<size_t>(run.param)] = {name, static_cast<int>(s), run.position, run.numel,
-                                                 p.sizes().vec(), storageOrderOf(p, name)};
+                                                 storageOrderOf(p, name), std::move(split)};
     }
   }
   for (size_t i = 0; i < params.size(); ++i) {
@@ -114,7 +129,7 @@ void CheckpointLayout::findFamilies() {
   if (dp_.shardsParameters()) {
     for (size_t k = 0; k < pieces_.size(); ++k) {
       const ShardPiece& piece = pieces_[k];
-      values.held.push_back({piece.slab, piece.offset + rank_ * (piece.numel / world_), dp_.shards()[k].param});
+      values.held.push_back({piece.slab, piece.offset + dp_rank_ * (piece.numel / dp_world_), dp_.shards()[k].param});
     }
   } else {
     for (size_t s = 0; s < dp_.slabs().size(); ++s) values.held.push_back({static_cast<int>(s), 0, dp_.slabs()[s].param});
@@ -190,7 +205,7 @@ std::vector<LogicalTensor> CheckpointLayout::logicalTensors() const {
   std::vector<LogicalTensor> out;
   for (const Family& f : families_) {
     for (const Parameter& p : params_) {
-      out.push_back({f.name + "." + p.name, f.dtypeOf(p.slab), p.shape, p.storage_order});
+      out.push_back({f.name + "." + p.name, f.dtypeOf(p.slab), p.split.whole, p.storage_order});
     }
   }
   for (const Whole& w : whole_) {
@@ -201,33 +216,42 @@ std::vector<LogicalTensor> CheckpointLayout::logicalTensors() const {
   return out;
 }
 
-std::vector<std::vector<std::pair<int64_t, int64_t>>> CheckpointLayout::ownedBy(int rank) const {
+std::vector<std::vector<std::pair<int64_t, int64_t>>> CheckpointLayout::ownedBy(int dp_rank) const {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> owned(dp_.slabs().size());
   if (!pieces_.empty()) {
     for (const ShardPiece& piece : pieces_) {
-      const int64_t slice = piece.numel / world_;
-      owned[static_cast<size_t>(piece.slab)].emplace_back(piece.offset + rank * slice, piece.offset + (rank + 1) * slice);
+      const int64_t slice = piece.numel / dp_world_;
+      owned[static_cast<size_t>(piece.slab)].emplace_back(piece.offset + dp_rank * slice,
+                                                          piece.offset + (dp_rank + 1) * slice);
     }
     return owned;
   }
   for (size_t s = 0; s < owned.size(); ++s) {
     const int64_t numel = dp_.paddedSlabNumel(s);
-    owned[s].emplace_back(numel * rank / world_, numel * (rank + 1) / world_);
+    owned[s].emplace_back(numel * dp_rank / dp_world_, numel * (dp_rank + 1) / dp_world_);
   }
   return owned;
 }
 
 std::vector<ShardRange> CheckpointLayout::rangesOf(int rank) const {
-  const auto owned = ownedBy(rank);
+  std::vector<ShardRange> ranges;
+  for (const Run& run : runsOf(rank)) ranges.push_back(run.range);
+  return ranges;
+}
+
+std::vector<CheckpointLayout::Run> CheckpointLayout::runsOf(int rank) const {
+  const auto owned = ownedBy(rank / tp_);
+  const int tp_rank = rank % tp_;
   // Parameters in slab order, so each family's runs lie in the file as in memory.
   std::vector<const Parameter*> order;
   for (const Parameter& p : params_) order.push_back(&p);
   std::sort(order.begin(), order.end(), [](const Parameter* a, const Parameter* b) {
     return a->slab != b->slab ? a->slab < b->slab : a->start < b->start;
   });
-  std::vector<ShardRange> ranges;
+  std::vector<Run> ranges;
   for (const Family& f : families_) {
     for (const Parameter* p : order) {
+      if (!writesPart(p->split, tp_rank, tp_)) continue;
       int64_t from = -1, to = -1;
       for (const auto& [begin, end] : owned[static_cast<size_t>(p->slab)]) {
         const int64_t a = std::max(begin, p->start), b = std::min(end, p->start + p->numel);
@@ -238,35 +262,38 @@ std::vector<ShardRange> CheckpointLayout::rangesOf(int rank) const {
         if (from < 0) from = a;
         to = b;
       }
-      if (from >= 0) ranges.push_back({f.name + "." + p->name, from - p->start, to - from});
+      if (from < 0) continue;
+      int64_t part = from - p->start;
+      for (const auto& [begin, count] : wholeRunsOf(p->split, tp_rank, tp_, part, to - from)) {
+        ranges.push_back({{f.name + "." + p->name, begin, count}, &f, p, part});
+        part += count;
+      }
     }
   }
   if (rank == 0) {
     for (const Whole& w : whole_) {
       const int64_t numel = w.value().numel();
-      if (numel > 0) ranges.push_back({w.name, 0, numel});
+      if (numel > 0) ranges.push_back({{w.name, 0, numel}});
     }
   }
   return ranges;
 }
 
 std::vector<TensorToWrite> CheckpointLayout::tensorsToWrite() const {
-  std::map<std::string, std::pair<const Family*, const Parameter*>> per_param;
-  for (const Family& f : families_) {
-    for (const Parameter& p : params_) per_param[f.name + "." + p.name] = {&f, &p};
-  }
   std::map<std::string, const Whole*> wholes;
   for (const Whole& w : whole_) wholes[w.name] = &w;
   std::vector<TensorToWrite> out;
-  for (const ShardRange& r : rangesOf(rank_)) {
-    auto it = per_param.find(r.tensor);
-    if (it == per_param.end()) {
+  std::map<std::string, size_t> written;  // tensor -> its entry in `out` (several runs: one after the other)
+  for (const Run& run : runsOf(rank_)) {
+    const ShardRange& r = run.range;
+    if (run.param == nullptr) {
       const torch::Tensor value = wholes.at(r.tensor)->value().detach();  // as it is now: one snapshot
       out.push_back({r.tensor, value.scalar_type(), {r.count}, [value] { return value.reshape({-1}); }});
       continue;
     }
-    const auto [family, param] = it->second;
-    const int64_t at = param->start + r.begin;
+    const Family* family = run.family;
+    const Parameter* param = run.param;
+    const int64_t at = param->start + run.part_begin;
     const auto held = std::find_if(family->held.begin(), family->held.end(), [&](const Held& h) {
       return h.slab == param->slab && h.begin <= at && at + r.count <= h.begin + h.tensor.numel();
     });
@@ -275,7 +302,14 @@ std::vector<TensorToWrite> CheckpointLayout::tensorsToWrite() const {
                         std::to_string(r.begin) + ", " + std::to_string(r.begin + r.count) + ") it should write");
     }
     const torch::Tensor view = held->tensor.detach().narrow(0, at - held->begin, r.count);
-    out.push_back({r.tensor, view.scalar_type(), {r.count}, [view] { return view; }});
+    auto [entry, first] = written.emplace(r.tensor, out.size());
+    if (first) {
+      out.push_back({r.tensor, view.scalar_type(), {r.count}, [view] { return view; }});
+      continue;
+    }
+    TensorToWrite& previous = out[entry->second];
+    previous.shape[0] += r.count;
+    previous.fetch = [before = previous.fetch, view] { return torch::cat({before(), view}); };
   }
   return out;
 }
@@ -309,12 +343,18 @@ int64_t CheckpointLayout::fill(const CheckpointReader& reader, const Family& fam
     const std::string name = family.name + "." + p.name;
     const torch::Tensor dst = held.tensor.narrow(0, a - held.begin, b - a);
     if (reader.find(name)->storage_order == p.storage_order) {
-      bytes += readInto(reader, name, a - p.start, dst, tally);
+      int64_t at = 0;
+      for (const auto& [begin, count] : wholeRunsOf(p.split, tp_rank_, tp_, a - p.start, b - a)) {
+        bytes += readInto(reader, name, begin, dst.narrow(0, at, count), tally);
+        at += count;
+      }
       continue;
     }
-    // Saved in another memory layout (channels-last or not): read whole,
-    // laid out as this parameter lies in memory.
+    // Saved in another memory layout (channels-last or not, a column-split
+    // weight's column-major): read whole, take this rank's part, laid out
+    // as this parameter lies in memory.
     torch::Tensor whole = reader.readTensor(name);
+    if (p.split.kind != ParameterSplit::Kind::kWhole) whole = partOf(whole, p.split, tp_rank_, tp_);
     if (!p.storage_order.empty()) whole = whole.permute(p.storage_order);
     const torch::Tensor run = whole.contiguous().view({-1}).narrow(0, a - p.start, b - a);
     tally.add(name, run);

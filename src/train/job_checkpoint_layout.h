@@ -21,6 +21,13 @@
 // backwards: each rank fills every tensor it holds (whole slabs when they
 // are replicated, its slices when sharded) from whichever shards hold the
 // runs, so a checkpoint of any world size and stage loads into any other.
+//
+// Tensor parallelism: the logical tensors stay the whole model's (names and
+// shapes); a split parameter's runs map onto the whole's elements
+// (wholeRunsOf: a column-split weight is written column-major, so each
+// part is one run), so a checkpoint of any tp loads into any other. The
+// data-parallel ranges above are cut over the ranks of one tp position;
+// a parameter every tp rank holds whole is written by tp rank 0.
 #pragma once
 
 #include <cstdint>
@@ -37,18 +44,27 @@
 #include "dtrain/optim.h"
 #include "checkpoint/checkpoint_file_writer.h"
 #include "checkpoint/checkpoint_sharded.h"
+#include "parallel/tensor_parallel_plan.h"
 #include "parallel/parallel_plan.h"
 
 namespace dtrain {
 
 class NonFiniteTally;
 
+// How the parameters are split over the tp ranks (tp 1: not at all).
+struct TensorParallelPlacement {
+  int tp = 1;
+  const std::map<std::string, ParameterSplit>* splits = nullptr;  // by parameter name
+};
+
 class CheckpointLayout {
  public:
   // Reads the layout of the live state (no collective). `rank` of
   // `world`; `stage` is the plan's (TrainingJob::plan()), which the
   // checkpoint's metadata names.
-  CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, ShardStage stage, int rank, int world);
+  // `world` is tp x the data-parallel ranks, tp innermost.
+  CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, ShardStage stage, int rank, int world,
+                   TensorParallelPlacement tp = {});
 
   // The --shard stage of the job the layout was read from.
   ShardStage stage() const { return stage_; }
@@ -76,8 +92,8 @@ class CheckpointLayout {
     int slab = 0;
     int64_t start = 0;  // of its first element in the slab
     int64_t numel = 0;
-    std::vector<int64_t> shape;
     std::vector<int64_t> storage_order;  // empty: row-major
+    ParameterSplit split;                // its place in the whole parameter (split.whole: the logical shape)
   };
   // A live 1-D tensor this rank holds over elements [begin, ...) of a slab.
   struct Held {
@@ -98,11 +114,20 @@ class CheckpointLayout {
     std::function<void(const torch::Tensor&)> apply;
   };
 
-  void findParameters();
+  void findParameters(const std::map<std::string, ParameterSplit>* splits);
   void findFamilies();
   void findWholeTensors();
-  // The elements of each slab rank r writes.
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> ownedBy(int rank) const;
+  // The elements of each slab data-parallel rank r writes.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ownedBy(int dp_rank) const;
+  // A range rank r writes and where its first element lies in the
+  // parameter's part (for whole tensors: -1).
+  struct Run {
+    ShardRange range;
+    const Family* family = nullptr;
+    const Parameter* param = nullptr;
+    int64_t part_begin = -1;
+  };
+  std::vector<Run> runsOf(int rank) const;
   void checkAgainst(const CheckpointReader& reader) const;
   int64_t fill(const CheckpointReader& reader, const Family& family, const Held& held, NonFiniteTally& tally) const;
 
@@ -110,6 +135,7 @@ class CheckpointLayout {
   Optimizer& optimizer_;
   GradScaler& scaler_;
   int rank_, world_;
+  int tp_ = 1, tp_rank_ = 0, dp_rank_ = 0, dp_world_ = 1;
   ShardStage stage_;
   std::vector<Parameter> params_;  // DataParallel's order
   std::map<std::string, std::string> aliases_;

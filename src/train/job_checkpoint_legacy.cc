@@ -111,6 +111,11 @@ bool isSlabLayoutCheckpoint(const nlohmann::json& meta) { return !meta.contains(
 
 void restoreSlabLayoutCheckpoint(TrainingJob& job, const std::string& path, const CheckpointState* state,
                                  bool allow_nonfinite) {
+  if (job.plan().tp > 1) {
+    throw ConfigError("checkpoint " + path + " holds the optimizer state per slab (an older dtrain's single file), "
+                      "which --tp " + std::to_string(job.plan().tp) + " cannot split; resume it with --tp 1, "
+                      "save a checkpoint, and resume that one");
+  }
   Context& ctx = job.context();
   DataParallel& dp = job.dataParallel();
   TensorMap model = modelTensors(dp);

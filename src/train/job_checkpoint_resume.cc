@@ -44,7 +44,7 @@ struct JobCheckpoint::Candidate {
   int64_t error = kOk;  // kError: ConfigError or IoError
   int64_t step = 0;     // of the checkpoint's name (auto)
   TrainPosition position;
-  int64_t world_size = 0;  // of the job that wrote it
+  int64_t world_size = 0;  // the data-parallel ranks of the job that wrote it
   int64_t batch_size = 0;
   std::exception_ptr thrown;  // rank 0's error
 };
@@ -103,7 +103,7 @@ JobCheckpoint::Candidate JobCheckpoint::pick(const std::vector<int64_t>& rejecte
       const TrainCheckpointMeta m = checkTrainCheckpointMeta(meta_file, meta, MetaFields::kAllForResume);
       if (c.kind == Candidate::kSlabFile) slab_state = loadCheckpoint(path);  // verified whole, as before
       c.position = {m.epoch, m.batch, m.step};
-      c.world_size = m.world_size;
+      c.world_size = m.data_ranks > 0 ? m.data_ranks : m.world_size;
       c.batch_size = m.batch_size;
       // A valid checkpoint of another job is no reason to look for an older one.
       if (std::exception_ptr mismatch = mismatchWithThisJob(meta_file, m)) {
@@ -256,10 +256,11 @@ TrainPosition JobCheckpoint::resume() {
     resumed_path_ = path;
     resumed_step_ = c.position.step;
     TrainPosition position = c.position;
-    if ((c.world_size != ctx.size() || c.batch_size != identity_.batch_size) && position.batch != 0) {
+    if ((c.world_size != job_.dataRanks() || c.batch_size != identity_.batch_size) && position.batch != 0) {
       if (ctx.isMain()) {
         DTRAIN_LOG_WARN("checkpoint at step " << position.step << " was written by " << c.world_size
-                                              << " rank(s) x batch " << c.batch_size << "; this job has " << ctx.size()
+                                              << " data-parallel rank(s) x batch " << c.batch_size << "; this job has "
+                                              << job_.dataRanks()
                                               << " x " << identity_.batch_size
                                               << ", so it resumes at the start of epoch " << position.epoch + 2);
       }

@@ -123,15 +123,16 @@ std::unique_ptr<BatchSource> LanguageModelTask::trainBatches(int rank, int world
   return std::make_unique<TokenBatches>(train_, o);
 }
 
-Evaluation LanguageModelTask::evaluate(models::Model& model, Context& ctx, Precision precision) {
+Evaluation LanguageModelTask::evaluate(models::Model& model, Context& ctx, const DataRanks& ranks,
+                                      Precision precision) {
   Evaluation result;
   result.correct = -1;
   if (!val_) return result;
   data::TokenDataOptions o;
   o.seq_len = config_.seq_len;
   o.batch_size = options_.batch_size;
-  o.rank = ctx.rank();
-  o.world_size = ctx.size();
+  o.rank = ranks.rank;
+  o.world_size = ranks.size;
   o.pass = data::TokenPass::kValidation;
   o.device = ctx.device();
   data::TokenDataset dataset(val_, o);
@@ -155,6 +156,7 @@ Evaluation LanguageModelTask::evaluate(models::Model& model, Context& ctx, Preci
   model.train();
   std::vector<double> sums{loss_sum.item<double>(), static_cast<double>(tokens)};
   ctx.allreduceSum(sums);
+  for (double& sum : sums) sum /= ranks.copies;
   result.samples = static_cast<int64_t>(std::llround(sums[1]));
   result.loss = result.samples > 0 ? sums[0] / sums[1] : 0;
   return result;

@@ -30,7 +30,7 @@ class LanguageModelTask : public Task {
   // Mean cross-entropy per token over the validation tokens (all of them, or
   // --eval-batches batches per rank); samples are tokens. No validation data:
   // samples 0.
-  Evaluation evaluate(models::Model& model, Context& ctx, Precision precision) override;
+  Evaluation evaluate(models::Model& model, Context& ctx, const DataRanks& ranks, Precision precision) override;
   int64_t tokensPerSample() const override { return config_.seq_len; }
 
   // Micro-batches per step on `world_size` ranks: --tokens-per-step over

@@ -51,6 +51,15 @@ struct Evaluation {
   bool classifier() const { return correct >= 0; }
 };
 
+// Which share of the data a rank trains and evaluates on: the
+// data-parallel rank and size, and how many ranks share each share (tensor
+// parallelism's ranks feed the same batches).
+struct DataRanks {
+  int rank = 0;
+  int size = 1;
+  int copies = 1;
+};
+
 class Task {
  public:
   virtual ~Task() = default;
@@ -60,8 +69,8 @@ class Task {
   // This rank's training batches on `device`.
   virtual std::unique_ptr<BatchSource> trainBatches(int rank, int world_size, torch::Device device) const = 0;
   // Evaluates `model` on this rank's share of the held-out data and sums
-  // over every rank (a collective: every rank calls it).
-  virtual Evaluation evaluate(models::Model& model, Context& ctx, Precision precision) = 0;
+  // over every rank (a collective: every rank calls it), each share once.
+  virtual Evaluation evaluate(models::Model& model, Context& ctx, const DataRanks& ranks, Precision precision) = 0;
   // Tokens in one sample (a language model's sequence length); 0 for tasks
   // whose samples are not token sequences.
   virtual int64_t tokensPerSample() const { return 0; }

@@ -133,6 +133,17 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
   set.choice("--reduce-dtype", o.reduce_dtype, {{"fp32", ReduceDtype::kFp32}, {"bf16", ReduceDtype::kBf16}},
              "The dtype gradients are reduce-scattered in with --shard gradients or full (bf16: half the bytes; "
              "each rank's gradient shard stays fp32)");
+  set.integer("--tp", o.tp,
+              "Tensor-parallel ranks (Megatron's layout; the innermost mesh dimension: consecutive ranks, one "
+              "node's GPUs): attention heads, the MLP and the vocabulary are split over them (gpt2, llama)")
+      .range(1, 4096);
+  set.integer("--dp-replicate", o.dp_replicate,
+              "Replicas of the data-parallel groups (HSDP: --shard applies within each of the world / (tp x "
+              "dp-replicate) ranks of a group; gradients are then all-reduced across the replicas)")
+      .range(1, 1 << 20);
+  set.negatedToggle("--no-sequence-parallel", o.sequence_parallel,
+                    "With --tp > 1: keep the norms and residuals on the whole sequence on every tp rank instead "
+                    "of 1/tp of its positions (sequence parallelism is on by default)");
 }
 
 void declareData(OptionSet& set, DataOptions& o) {
@@ -346,7 +357,18 @@ void checkModelAndData(const ModelSpec& model, DatasetKind dataset) {
 
 }  // namespace
 
-PlannedModel plannedModel(const ModelSpec& model) { return {model.name, isLanguageModel(model)}; }
+PlannedModel plannedModel(const ModelSpec& model) {
+  PlannedModel planned{model.name, isLanguageModel(model)};
+  if (!planned.has_sharding_units) return planned;
+  const models::LanguageModelConfig c = languageModelConfig(model);
+  planned.splits_by_tensor = true;
+  planned.heads = c.heads;
+  planned.kv_heads = c.kv_heads;
+  planned.ffn_dim = c.ffn_dim;
+  planned.vocab_size = c.vocab_size;
+  planned.seq_len = c.seq_len;
+  return planned;
+}
 
 double optimizerStateBytes(const OptimizerOptions& optimizer) {
   if (optimizer.kind == OptimizerKind::kAdamW) return 8;
@@ -366,7 +388,7 @@ void checkTrainOptions(const TrainOptions& options) {
   if (!isLanguageModel(options.model) && options.data.tokens_per_step > 0) {
     throw ConfigError("--tokens-per-step is for language models, not --model " + options.model.name);
   }
-  planParallelism(options.parallel, 1, plannedModel(options.model));  // the combinations any world size refuses
+  checkParallelOptions(options.parallel, plannedModel(options.model));  // the combinations any world size refuses
 }
 
 void checkBenchTrainOptions(const BenchTrainOptions& options) {
@@ -375,7 +397,7 @@ void checkBenchTrainOptions(const BenchTrainOptions& options) {
   declareBenchTrainOptions(set, copy);
   set.checkAll();
   checkModelAndData(options.model, DatasetKind::kSynthetic);
-  planParallelism(options.parallel, 1, plannedModel(options.model));
+  checkParallelOptions(options.parallel, plannedModel(options.model));
   if (options.execution.cuda_graphs && options.warmup <= options.execution.graph_warmup) {
     throw ConfigError("--warmup " + std::to_string(options.warmup) +
                       " leaves no room to capture the CUDA graph after " +

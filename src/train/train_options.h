@@ -189,8 +189,10 @@ struct BenchTrainOptions {
 
 namespace dtrain {
 
-// What planParallelism needs to know of the model: its name, and whether
-// it has ZeRO-3's sharding units (the language models).
+// What planParallelism needs to know of the model: its name, whether it
+// has ZeRO-3's sharding units and a tensor-parallel plan (the language
+// models) and, for those, the shape tensor parallelism splits. ConfigError
+// for a language-model flag out of range.
 PlannedModel plannedModel(const ModelSpec& model);
 
 // Bytes of optimizer state per parameter: AdamW 8 (two fp32 moments), SGD

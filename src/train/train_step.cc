@@ -1,7 +1,9 @@
 #include "train/train_step.h"
 
+#include "comm/communicator.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "parallel/tensor_buffer.h"
 
 #if DTRAIN_TORCH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -143,6 +145,12 @@ void TrainStep::body(const torch::Tensor& inputs, const torch::Tensor& targets) 
 // Unscales and clips what this rank holds: the full gradients, or (ZeRO-2)
 // its shard, by the norm over every rank's shard.
 void TrainStep::clipGradients() {
+  if (options_.norm_communicator) {
+    const std::vector<FlatSlab>& held = dp_.shardsGradients() ? dp_.shards() : dp_.slabs();
+    scaler_.unscale(held);
+    clipTensorParallel(held);
+    return;
+  }
   if (dp_.shardsGradients()) {
     scaler_.unscale(dp_.shards());
     clipGradNormOnDevice(dp_.shards(), options_.clip_grad_norm, *dp_.communicator(), options_.collective_timeout);
@@ -150,6 +158,43 @@ void TrainStep::clipGradients() {
   }
   scaler_.unscale(dp_.slabs());
   clipGradNormOnDevice(dp_.slabs(), options_.clip_grad_norm);
+}
+
+// The squares of what this rank holds, less (1 - 1/copies) of those of
+// the gradients other tp ranks hold copies of, summed over the norm's
+// group: each element of the whole model's gradient counted once.
+void TrainStep::clipTensorParallel(const std::vector<FlatSlab>& held) {
+  torch::NoGradGuard no_grad;
+  if (!copies_found_) {
+    copies_found_ = true;
+    const auto add = [&](const torch::Tensor& grad, int slab, int64_t begin, int64_t numel) {
+      for (const ParameterRun& run : dp_.slabRuns(slab, begin, numel)) {
+        auto it = options_.parameter_copies.find(run.param);
+        if (it == options_.parameter_copies.end() || it->second <= 1) continue;
+        copied_grads_.emplace_back(grad.narrow(0, run.position, run.numel), 1.0 - 1.0 / it->second);
+      }
+    };
+    if (dp_.shardsGradients()) {
+      const ShardLayout layout = dp_.shardLayout();
+      const int64_t ranks = dp_.communicator()->size(), rank = dp_.communicator()->rank();
+      for (size_t k = 0; k < layout.pieces.size(); ++k) {
+        const ShardPiece& piece = layout.pieces[k];
+        const int64_t slice = piece.numel / ranks;
+        add(held[k].grad, piece.slab, piece.offset + rank * slice, slice);
+      }
+    } else {
+      for (size_t s = 0; s < held.size(); ++s) add(held[s].grad, static_cast<int>(s), 0, held[s].grad.numel());
+    }
+  }
+  torch::Tensor squares = gradSquaredNorm(held).to(torch::kFloat).reshape({1}).contiguous();
+  for (const auto& [grad, weight] : copied_grads_) squares.sub_(grad.to(torch::kFloat).square().sum() * weight);
+  AllreduceOptions options;
+  options.op = ReduceOp::kSum;
+  options.timeout = options_.collective_timeout;
+  void* stream = currentStreamOf(squares);
+  auto work = options_.norm_communicator->allreduce(bufferOf(squares, stream), bufferOf(squares, stream), options);
+  if (!squares.is_cuda()) work->wait(options_.collective_timeout);
+  clipGradsWithNorm(held, squares.clamp_min(0).sqrt().reshape({}), options_.clip_grad_norm);
 }
 
 void TrainStep::eager(const torch::Tensor& inputs, const torch::Tensor& targets) {

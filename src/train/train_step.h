@@ -88,6 +88,12 @@ struct TrainStepOptions {
   int64_t accumulation = 1;
   // Of the gradient norm's all-reduce (ZeRO-2 clipping).
   std::chrono::milliseconds collective_timeout{std::chrono::minutes(10)};
+  // Tensor parallelism: how many ranks hold a copy of each parameter
+  // (DataParallel::parameters() index; absent: 1, a part of its own) and
+  // the group whose squared-norm parts make the global norm (the tp group,
+  // or with sharded gradients every rank). Copies count once.
+  std::map<int, int> parameter_copies;
+  std::shared_ptr<Communicator> norm_communicator;
 };
 
 class TrainStep {
@@ -121,6 +127,8 @@ class TrainStep {
   void eager(const torch::Tensor& inputs, const torch::Tensor& targets);
   void body(const torch::Tensor& inputs, const torch::Tensor& targets);
   void clipGradients();
+  // The clip of a tensor-parallel job: each copy counted once.
+  void clipTensorParallel(const std::vector<FlatSlab>& held);
   // Forward and backward of every micro-batch; the mean loss (detached).
   torch::Tensor forwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets);
   void replay(Graph& graph, const torch::Tensor& inputs, const torch::Tensor& targets);
@@ -142,6 +150,10 @@ class TrainStep {
   std::map<int64_t, std::unique_ptr<Graph>> graphs_;
   int64_t graphed_steps_ = 0;
   int64_t eager_steps_ = 0;
+  // Tensor parallelism: views of the gradients other tp ranks hold copies
+  // of, with the share of their squares to take off (found at the first clip).
+  bool copies_found_ = false;
+  std::vector<std::pair<torch::Tensor, double>> copied_grads_;
   bool last_graphed_ = false;
   bool capturing_ = false;
   StepObserver* observer_ = nullptr;

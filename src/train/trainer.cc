@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <memory>
@@ -96,7 +97,7 @@ CheckpointIdentity identityOf(const TrainOptions& o, const Task& task) {
 // Language models: the micro-batches of one step on this many ranks.
 void setAccumulation(const Task& task, TrainingJob& job) {
   if (const auto* lm = dynamic_cast<const LanguageModelTask*>(&task)) {
-    job.step().setAccumulation(lm->accumulation(job.context().size()));
+    job.step().setAccumulation(lm->accumulation(job.dataRanks()));
   }
 }
 
@@ -116,7 +117,9 @@ std::optional<MemoryInputs> memoryInputs(const TrainOptions& o, const Task& task
   MemoryInputs in;
   in.lm = &lm->config();
   in.parameters = models::parameterCount(lm->config());
-  in.ranks = ranks;
+  in.tp = o.parallel.tp;
+  in.ranks = std::max(1, ranks / in.tp);  // the data-parallel ranks
+  in.sequence_parallel = in.tp > 1 && o.parallel.sequence_parallel;
   in.shard = o.parallel.shard;
   in.precision = o.execution.precision;
   in.reduce_dtype = o.parallel.reduce_dtype;
@@ -141,11 +144,18 @@ std::string shardNote(const ParallelPlan& plan) {
   return "";
 }
 
+// The mesh, for the start line when it has more than data parallelism.
+std::string meshNote(const ParallelPlan& plan) {
+  if (plan.tp == 1 && plan.dp_replicate == 1) return "";
+  return " (dp_replicate " + std::to_string(plan.dp_replicate) + " x dp_shard " + std::to_string(plan.dp_shard) +
+         " x tp " + std::to_string(plan.tp) + (plan.sequence_parallel ? ", sequence parallel" : "") + ")";
+}
+
 std::string startLine(const TrainOptions& o, const Task& task, TrainingJob& job, const BatchSource& batches,
                       const TrainPosition& position) {
   Context& ctx = job.context();
   const int64_t micro = job.step().accumulation();
-  return "dtrain train: " + task.describe() + ", " + std::to_string(ctx.size()) + " rank(s) x batch " +
+  return "dtrain train: " + task.describe() + ", " + std::to_string(ctx.size()) + " rank(s)" + meshNote(job.plan()) + " x batch " +
          std::to_string(o.data.batch_size) + (micro > 1 ? " x " + std::to_string(micro) + " micro-batches" : "") +
          ", " + ctx.backend() + " on " + ctx.device().str() + ", " +
          precisionName(job.precision()) + ", " + optimizerName(o.optimizer.kind) + " state " +
@@ -216,7 +226,7 @@ int runTraining(const TrainOptions& o) {
   // Data errors name the data set and files before any rank waits on another.
   std::unique_ptr<Task> made = makeTask(o);
   Task& task = *made;
-  JobParts parts{o.parallel, o.execution, o.optimizer, o.model.channels_last, o.seed, {}};
+  JobParts parts{o.parallel, o.execution, o.optimizer, o.model.channels_last, o.seed, {}, plannedModel(o.model)};
   parts.preflight = [&o, &task](Context& ctx, const std::string& device_name) {
     const int64_t limit = plannedDeviceBytes(ctx.device());
     if (limit <= 0) return;
@@ -225,7 +235,7 @@ int runTraining(const TrainOptions& o) {
   TrainingJob job(parts, [&task] { return task.makeModel(); });
   Context& ctx = job.context();
   setAccumulation(task, job);
-  std::unique_ptr<BatchSource> batches = task.trainBatches(ctx.rank(), ctx.size(), ctx.device());
+  std::unique_ptr<BatchSource> batches = task.trainBatches(job.dataRank(), job.dataRanks(), ctx.device());
   JobCheckpoint checkpoint(job, o.checkpoint, identityOf(o, task));
   const TrainPosition start = checkpoint.resume();
 

@@ -10,6 +10,7 @@
 #include "comm/communicator.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "models/language_model.h"
 #include "parallel/tensor_buffer.h"
 
 namespace dtrain {
@@ -48,6 +49,38 @@ ParallelizeOptions parallelizeOptions(const JobParts& parts, std::shared_ptr<Con
   const OptimizerOptions optimizer = parts.optimizer;
   options.make_optimizer = [optimizer](std::vector<FlatSlab> slabs) { return makeOptimizer(optimizer, slabs); };
   return options;
+}
+
+// (dp_replicate, dp_shard, tp): tp innermost (parallel/device_mesh.h draws the layout).
+MeshShape meshShapeOf(const ParallelPlan& plan) {
+  return {{"dp_replicate", plan.dp_replicate}, {"dp_shard", plan.dp_shard}, {"tp", plan.tp}};
+}
+
+DeviceMeshOptions meshOptions(const Context& ctx, const std::string& prefix) {
+  DeviceMeshOptions options;
+  options.backend = ctx.backend();
+  options.store_prefix = prefix;
+  if (ctx.device().is_cuda()) options.communicator.device = ctx.device().index();
+  options.world_communicator = ctx.communicator();
+  return options;
+}
+
+// How many tp ranks hold each of DataParallel's parameters: the whole
+// ones every rank, a replicated key/value head tp / kv_heads of them.
+std::map<int, int> parameterCopies(const TensorParallelModel& tp, const DataParallel& dp) {
+  std::map<const void*, int> index;
+  for (size_t i = 0; i < dp.parameters().size(); ++i) index[dp.parameters()[i].unsafeGetTensorImpl()] = static_cast<int>(i);
+  std::map<int, int> copies;
+  const int ranks = tp.group().size();
+  for (const auto& item : dp.module()->named_parameters(/*recurse=*/true)) {
+    auto it = index.find(item.value().unsafeGetTensorImpl());
+    auto split = tp.parameterLayout().find(item.key());
+    if (it == index.end() || split == tp.parameterLayout().end()) continue;
+    const ParameterSplit& s = split->second;
+    if (s.kind == ParameterSplit::Kind::kWhole) copies[it->second] = ranks;
+    if (s.kind == ParameterSplit::Kind::kKvHeadRows) copies[it->second] = ranks / static_cast<int>(s.whole.at(0) / s.head_rows);
+  }
+  return copies;
 }
 
 }  // namespace
@@ -90,19 +123,40 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   stream_ = std::make_unique<JobStreamGuard>(ctx_->device());  // a capturable stream for the whole job
   if (parts.preflight) parts.preflight(*ctx_, deviceName());
 
+  plan_ = planParallelism(parts.parallel, ctx_->size(), parts.planned_model);
   torch::manual_seed(parts.seed);
   model_ = make_model();
   if (parts.channels_last) useChannelsLast(*model_);
   model_->to(ctx_->device());
 
-  plan_ = planParallelism(parts.parallel, ctx_->size());
-  parallel_ = parallelize(model_, plan_, ctx_->communicator(), parallelizeOptions(parts, ctx_, precision_));
+  ParallelizeOptions parallelize_options = parallelizeOptions(parts, ctx_, precision_);
+  dp_comm_ = ctx_->communicator();
+  if (plan_.tp > 1 || plan_.dp_replicate > 1) {
+    mesh_ = std::make_unique<DeviceMesh>(meshShapeOf(plan_), ctx_->world(), meshOptions(*ctx_, "train/mesh"));
+    dp_comm_ = mesh_->flatten({"dp_replicate", "dp_shard"});
+    if (ctx_->device().is_cuda()) {
+      std::shared_ptr<Context> ctx = ctx_;
+      parallelize_options.gather_communicator = [this, ctx]() -> std::shared_ptr<Communicator> {
+        gather_mesh_ = std::make_unique<DeviceMesh>(meshShapeOf(plan_), ctx->world(), meshOptions(*ctx, "train/gather"));
+        return gather_mesh_->flatten({"dp_replicate", "dp_shard"});
+      };
+    }
+  }
+  if (plan_.tp > 1) {
+    auto lm = std::dynamic_pointer_cast<models::LanguageModel>(model_);
+    if (!lm) throw ConfigError("--tp " + std::to_string(plan_.tp) + ": the model is not a transformer language model");
+    TensorParallelOptions tp_options;
+    tp_options.sequence_parallel = plan_.sequence_parallel;
+    tp_model_ = std::make_unique<TensorParallelModel>(
+        lm, TensorParallelGroup::create(mesh_->communicator("tp"), ctx_->collectiveTimeout()), tp_options);
+  }
+  parallel_ = parallelize(model_, plan_, dp_comm_, parallelize_options);
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision_ == Precision::kFp16;
   scaler_ = std::make_unique<GradScaler>(scaler_options);
-  if (scaler_options.enabled && parallel_.data_parallel->shardsGradients()) {
+  if (scaler_options.enabled && (parallel_.data_parallel->shardsGradients() || plan_.tp > 1)) {
     // Each rank checks only its shard: a step is skipped when any rank saw inf/nan.
-    std::shared_ptr<Communicator> comm = ctx_->communicator();
+    std::shared_ptr<Communicator> comm = ctx_->communicator();  // every rank: tp ranks hold other gradients
     const std::chrono::milliseconds timeout = ctx_->collectiveTimeout();
     scaler_->setFoundInfReduction([comm, timeout](torch::Tensor& found_inf) {
       AllreduceOptions options;
@@ -120,6 +174,11 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   step_options.clip_grad_norm = parts.optimizer.clip_grad_norm;
   step_options.communicator_capturable = ctx_->backend() == "nccl";
   step_options.collective_timeout = ctx_->collectiveTimeout();
+  if (tp_model_) {
+    step_options.parameter_copies = parameterCopies(*tp_model_, *parallel_.data_parallel);
+    step_options.norm_communicator =
+        parallel_.data_parallel->shardsGradients() ? ctx_->communicator() : mesh_->communicator("tp");
+  }
   step_ = std::make_unique<TrainStep>(*model_, *parallel_.data_parallel, *parallel_.optimizer, *scaler_,
                                       ctx_->device(), step_options);
 }

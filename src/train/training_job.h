@@ -17,8 +17,11 @@
 #include "dtrain/init.h"
 #include "dtrain/optim.h"
 #include "models/model.h"
+#include "parallel/device_mesh.h"
 #include "parallel/parallelize.h"
+#include "parallel/tensor_parallel_plan.h"
 #include "train/train_options.h"
+#include "train/task.h"
 #include "train/train_step.h"
 
 namespace dtrain {
@@ -37,6 +40,8 @@ struct JobParts {
   // made: what must hold before anything is allocated (the memory check).
   // Gets the context and the device's name.
   std::function<void(Context&, const std::string&)> preflight;
+  // What the plan needs to know of the model (its tensor-parallel shape).
+  PlannedModel planned_model;
 };
 
 class TrainingJob {
@@ -54,6 +59,16 @@ class TrainingJob {
   Precision precision() const { return precision_; }
   // The parallelism the options planned over this world.
   const ParallelPlan& plan() const { return plan_; }
+  // This rank's place among the data-parallel ranks (the mesh's
+  // dp_replicate x dp_shard; the world without tensor parallelism): which
+  // share of the data it trains on. The ranks of one tp group share it.
+  int dataRank() const { return dp_comm_->rank(); }
+  int dataRanks() const { return dp_comm_->size(); }
+  DataRanks dataRanksOf() const { return {dataRank(), dataRanks(), plan_.tp}; }
+  // The data-parallel group (DataParallel's communicator).
+  const std::shared_ptr<Communicator>& dataCommunicator() const { return dp_comm_; }
+  // The tensor-parallel split of the model; nullptr with --tp 1.
+  const TensorParallelModel* tensorParallel() const { return tp_model_.get(); }
   models::Model& model() { return *model_; }
   DataParallel& dataParallel() { return *parallel_.data_parallel; }
   Optimizer& optimizer() { return *parallel_.optimizer; }
@@ -71,6 +86,10 @@ class TrainingJob {
   Precision precision_;
   ParallelPlan plan_;
   std::shared_ptr<models::Model> model_;
+  std::unique_ptr<DeviceMesh> mesh_;           // with --tp or --dp-replicate > 1
+  std::shared_ptr<Communicator> dp_comm_;
+  std::unique_ptr<DeviceMesh> gather_mesh_;    // ZeRO-3 on GPUs with a mesh: the gathers' own groups
+  std::unique_ptr<TensorParallelModel> tp_model_;
   ParallelModel parallel_;  // the plan applied to the model: DataParallel and the optimizer
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<TrainStep> step_;

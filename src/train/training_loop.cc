@@ -97,7 +97,7 @@ void TrainingLoop::trainStep(const TrainBatch& batch, int64_t epoch, Clock::time
   observers_.stepFinished(index, job_.step().lastStepGraphed());
   ++step_;
   ++steps_in_interval_;
-  const int64_t samples = batch.samples * job_.context().size();
+  const int64_t samples = batch.samples * job_.dataRanks();
   interval_samples_ += samples;
   samples_trained_ += samples;
   evaluated_last_ = false;
@@ -143,7 +143,7 @@ void TrainingLoop::endInterval(int64_t epoch, double lr) {
 void TrainingLoop::evaluate(int64_t epoch) {
   const auto begin = Clock::now();
   job_.dataParallel().syncBuffers();
-  last_eval_ = task_.evaluate(job_.model(), job_.context(), job_.precision());
+  last_eval_ = task_.evaluate(job_.model(), job_.context(), job_.dataRanksOf(), job_.precision());
   evaluated_last_ = true;
   observers_.evaluated(EvalReport{epoch, step_, last_eval_});
   interval_start_ += Clock::now() - begin;  // an evaluation is not training time

@@ -198,7 +198,7 @@ TEST(ParallelPlanTest, EveryMeshThatDoesNotFitIsRefusedNamingTheNumbers) {
   seq.seq_len = 1022;
   EXPECT_EQ(refused(4, 1, 4, seq),
             "--tp 4: the sequence's positions (--seq-len, split by sequence parallelism) (1022) do not split into 4 "
-            "equal parts; expected a --seq-len that --tp divides, or --sequence-parallel false");
+            "equal parts; expected a --seq-len that --tp divides, or --no-sequence-parallel");
   seq.seq_len = 1020;  // divisible by 4, and without sequence parallelism any length
   EXPECT_EQ(refused(4, 1, 4, seq), "");
   seq.seq_len = 1022;

@@ -134,9 +134,19 @@ TEST(ParallelizeTest, PlansItCannotApplyAreConfigErrors) {
   const auto model = tinyGpt2();
   EXPECT_THROW(parallelize(model, planOf(ShardStage::kNone, 2), solo, adamw()), ConfigError)
       << "a plan for 2 ranks over a group of 1";
-  ParallelPlan tensor_parallel = planOf(ShardStage::kNone, 1);
-  tensor_parallel.tp = 2;
-  EXPECT_THROW(parallelize(model, tensor_parallel, solo, adamw()), ConfigError);
+  ParallelPlan pipeline = planOf(ShardStage::kNone, 1);
+  pipeline.pp = 2;
+  EXPECT_THROW(parallelize(model, pipeline, solo, adamw()), ConfigError) << "no pipeline piece yet";
+  ParallelPlan hybrid = planOf(ShardStage::kOptimizer, 1);
+  hybrid.dp_replicate = 2;
+  hybrid.dp_shard = 1;
+  try {
+    parallelize(model, hybrid, solo, adamw());
+    ADD_FAILURE() << "hybrid sharding is no piece yet";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(e.message().find("--dp-replicate 2 with --shard optimizer: hybrid sharding"), std::string::npos)
+        << e.message();
+  }
   EXPECT_THROW(parallelize(model, planOf(ShardStage::kNone, 1), solo, ParallelizeOptions{}), ConfigError)
       << "no optimizer factory";
   EXPECT_THROW(parallelize(nullptr, planOf(ShardStage::kNone, 1), solo, adamw()), ConfigError);

@@ -39,7 +39,7 @@ struct TinyJob {
   explicit TinyJob(std::vector<int64_t> hidden = {8}, OptimizerKind optimizer_kind = OptimizerKind::kSgd) {
     parallel.backend = CommBackend::kGloo;
     optimizer.kind = optimizer_kind;
-    const JobParts parts{parallel, execution, optimizer, false, 5, {}};
+    const JobParts parts{parallel, execution, optimizer, false, 5, {}, {}};
     models::ModelOptions model;
     model.in_channels = 1;
     model.num_classes = 3;
