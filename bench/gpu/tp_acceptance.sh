@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# GPU acceptance of tensor parallelism (--tp) beside PyTorch's DTensor TP,
+# in device calls of at most 10 minutes (build-gpu/ from
+# bench/gpu/lm_acceptance.sh build is reused when present):
+#   bench/gpu/tp_acceptance.sh check   tiny gpt2 and llama (key/value heads fewer than tp and not),
+#                                      fp32: tp 2 on 2 GPUs against tp 1 on one, eager and CUDA
+#                                      graphs, sequence parallelism on and off; losses side by side
+#   bench/gpu/tp_acceptance.sh speed   llama-8b seq 4096, tp 2 on 2 GPUs, against the DTensor peer
+#                                      (bench/peers/lm_tp_peer.py: parallelize_module with torchtitan's
+#                                      plan, loss parallel, FSDP2, torch.compile per block) by
+#                                      bench/lm_compare.py --parallel tp
+# Knobs: MODEL (llama-8b), SEQ (4096), BATCH (1), STEPS (10), WARMUP (5), ROUNDS (1), DTRAIN_ARGS,
+# PEER_ARGS, BUDGET_S (540). Results: $OUT/<phase>.tgz.
+set -uo pipefail
+started=$(date +%s)
+cd "$(dirname "$0")/../.." || exit 1
+phase=${1:-check}
+suite=tp-acceptance
+source bench/gpu/lib.sh
+log "machine"
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$OUT/gpus.csv"
+if [ ! -x "$dtrain" ]; then
+  log "build"
+  t0=$(date +%s)
+  SKIP_FUSED_TEST=1 bench/gpu/lm_acceptance.sh build > "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+  echo "built in $(( $(date +%s) - t0 )) s"
+fi
+[ "$ngpu" -lt 2 ] && { echo "tp_acceptance: needs 2 GPUs, this machine has $ngpu"; exit 1; }
+
+# One bench run: its loss and graph status in one line.
+bench() {  # bench NAME GPUS ARGS...
+  local name=$1 gpus=$2; shift 2
+  "$dtrain" bench train --gpus "$gpus" "$@" --json > "$OUT/$name.json" 2> "$OUT/$name.log"
+  echo "$name: exit $? $(grep -o '"loss":[^,]*' "$OUT/$name.json" | head -1) $(grep -o '"step_ms":[^,]*' "$OUT/$name.json" | head -1) $(grep -o '"graphs":"[^"]*"' "$OUT/$name.json" | head -1)"
+}
+
+case "$phase" in
+  check)
+    log "correctness: tp 2 (2 GPUs) vs tp 1 (1 GPU), fp32, the same batch"
+    for family in gpt2 llama-kv1 llama-kv2; do
+      tiny="--layers 4 --dim 128 --heads 4 --seq-len 128 --vocab-size 512 --batch-size 4 --precision fp32 --clip-grad-norm 1.0 --steps 6 --warmup 4"
+      case $family in
+        gpt2) tiny="--model gpt2 $tiny" ;;
+        llama-kv1) tiny="--model llama $tiny --kv-heads 1" ;;
+        llama-kv2) tiny="--model llama $tiny --kv-heads 2" ;;
+      esac
+      for graphs in --no-cuda-graphs ""; do
+        bench "$family-tp1${graphs:+-eager}" 1 $tiny $graphs
+        bench "$family-tp2${graphs:+-eager}" 2 $tiny --tp 2 $graphs
+      done
+      bench "$family-tp2-nosp-eager" 2 $tiny --tp 2 --no-sequence-parallel --no-cuda-graphs
+    done
+    log "bf16, activation checkpointing, tp 2"
+    bench "gpt2-bf16-tp1" 1 --model gpt2 --layers 4 --dim 256 --heads 8 --seq-len 256 --vocab-size 1024 \
+      --batch-size 4 --precision bf16 --activation-checkpointing --steps 6 --warmup 4
+    bench "gpt2-bf16-tp2" 2 --model gpt2 --layers 4 --dim 256 --heads 8 --seq-len 256 --vocab-size 1024 \
+      --batch-size 4 --precision bf16 --activation-checkpointing --steps 6 --warmup 4 --tp 2
+    grep -h -B2 -A8 "Error\|error:" "$OUT"/*.log | head -40
+    log "the DTensor peer, 2 steps (--check)"
+    (cd bench/peers && timeout 240 python3 -m torch.distributed.run --standalone --nproc_per_node 2 lm_tp_peer.py \
+      --check --model llama --layers 2 --dim 256 --heads 8 --kv-heads 2 --vocab-size 1024 --seq-len 256 \
+      --batch-size 2 --tp 2) > "$OUT/peer-check.log" 2>&1
+    echo "peer check: exit $?"; tail -5 "$OUT/peer-check.log"
+    ;;
+  speed)
+    left=$(( ${BUDGET_S:-540} - ($(date +%s) - started) ))
+    log "${MODEL:-llama-8b} seq ${SEQ:-4096}: dtrain --tp 2 vs the DTensor peer (${left} s left)"
+    python3 bench/lm_compare.py --dtrain "$dtrain" --config "${MODEL:-llama-8b}" "${SEQ:-4096}" "${BATCH:-1}" 2 \
+      --steps "${STEPS:-10}" --warmup "${WARMUP:-5}" --rounds "${ROUNDS:-1}" --deadline-s "$left" --parallel tp \
+      --dtrain-args "--tp 2 ${DTRAIN_ARGS:-}" --peer-args "--tp 2 ${PEER_ARGS:-}" \
+      --out "$OUT/lm_compare.json" 2> "$OUT/lm_compare.log" | tee "$OUT/lm_compare.md"
+    grep -E "^# round|FAILED|^failed|timed out|Error" "$OUT/lm_compare.log" | tail -20
+    ;;
+  *) echo "unknown phase $phase (check | speed)"; exit 2 ;;
+esac
+echo "tp_acceptance $phase done after $(( $(date +%s) - started )) s"
