@@ -15,15 +15,11 @@ void checkPlan(const ParallelPlan& plan, const Communicator& comm, const Paralle
     throw ConfigError("parallelize: the plan has pp=" + std::to_string(plan.pp) +
                       "; pipeline parallelism is no piece yet (expected 1)");
   }
-  if (plan.dp_replicate > 1 && plan.shard != ShardStage::kNone) {
-    throw ConfigError("--dp-replicate " + std::to_string(plan.dp_replicate) + " with --shard " +
-                      shardStageName(plan.shard) +
-                      ": hybrid sharding (shard within a group, replicate across groups) is not built yet; use "
-                      "--shard none with --dp-replicate, or --dp-replicate 1");
-  }
-  if (plan.dp_replicate * plan.dp_shard != comm.size()) {
-    throw ConfigError("parallelize: the plan's data-parallel size is " +
-                      std::to_string(plan.dp_replicate * plan.dp_shard) + " ranks, the communicator has " +
+  const bool hybrid = plan.dp_replicate > 1 && plan.shard != ShardStage::kNone;
+  const int expected = hybrid ? plan.dp_shard : plan.dp_replicate * plan.dp_shard;
+  if (expected != comm.size()) {
+    throw ConfigError("parallelize: the plan's " + std::string(hybrid ? "dp_shard group" : "data-parallel size") +
+                      " is " + std::to_string(expected) + " ranks, the communicator has " +
                       std::to_string(comm.size()));
   }
   if (!options.make_optimizer) throw ConfigError("parallelize: ParallelizeOptions::make_optimizer is empty");

@@ -32,8 +32,10 @@
 //   pipeline dimension yet (ConfigError otherwise). With tp > 1 the model
 //   is already split (TensorParallelModel): the data-parallel pieces see
 //   this rank's parts as the parameters, and the ranks of `comm` hold the
-//   same parts. Hybrid sharding (dp_replicate > 1 with a --shard stage) is
-//   a ConfigError: only --shard none spans replicas yet.
+//   same parts. Hybrid sharding (dp_replicate > 1 with a --shard stage):
+//   `comm` is the dp_shard group, the stage shards over it, and the caller
+//   all-reduces what each rank holds of the gradients across the replicas
+//   after backward (TrainStepOptions::replica_communicator).
 // - Construction is collective on `comm`: rank 0's parameters and buffers
 //   are broadcast (ZeRO-3: each rank keeps its slices of them);
 //   options.gather_communicator is called (on every rank) only for ZeRO-3.

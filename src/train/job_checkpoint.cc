@@ -61,11 +61,12 @@ JobCheckpoint::JobCheckpoint(TrainingJob& job, const CheckpointOptions& options,
 CheckpointLayout& JobCheckpoint::layout() {
   if (!layout_) {
     Context& ctx = job_.context();
-    TensorParallelPlacement tp;
+    MeshPlacement tp;
     if (const TensorParallelModel* split = job_.tensorParallel()) {
       tp.tp = split->group().size();
       tp.splits = &split->parameterLayout();
     }
+    if (job_.plan().dp_replicate > 1 && job_.plan().shard != ShardStage::kNone) tp.replicas = job_.plan().dp_replicate;
     layout_ = std::make_unique<CheckpointLayout>(job_.dataParallel(), job_.optimizer(), job_.scaler(),
                                                  job_.plan().shard, ctx.rank(), ctx.size(), tp);
   }

@@ -71,16 +71,17 @@ torch::ScalarType CheckpointLayout::Family::dtypeOf(int slab) const {
 }
 
 CheckpointLayout::CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, ShardStage stage,
-                                   int rank, int world, TensorParallelPlacement tp)
+                                   int rank, int world, MeshPlacement tp)
     : dp_(dp), optimizer_(optimizer), scaler_(scaler), rank_(rank), world_(world), stage_(stage) {
-  if (tp.tp < 1 || world % tp.tp != 0) {
-    throw ConfigError("checkpoint: tp " + std::to_string(tp.tp) + " does not divide the world of " +
-                      std::to_string(world) + " ranks");
+  if (tp.tp < 1 || tp.replicas < 1 || world % (tp.tp * tp.replicas) != 0) {
+    throw ConfigError("checkpoint: tp " + std::to_string(tp.tp) + " x " + std::to_string(tp.replicas) +
+                      " replicas does not divide the world of " + std::to_string(world) + " ranks");
   }
   tp_ = tp.tp;
+  replica_size_ = world / tp.replicas;
   tp_rank_ = rank % tp_;
-  dp_rank_ = rank / tp_;
-  dp_world_ = world / tp_;
+  dp_world_ = replica_size_ / tp_;
+  dp_rank_ = (rank % replica_size_) / tp_;
   if (dp_.shardsGradients()) pieces_ = dp_.shardLayout().pieces;
   findParameters(tp.splits);
   findFamilies();
@@ -240,6 +241,7 @@ std::vector<ShardRange> CheckpointLayout::rangesOf(int rank) const {
 }
 
 std::vector<CheckpointLayout::Run> CheckpointLayout::runsOf(int rank) const {
+  if (rank >= replica_size_) return {};  // another replica of replica 0's state
   const auto owned = ownedBy(rank / tp_);
   const int tp_rank = rank % tp_;
   // Parameters in slab order, so each family's runs lie in the file as in memory.

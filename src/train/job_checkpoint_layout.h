@@ -27,7 +27,8 @@
 // (wholeRunsOf: a column-split weight is written column-major, so each
 // part is one run), so a checkpoint of any tp loads into any other. The
 // data-parallel ranges above are cut over the ranks of one tp position;
-// a parameter every tp rank holds whole is written by tp rank 0.
+// a parameter every tp rank holds whole is written by tp rank 0. Under
+// hybrid sharding the replicas hold the same state: replica 0 writes it.
 #pragma once
 
 #include <cstdint>
@@ -51,9 +52,13 @@ namespace dtrain {
 
 class NonFiniteTally;
 
-// How the parameters are split over the tp ranks (tp 1: not at all).
-struct TensorParallelPlacement {
+// Where the ranks' state lies on the mesh: how the parameters are split
+// over the tp ranks (tp 1: not at all), and how many replicas of the
+// sharded state there are (hybrid sharding: the dp_replicate groups; only
+// replica 0, the first world / replicas ranks, writes).
+struct MeshPlacement {
   int tp = 1;
+  int replicas = 1;
   const std::map<std::string, ParameterSplit>* splits = nullptr;  // by parameter name
 };
 
@@ -62,9 +67,9 @@ class CheckpointLayout {
   // Reads the layout of the live state (no collective). `rank` of
   // `world`; `stage` is the plan's (TrainingJob::plan()), which the
   // checkpoint's metadata names.
-  // `world` is tp x the data-parallel ranks, tp innermost.
+  // `world` is replicas x the sharding ranks x tp, tp innermost.
   CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, ShardStage stage, int rank, int world,
-                   TensorParallelPlacement tp = {});
+                   MeshPlacement tp = {});
 
   // The --shard stage of the job the layout was read from.
   ShardStage stage() const { return stage_; }
@@ -135,7 +140,7 @@ class CheckpointLayout {
   Optimizer& optimizer_;
   GradScaler& scaler_;
   int rank_, world_;
-  int tp_ = 1, tp_rank_ = 0, dp_rank_ = 0, dp_world_ = 1;
+  int tp_ = 1, tp_rank_ = 0, dp_rank_ = 0, dp_world_ = 1, replica_size_ = 1;
   ShardStage stage_;
   std::vector<Parameter> params_;  // DataParallel's order
   std::map<std::string, std::string> aliases_;

@@ -134,6 +134,7 @@ torch::Tensor TrainStep::forwardBackward(const torch::Tensor& inputs, const torc
 void TrainStep::body(const torch::Tensor& inputs, const torch::Tensor& targets) {
   optimizer_.zeroGrad();
   const torch::Tensor loss = forwardBackward(inputs, targets);
+  if (options_.replica_communicator) reduceAcrossReplicas();
   mark("optimizer");
   if (options_.clip_grad_norm > 0) clipGradients();
   scaler_.step(optimizer_);
@@ -158,6 +159,26 @@ void TrainStep::clipGradients() {
   }
   scaler_.unscale(dp_.slabs());
   clipGradNormOnDevice(dp_.slabs(), options_.clip_grad_norm);
+}
+
+// One all-reduce per held gradient tensor, stream-ordered on CUDA (so it
+// is captured with the step), waited for on the CPU.
+void TrainStep::reduceAcrossReplicas() {
+  torch::NoGradGuard no_grad;
+  Communicator& comm = *options_.replica_communicator;
+  const std::vector<FlatSlab>& held = dp_.shardsGradients() ? dp_.shards() : dp_.slabs();
+  AllreduceOptions options;
+  options.op = ReduceOp::kSum;
+  options.timeout = options_.collective_timeout;
+  const double scale = 1.0 / comm.size();
+  for (const FlatSlab& slab : held) {
+    torch::Tensor grad = slab.grad;
+    if (!grad.defined() || grad.numel() == 0) continue;
+    void* stream = currentStreamOf(grad);
+    auto work = comm.allreduce(bufferOf(grad, stream), bufferOf(grad, stream), options);
+    if (!grad.is_cuda()) work->wait(options_.collective_timeout);
+    grad.mul_(scale);
+  }
 }
 
 // The squares of what this rank holds, less (1 - 1/copies) of those of

@@ -94,6 +94,11 @@ struct TrainStepOptions {
   // or with sharded gradients every rank). Copies count once.
   std::map<int, int> parameter_copies;
   std::shared_ptr<Communicator> norm_communicator;
+  // Hybrid sharding (--dp-replicate with a --shard stage): the group of the
+  // replicas of this rank's shard. After backward the gradients this rank
+  // holds (its shards; ZeRO-1: the slabs) are summed over it and divided by
+  // its size, so every replica steps with the mean over all data shares.
+  std::shared_ptr<Communicator> replica_communicator;
 };
 
 class TrainStep {
@@ -127,6 +132,8 @@ class TrainStep {
   void eager(const torch::Tensor& inputs, const torch::Tensor& targets);
   void body(const torch::Tensor& inputs, const torch::Tensor& targets);
   void clipGradients();
+  // Hybrid sharding: the mean of the held gradients over the replicas.
+  void reduceAcrossReplicas();
   // The clip of a tensor-parallel job: each copy counted once.
   void clipTensorParallel(const std::vector<FlatSlab>& held);
   // Forward and backward of every micro-batch; the mean loss (detached).

@@ -131,14 +131,18 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
 
   ParallelizeOptions parallelize_options = parallelizeOptions(parts, ctx_, precision_);
   dp_comm_ = ctx_->communicator();
+  std::shared_ptr<Communicator> shard_comm = dp_comm_;  // what --shard shards over
+  // Hybrid sharding: the stage shards within dp_shard; the replicas' sum follows backward.
+  const bool hybrid = plan_.dp_replicate > 1 && plan_.shard != ShardStage::kNone;
   if (plan_.tp > 1 || plan_.dp_replicate > 1) {
     mesh_ = std::make_unique<DeviceMesh>(meshShapeOf(plan_), ctx_->world(), meshOptions(*ctx_, "train/mesh"));
     dp_comm_ = mesh_->flatten({"dp_replicate", "dp_shard"});
+    shard_comm = hybrid ? mesh_->communicator("dp_shard") : dp_comm_;
     if (ctx_->device().is_cuda()) {
       std::shared_ptr<Context> ctx = ctx_;
-      parallelize_options.gather_communicator = [this, ctx]() -> std::shared_ptr<Communicator> {
+      parallelize_options.gather_communicator = [this, ctx, hybrid]() -> std::shared_ptr<Communicator> {
         gather_mesh_ = std::make_unique<DeviceMesh>(meshShapeOf(plan_), ctx->world(), meshOptions(*ctx, "train/gather"));
-        return gather_mesh_->flatten({"dp_replicate", "dp_shard"});
+        return hybrid ? gather_mesh_->communicator("dp_shard") : gather_mesh_->flatten({"dp_replicate", "dp_shard"});
       };
     }
   }
@@ -150,7 +154,7 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
     tp_model_ = std::make_unique<TensorParallelModel>(
         lm, TensorParallelGroup::create(mesh_->communicator("tp"), ctx_->collectiveTimeout()), tp_options);
   }
-  parallel_ = parallelize(model_, plan_, dp_comm_, parallelize_options);
+  parallel_ = parallelize(model_, plan_, shard_comm, parallelize_options);
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision_ == Precision::kFp16;
   scaler_ = std::make_unique<GradScaler>(scaler_options);
@@ -176,9 +180,12 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   step_options.collective_timeout = ctx_->collectiveTimeout();
   if (tp_model_) {
     step_options.parameter_copies = parameterCopies(*tp_model_, *parallel_.data_parallel);
-    step_options.norm_communicator =
-        parallel_.data_parallel->shardsGradients() ? ctx_->communicator() : mesh_->communicator("tp");
+    // Sharded gradients: every shard of every tp part (one replica's ranks).
+    step_options.norm_communicator = !parallel_.data_parallel->shardsGradients() ? mesh_->communicator("tp")
+                                     : hybrid ? mesh_->flatten({"dp_shard", "tp"})
+                                              : ctx_->communicator();
   }
+  if (hybrid) step_options.replica_communicator = mesh_->communicator("dp_replicate");
   step_ = std::make_unique<TrainStep>(*model_, *parallel_.data_parallel, *parallel_.optimizer, *scaler_,
                                       ctx_->device(), step_options);
 }

@@ -137,14 +137,15 @@ TEST(ParallelizeTest, PlansItCannotApplyAreConfigErrors) {
   ParallelPlan pipeline = planOf(ShardStage::kNone, 1);
   pipeline.pp = 2;
   EXPECT_THROW(parallelize(model, pipeline, solo, adamw()), ConfigError) << "no pipeline piece yet";
+  // Hybrid sharding: the stage shards over the dp_shard group, which `comm` must be.
   ParallelPlan hybrid = planOf(ShardStage::kOptimizer, 1);
   hybrid.dp_replicate = 2;
-  hybrid.dp_shard = 1;
+  hybrid.dp_shard = 2;
   try {
     parallelize(model, hybrid, solo, adamw());
-    ADD_FAILURE() << "hybrid sharding is no piece yet";
+    ADD_FAILURE() << "a dp_shard group of 2 over a communicator of 1";
   } catch (const ConfigError& e) {
-    EXPECT_NE(e.message().find("--dp-replicate 2 with --shard optimizer: hybrid sharding"), std::string::npos)
+    EXPECT_NE(e.message().find("the plan's dp_shard group is 2 ranks, the communicator has 1"), std::string::npos)
         << e.message();
   }
   EXPECT_THROW(parallelize(model, planOf(ShardStage::kNone, 1), solo, ParallelizeOptions{}), ConfigError)

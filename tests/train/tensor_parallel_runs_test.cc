@@ -1,6 +1,7 @@
 // `dtrain train --tp` end to end as real processes on Gloo: tensor (and
 // sequence) parallelism trains gpt2 and llama as one rank does, alone and
-// with ZeRO or replicas over the data-parallel ranks; its checkpoints hold
+// with ZeRO or replicas over the data-parallel ranks; hybrid sharding
+// (--dp-replicate with --shard) trains as sharding over every rank; its checkpoints hold
 // the whole model's tensors and move between tp sizes, stages and world
 // sizes; a tp rank SIGKILLed mid-run is restarted by the launcher and the
 // group ends as an uninterrupted run; bad combinations exit 2 naming them.
@@ -118,9 +119,24 @@ TEST(TensorParallelRunsTest, TpTimesZeroOrReplicasTrainsAsDataParallel) {
   expectCloseModels(checkpointOf(dp, 8), checkpointOf(replicas, 8));
 }
 
+// Hybrid sharding: ZeRO-3 within 2 ranks, 2 replicas of that, trains as
+// ZeRO-3 over all 4 (the same 4 data shares).
+TEST(TensorParallelRunsTest, HybridShardingTrainsAsShardingOverEveryRank) {
+  TempDir flat("dtrain-hsdp-flat"), hybrid("dtrain-hsdp-hybrid");
+  const std::string common = "--kv-heads 2 --max-steps 8 --checkpoint-every 8 --shard full --checkpoint-dir ";
+  auto a = runCommand(tpRun(4, "llama", common + flat.path()), 300);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = runCommand(tpRun(4, "llama", common + hybrid.path() + " --dp-replicate 2 --progress lines"), 300);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_TRUE(contains(b.output, "(dp_replicate 2 x dp_shard 2 x tp 1)")) << b.output;
+  EXPECT_TRUE(contains(b.output, "(sharded over 2 ranks, ZeRO-3)")) << b.output;
+  expectCloseModels(checkpointOf(flat, 8), checkpointOf(hybrid, 8));
+}
+
 // A checkpoint of (tp 2, ZeRO-3 over 2) resumes replicated at tp 1 and goes
-// on as the never-resharded run does; loaded at (tp 1, dp 4), (tp 4, ZeRO-1)
-// and back at (tp 2, ZeRO-2), each saves the very tensors it loaded.
+// on as the never-resharded run does; loaded at (tp 1, dp 4), (tp 4, ZeRO-1),
+// back at (tp 2, ZeRO-2) and under hybrid ZeRO-2 (2 replicas of 2), each
+// saves the very tensors it loaded.
 TEST(TensorParallelRunsTest, CheckpointsMoveBetweenTpSizesStagesAndWorlds) {
   TempDir full("dtrain-tp-full"), resumed("dtrain-tp-resumed");
   const std::string common = "--kv-heads 2 --checkpoint-every 4 ";
@@ -137,7 +153,10 @@ TEST(TensorParallelRunsTest, CheckpointsMoveBetweenTpSizesStagesAndWorlds) {
     int ranks;
     std::string flags;
   };
-  const Layout layouts[] = {{4, "--shard none"}, {4, "--tp 4 --shard optimizer"}, {4, "--tp 2 --shard gradients"}};
+  const Layout layouts[] = {{4, "--shard none"},
+                            {4, "--tp 4 --shard optimizer"},
+                            {4, "--tp 2 --shard gradients"},
+                            {4, "--dp-replicate 2 --shard gradients"}};
   std::string from = checkpointOf(full, 4);
   for (const Layout& layout : layouts) {
     SCOPED_TRACE(layout.flags);
@@ -192,8 +211,9 @@ TEST(TensorParallelRunsTest, BadCombinationsExitTwoNamingThem) {
   for (const Case& c : cases) {
     EXPECT_TRUE(testing::exitsTwoSaying(runCommand(solo + c.args + " 2>&1", 60), c.expected)) << c.args;
   }
-  auto hybrid = runCommand(tpRun(2, "gpt2", "--dp-replicate 2 --shard full --max-steps 1"), 120);
-  EXPECT_TRUE(testing::exitsTwoSaying(hybrid, "--dp-replicate 2 with --shard full: hybrid sharding")) << hybrid.output;
+  auto replicas = runCommand(tpRun(2, "gpt2", "--dp-replicate 4 --max-steps 1"), 120);
+  EXPECT_TRUE(testing::exitsTwoSaying(replicas, "--tp 1 x --dp-replicate 4 = 4 ranks does not divide the world of 2"))
+      << replicas.output;
   auto world = runCommand(tpRun(3, "gpt2", "--tp 2 --max-steps 1"), 120);
   EXPECT_TRUE(testing::exitsTwoSaying(world, "does not divide the world of 3 ranks")) << world.output;
 }
