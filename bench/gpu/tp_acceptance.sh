@@ -9,6 +9,10 @@
 #                                      (bench/peers/lm_tp_peer.py: parallelize_module with torchtitan's
 #                                      plan, loss parallel, FSDP2, torch.compile per block) by
 #                                      bench/lm_compare.py --parallel tp
+#   bench/gpu/tp_acceptance.sh longest llama-8b, batch 1, activation checkpointing, bf16: the longest
+#                                      power-of-two sequence tp 2 and ZeRO-3 over 2 GPUs train at
+#                                      (LAYOUTS="tp2:65536,131072 zero3:32768,65536": each layout's
+#                                      sequences, ascending), the allocator's peak beside the estimate
 # Knobs: MODEL (llama-8b), SEQ (4096), BATCH (1), STEPS (10), WARMUP (5), ROUNDS (1), DTRAIN_ARGS,
 # PEER_ARGS, BUDGET_S (540). Results: $OUT/<phase>.tgz.
 set -uo pipefail
@@ -71,6 +75,31 @@ case "$phase" in
       --out "$OUT/lm_compare.json" 2> "$OUT/lm_compare.log" | tee "$OUT/lm_compare.md"
     grep -E "^# round|FAILED|^failed|timed out|Error" "$OUT/lm_compare.log" | tail -20
     ;;
-  *) echo "unknown phase $phase (check | speed)"; exit 2 ;;
+  longest)
+    # The memory check is the allocator's, not the estimate's: the plan's
+    # limit is lifted, and each run's peak and estimate are recorded.
+    export DTRAIN_DEVICE_MEMORY_BYTES=$(( 1 << 50 ))
+    base="--model ${MODEL:-llama-8b} --batch-size 1 --activation-checkpointing --precision bf16 --no-cuda-graphs --warmup 1 --steps 2"
+    for spec in ${LAYOUTS:-tp2:65536,131072 zero3:32768,65536}; do
+      layout=${spec%%:*}
+      case $layout in tp2) flags="--tp 2" ;; zero3) flags="--shard full" ;; esac
+      for seq in $(echo "${spec#*:}" | tr , ' '); do
+        [ $(( $(date +%s) - started )) -gt "${BUDGET_S:-540}" ] && { echo "$layout seq $seq: skipped (budget)"; continue; }
+        bench "longest-$layout-$seq" 2 $base --seq-len "$seq" $flags
+        python3 - "$OUT/longest-$layout-$seq.json" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception:
+    sys.exit(0)
+est = r.get("memory_estimate_bytes", {}).get("total", 0)
+peak = r.get("peak_memory_bytes", 0)
+print(f"  peak {peak / 2**30:.1f} GiB, estimate {est / 2**30:.1f} GiB ({peak / est - 1:+.1%})" if est else "")
+PY
+        grep -q '"loss"' "$OUT/longest-$layout-$seq.json" || break
+      done
+    done
+    ;;
+  *) echo "unknown phase $phase (check | speed | longest)"; exit 2 ;;
 esac
 echo "tp_acceptance $phase done after $(( $(date +%s) - started )) s"

@@ -177,6 +177,94 @@ class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallel
   }
 };
 
+// The classifier and the cross-entropy of rows [begin, begin + n): this
+// rank's float32 logits, the row maxima and (all-reduced) the sums and the
+// targets' logits; what the fused function's forward and backward share.
+struct ClassifierChunk {
+  torch::Tensor logits;  // [n, V/tp] float32
+  torch::Tensor index;   // the targets' columns here (clamped)
+  torch::Tensor here;    // whether the target's column is this rank's
+  torch::ScalarType product = torch::kFloat;  // the dtype the product ran in (autocast's)
+};
+
+// Rows of the classifier's logits the fused function computes at a time
+// (float32: 512 MiB a chunk).
+constexpr int64_t kClassifierChunkElements = int64_t{1} << 27;
+
+ClassifierChunk classifierChunk(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,
+                                int64_t vocab_start) {
+  ClassifierChunk c;
+  const torch::Tensor product = at::matmul(hidden, weight.t());
+  c.product = product.scalar_type();
+  c.logits = product.to(torch::kFloat);
+  const int64_t width = weight.size(0);
+  const torch::Tensor local = targets - vocab_start;
+  c.here = local.ge(0).logical_and(local.lt(width));
+  c.index = local.clamp(0, width - 1);
+  return c;
+}
+
+// vocabParallelCrossEntropy over the classifier's product, chunk by chunk:
+// forward keeps only each row's log-sum-exp; backward recomputes each
+// chunk's logits (in the dtype forward's product had) and their softmax.
+class VocabParallelClassifierCrossEntropy
+    : public torch::autograd::Function<VocabParallelClassifierCrossEntropy> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, int64_t vocab_start, int64_t group, int64_t chunk) {
+    ctx->saved_data["group"] = group;
+    const TensorParallelGroup& g = groupOf(ctx);
+    const int64_t rows = hidden.size(0);
+    torch::Tensor lse = torch::empty({rows}, hidden.options().dtype(torch::kFloat));
+    torch::Tensor loss = torch::empty({rows}, hidden.options().dtype(torch::kFloat));
+    torch::ScalarType product = weight.scalar_type();
+    for (int64_t begin = 0; begin < rows; begin += chunk) {
+      const int64_t n = std::min(chunk, rows - begin);
+      ClassifierChunk c = classifierChunk(hidden.narrow(0, begin, n), weight, targets.narrow(0, begin, n), vocab_start);
+      product = c.product;
+      torch::Tensor row_max = std::get<0>(c.logits.max(1)).contiguous();
+      g.allReduce(row_max, ReduceOp::kMax);
+      c.logits.sub_(row_max.unsqueeze(1));
+      torch::Tensor sums = torch::empty({2, n}, c.logits.options());
+      sums[0].copy_(c.logits.gather(1, c.index.unsqueeze(1)).squeeze(1).masked_fill(c.here.logical_not(), 0.0));
+      sums[1].copy_(c.logits.exp_().sum(1));
+      g.allReduce(sums);
+      const torch::Tensor log_sum = sums[1].log();
+      lse.narrow(0, begin, n).copy_(log_sum + row_max);
+      loss.narrow(0, begin, n).copy_(log_sum - sums[0]);
+    }
+    ctx->save_for_backward({hidden, weight, targets, lse});
+    ctx->saved_data["vocab_start"] = vocab_start;
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["product"] = static_cast<int64_t>(product);
+    return loss;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& hidden = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const auto product = static_cast<torch::ScalarType>(ctx->saved_data["product"].toInt());
+    const int64_t vocab_start = ctx->saved_data["vocab_start"].toInt();
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const torch::Tensor h = hidden.to(product), w = weight.to(product);
+    torch::Tensor grad_hidden = torch::empty(hidden.sizes(), hidden.options().dtype(product));
+    torch::Tensor grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat));
+    for (int64_t begin = 0; begin < hidden.size(0); begin += chunk) {
+      const int64_t n = std::min(chunk, hidden.size(0) - begin);
+      const torch::Tensor h_chunk = h.narrow(0, begin, n);
+      ClassifierChunk c = classifierChunk(h_chunk, w, saved[2].narrow(0, begin, n), vocab_start);
+      torch::Tensor p = c.logits.sub_(saved[3].narrow(0, begin, n).unsqueeze(1)).exp_();
+      p.scatter_add_(1, c.index.unsqueeze(1), c.here.to(p.scalar_type()).neg().unsqueeze(1));
+      p.mul_(grads[0].narrow(0, begin, n).unsqueeze(1));
+      const torch::Tensor g = p.to(product);
+      grad_hidden.narrow(0, begin, n).copy_(at::matmul(g, w));
+      grad_weight.add_(at::matmul(g.t(), h_chunk).to(torch::kFloat));
+    }
+    return {grad_hidden.to(hidden.scalar_type()), grad_weight.to(weight.scalar_type()), torch::Tensor(),
+            torch::Tensor(),  torch::Tensor(),                          torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 std::shared_ptr<TensorParallelGroup> TensorParallelGroup::create(std::shared_ptr<Communicator> comm,
@@ -301,6 +389,24 @@ torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& logits_shard, const
                       std::string(c10::toString(targets.scalar_type())));
   }
   return VocabParallelCrossEntropy::apply(logits_shard, targets, vocab_start, group.id());
+}
+
+torch::Tensor vocabParallelClassifierCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight_shard,
+                                                  const torch::Tensor& targets, int64_t vocab_start,
+                                                  const TensorParallelGroup& group, int64_t chunk_rows) {
+  if (hidden.dim() != 2 || weight_shard.dim() != 2 || hidden.size(1) != weight_shard.size(1) || targets.dim() != 1 ||
+      targets.size(0) != hidden.size(0) || targets.scalar_type() != torch::kLong) {
+    throw ConfigError("tensor parallelism: the vocab-parallel classifier takes hidden [N, d], a weight shard "
+                      "[V/tp, d] and int64 targets [N], got " + toString(hidden.sizes()) + ", " +
+                      toString(weight_shard.sizes()) + " and " + toString(targets.sizes()) + " " +
+                      std::string(c10::toString(targets.scalar_type())));
+  }
+  if (chunk_rows <= 0) chunk_rows = std::max<int64_t>(1, kClassifierChunkElements / std::max<int64_t>(1, weight_shard.size(0)));
+  if (hidden.size(0) <= chunk_rows) {
+    // One chunk: keeping its softmax costs no more than the recomputation would.
+    return VocabParallelCrossEntropy::apply(at::matmul(hidden, weight_shard.t()), targets, vocab_start, group.id());
+  }
+  return VocabParallelClassifierCrossEntropy::apply(hidden, weight_shard, targets, vocab_start, group.id(), chunk_rows);
 }
 
 }  // namespace tp

@@ -103,6 +103,17 @@ torch::Tensor vocabShardEmbedding(const torch::Tensor& tokens, const torch::Tens
 // Backward is local: (softmax - one_hot(target)) on this rank's columns.
 // Targets must lie in [0, V) (V: the shards together); the data loader's
 // token ids do. ConfigError for shapes other than these.
+// The classifier and vocabParallelCrossEntropy in one: hidden [N, d] times
+// this rank's weight rows [V/tp, d] (under autocast, in its dtype), the
+// loss per row [N] float32, chunk_rows rows at a time (0: as many as make
+// 2^27 logits) so that no more than one chunk's logits ever exist: forward
+// keeps each row's log-sum-exp, backward recomputes each chunk's logits.
+// Two collectives per chunk in forward, none in backward. With one chunk it
+// is the classifier followed by vocabParallelCrossEntropy (no recompute).
+torch::Tensor vocabParallelClassifierCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight_shard,
+                                                  const torch::Tensor& targets, int64_t vocab_start,
+                                                  const TensorParallelGroup& group, int64_t chunk_rows = 0);
+
 torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& logits_shard, const torch::Tensor& targets,
                                         int64_t vocab_start, const TensorParallelGroup& group);
 

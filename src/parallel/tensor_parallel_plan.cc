@@ -30,10 +30,11 @@ class MegatronSplit : public models::TensorSplit {
   }
   torch::Tensor classifierCrossEntropy(const torch::Tensor& normed, const torch::Tensor& weight_shard,
                                        const torch::Tensor& targets) override {
-    const torch::Tensor logits = models::ops::classifier(columnInput(normed), weight_shard);
-    const int64_t width = logits.size(-1);
-    return tp::vocabParallelCrossEntropy(logits.reshape({-1, width}), targets.reshape({-1}), group_->rank() * width,
-                                         *group_)
+    // Chunked over the rows, so that a long sequence's logits never all exist.
+    const torch::Tensor hidden = columnInput(normed);
+    return tp::vocabParallelClassifierCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), weight_shard,
+                                                   targets.reshape({-1}), group_->rank() * weight_shard.size(0),
+                                                   *group_)
         .mean();
   }
   torch::Tensor classifier(const torch::Tensor& normed, const torch::Tensor& weight_shard) override {

@@ -171,6 +171,39 @@ TEST(TensorParallelOpsTest, VocabParallelCrossEntropyEqualsTheWholeOneWithoutGat
   }
 }
 
+// The classifier and the loss in one, a few rows at a time (chunks of 2 and
+// 3 rows, and one chunk): the loss and the gradients of the hidden state
+// and of each rank's weight rows equal the whole classifier's.
+TEST(TensorParallelOpsTest, ChunkedVocabParallelClassifierEqualsTheWholeOne) {
+  const int tp = 2;
+  const int64_t n = 7, dim = 6, vocab = 12;
+  torch::manual_seed(6);
+  const torch::Tensor hidden = torch::randn({n, dim});
+  const torch::Tensor weight = torch::randn({vocab, dim});
+  const torch::Tensor targets = torch::tensor({0, 5, 6, 11, 3, 7, 9}, torch::kLong);
+  const torch::Tensor whole_hidden = hidden.clone().requires_grad_(), whole_weight = weight.clone().requires_grad_();
+  const torch::Tensor whole = torch::nn::functional::cross_entropy(
+      torch::matmul(whole_hidden, whole_weight.t()), targets,
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  (whole * torch::arange(1, n + 1, torch::kFloat)).sum().backward();
+  for (const int64_t chunk : {int64_t{2}, int64_t{3}, int64_t{0}}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    onRanks(tp, [&](int rank, TensorParallelGroup& group) {
+      const torch::Tensor h = hidden.clone().requires_grad_();
+      const torch::Tensor w = weight.chunk(tp, 0)[rank].clone().requires_grad_();
+      const torch::Tensor loss =
+          tp::vocabParallelClassifierCrossEntropy(h, w, targets, rank * vocab / tp, group, chunk);
+      expectClose(loss, whole.detach(), "the loss per position");
+      (loss * torch::arange(1, n + 1, torch::kFloat)).sum().backward();
+      expectClose(w.grad(), whole_weight.grad().chunk(tp, 0)[rank], "this rank's weight rows' gradient");
+      // Each rank's part of the hidden state's gradient: its columns' share; summed, the whole.
+      torch::Tensor sum = h.grad().contiguous().clone();
+      group.allReduce(sum);
+      expectClose(sum, whole_hidden.grad(), "the hidden state's gradient, summed over the ranks");
+    });
+  }
+}
+
 TEST(TensorParallelOpsTest, AGroupOfOneIsTheIdentityWithoutCollectives) {
   onRanks(1, [&](int, TensorParallelGroup& group) {
     const torch::Tensor x = torch::randn({2, 4, 3}).requires_grad_();
