@@ -106,7 +106,7 @@ torch::Tensor vocabShardEmbedding(const torch::Tensor& tokens, const torch::Tens
 // The classifier and vocabParallelCrossEntropy in one: hidden [N, d] times
 // this rank's weight rows [V/tp, d] (under autocast, in its dtype), the
 // loss per row [N] float32, chunk_rows rows at a time (0: as many as make
-// 2^27 logits) so that no more than one chunk's logits ever exist: forward
+// 2^28 logits) so that no more than one chunk's logits ever exist: forward
 // keeps each row's log-sum-exp, backward recomputes each chunk's logits.
 // Two collectives per chunk in forward, none in backward. With one chunk it
 // is the classifier followed by vocabParallelCrossEntropy (no recompute).
