@@ -73,6 +73,31 @@ TEST(MemoryEstimateTest, CheckpointingKeepsOneBlockOfActivations) {
 
 // An 8B Llama replicated on an 80 GiB GPU is refused, naming the estimate
 // and the flag that fits; gpt2-124m passes.
+// Tensor parallelism: a rank holds about 1/tp of the parameters (all of
+// the norms), sequence parallelism 1/tp of the activations, and without it
+// the residual streams stay whole.
+TEST(MemoryEstimateTest, TensorParallelismSplitsTheStateAndTheActivations) {
+  const models::LanguageModelConfig config = models::namedLanguageModel("llama-8b");
+  const MemoryInputs one = inputs(config, ShardStage::kNone, 1, 1);
+  MemoryInputs tp = one;
+  tp.tp = 2;
+  const MemoryEstimate a = estimateMemory(one), b = estimateMemory(tp);
+  EXPECT_NEAR(static_cast<double>(b.parameters) / static_cast<double>(a.parameters), 0.5, 0.001);
+  EXPECT_GT(b.parameters * 2, a.parameters) << "the norms are whole on every rank";
+  tp.sequence_parallel = true;
+  const MemoryEstimate sp = estimateMemory(tp);
+  EXPECT_LT(sp.activations, b.activations);
+  EXPECT_NEAR(static_cast<double>(sp.activations) / static_cast<double>(a.activations), 0.5, 0.05);
+  // Fewer key/value heads than tp: each rank holds one head's projections.
+  MemoryInputs replicated = tp;
+  replicated.tp = 16;  // llama-8b has 8 key/value heads
+  MemoryInputs split = tp;
+  split.tp = 8;
+  const double per16 = static_cast<double>(estimateMemory(replicated).parameters);
+  const double per8 = static_cast<double>(estimateMemory(split).parameters);
+  EXPECT_GT(per16, per8 / 2) << "the replicated key/value projections do not halve";
+}
+
 TEST(MemoryEstimateTest, AJobThatCannotFitIsRefusedWithTheFlagThatWould) {
   const auto llama = models::namedLanguageModel("llama-8b");
   try {
