@@ -1,6 +1,7 @@
 #include "parallel/parallel_plan.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/error.h"
 
@@ -71,6 +72,17 @@ void checkTensorParallel(const ParallelOptions& options, const PlannedModel& mod
 }
 
 }  // namespace
+
+PlannedModel plannedLanguageModel(std::string name, int64_t heads, int64_t kv_heads, int64_t ffn_dim,
+                                  int64_t vocab_size, int64_t seq_len) {
+  PlannedModel model{std::move(name), true, true};
+  model.heads = heads;
+  model.kv_heads = kv_heads;
+  model.ffn_dim = ffn_dim;
+  model.vocab_size = vocab_size;
+  model.seq_len = seq_len;
+  return model;
+}
 
 void checkParallelOptions(const ParallelOptions& options, const PlannedModel& model) {
   if (options.tp < 1 || options.dp_replicate < 1) {

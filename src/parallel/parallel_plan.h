@@ -74,6 +74,11 @@ struct PlannedModel {
   int64_t seq_len = 0;
 };
 
+// A transformer language model (sharding units, a tensor-parallel plan) of
+// this shape.
+PlannedModel plannedLanguageModel(std::string name, int64_t heads, int64_t kv_heads, int64_t ffn_dim,
+                                  int64_t vocab_size, int64_t seq_len);
+
 struct ParallelPlan {
   // The mesh sizes.
   int pp = 1;

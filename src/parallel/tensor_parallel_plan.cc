@@ -47,13 +47,7 @@ class MegatronSplit : public models::TensorSplit {
 };
 
 PlannedModel plannedModel(const models::LanguageModelConfig& c) {
-  PlannedModel model{c.name, true, true};
-  model.heads = c.heads;
-  model.kv_heads = c.kv_heads;
-  model.ffn_dim = c.ffn_dim;
-  model.vocab_size = c.vocab_size;
-  model.seq_len = c.seq_len;
-  return model;
+  return plannedLanguageModel(c.name, c.heads, c.kv_heads, c.ffn_dim, c.vocab_size, c.seq_len);
 }
 
 // How the parameter `name` of a model of `c` splits over tp ranks.

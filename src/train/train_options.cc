@@ -358,16 +358,9 @@ void checkModelAndData(const ModelSpec& model, DatasetKind dataset) {
 }  // namespace
 
 PlannedModel plannedModel(const ModelSpec& model) {
-  PlannedModel planned{model.name, isLanguageModel(model)};
-  if (!planned.has_sharding_units) return planned;
+  if (!isLanguageModel(model)) return {model.name, false};
   const models::LanguageModelConfig c = languageModelConfig(model);
-  planned.splits_by_tensor = true;
-  planned.heads = c.heads;
-  planned.kv_heads = c.kv_heads;
-  planned.ffn_dim = c.ffn_dim;
-  planned.vocab_size = c.vocab_size;
-  planned.seq_len = c.seq_len;
-  return planned;
+  return plannedLanguageModel(model.name, c.heads, c.kv_heads, c.ffn_dim, c.vocab_size, c.seq_len);
 }
 
 double optimizerStateBytes(const OptimizerOptions& optimizer) {
