@@ -1,7 +1,11 @@
 // TrainingJob: the parts every training run assembles, in this order: the
 // process group (dtrain::init), a job stream current on the device, the
-// model on that device, the parallel plan applied to it (parallelize():
-// DataParallel and the optimizer), the loss scaler and the step. `dtrain
+// model on that device, the mesh of the plan when it has more than data
+// parallelism (dp_replicate x dp_shard x tp; parallel/device_mesh.h), the
+// model split over the tp group (TensorParallelModel), the parallel plan
+// applied to it over the data-parallel group (parallelize(): DataParallel
+// and the optimizer), the loss scaler and the step (with hybrid sharding,
+// the replicas' gradient all-reduce; with tp, the whole model's norm). `dtrain
 // train` and `dtrain bench train` build their runs on it; what they train
 // on and how they report is theirs.
 // (private to train/)
