@@ -341,12 +341,9 @@ int runThroughputBench(const BenchTrainOptions& o) {
   result["gpus"] = ctx.size();
   result["device_type"] = device.is_cuda() ? "cuda" : "cpu";
   result["backend"] = ctx.backend();
-  const ParallelPlan& plan = job.plan();
-  result["tp"] = plan.tp;
-  result["dp_replicate"] = plan.dp_replicate;
-  result["dp_shard"] = plan.dp_shard;
-  result["sequence_parallel"] = plan.sequence_parallel;
-  result["shard"] = shardStageName(plan.shard);
+  const ParallelPlan& p = job.plan();
+  result.update({{"tp", p.tp}, {"dp_replicate", p.dp_replicate}, {"dp_shard", p.dp_shard},
+                 {"sequence_parallel", p.sequence_parallel}, {"shard", shardStageName(p.shard)}});
   result["step_ms"] = elapsed * 1e3 / static_cast<double>(o.steps);
   const double samples_per_s =
       static_cast<double>(o.input.batch_size * job.dataRanks() * o.steps) / std::max(elapsed, 1e-12);

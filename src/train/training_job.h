@@ -25,7 +25,6 @@
 #include "parallel/parallelize.h"
 #include "parallel/tensor_parallel_plan.h"
 #include "train/train_options.h"
-#include "train/task.h"
 #include "train/train_step.h"
 
 namespace dtrain {
@@ -68,7 +67,6 @@ class TrainingJob {
   // share of the data it trains on. The ranks of one tp group share it.
   int dataRank() const { return dp_comm_->rank(); }
   int dataRanks() const { return dp_comm_->size(); }
-  DataRanks dataRanksOf() const { return {dataRank(), dataRanks(), plan_.tp}; }
   // The data-parallel group (DataParallel's communicator).
   const std::shared_ptr<Communicator>& dataCommunicator() const { return dp_comm_; }
   // The tensor-parallel split of the model; nullptr with --tp 1.

@@ -143,7 +143,8 @@ void TrainingLoop::endInterval(int64_t epoch, double lr) {
 void TrainingLoop::evaluate(int64_t epoch) {
   const auto begin = Clock::now();
   job_.dataParallel().syncBuffers();
-  last_eval_ = task_.evaluate(job_.model(), job_.context(), job_.dataRanksOf(), job_.precision());
+  last_eval_ = task_.evaluate(job_.model(), job_.context(), {job_.dataRank(), job_.dataRanks(), job_.plan().tp},
+                              job_.precision());
   evaluated_last_ = true;
   observers_.evaluated(EvalReport{epoch, step_, last_eval_});
   interval_start_ += Clock::now() - begin;  // an evaluation is not training time
