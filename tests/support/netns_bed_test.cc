@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iterator>
 #include <sstream>
 #include <thread>
@@ -331,6 +332,15 @@ TEST_F(NetnsBedTest, ALaterBedRemovesTheBedOfACrashedRun) {
   ForkedChild crashed([](const ChildSide& side) {
     NetnsBed bed(2);
     auto sleeper = bed.start(0, {"sleep", "600"}, {}, "/dev/null");
+    // `ip netns exec` enters the namespace, then execs sleep: report once it
+    // has (under load it may not have yet, and a bed that looked for it
+    // in the namespace then would not find it).
+    const std::string comm = "/proc/" + std::to_string(sleeper->pid()) + "/comm";
+    for (auto deadline = in(10s); Clock::now() < deadline; std::this_thread::sleep_for(5ms)) {
+      std::ifstream file(comm);
+      std::string name;
+      if (std::getline(file, name) && name == "sleep") break;
+    }
     std::string report = std::to_string(sleeper->pid());
     for (const auto& name : bed.namespaceNames()) report += " " + name;
     side.report(report + "\n");
