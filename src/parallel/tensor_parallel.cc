@@ -85,61 +85,37 @@ class ReduceFromRegion : public torch::autograd::Function<ReduceFromRegion> {
   static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], torch::Tensor()}; }
 };
 
-// All-gather forward, reduce-scatter backward.
-class GatherSequence : public torch::autograd::Function<GatherSequence> {
- public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group, int64_t dim) {
-    ctx->saved_data["group"] = group;
-    ctx->saved_data["dim"] = dim;
-    return groupOf(ctx).allGather(x, dim);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {groupOf(ctx).reduceScatter(grads[0], ctx->saved_data["dim"].toInt()), torch::Tensor(), torch::Tensor()};
-  }
-};
+// What the sequence and parts functions do along a dimension, forward or backward.
+enum class AlongDim { kAllGather, kReduceScatter, kThisRanksPart };
 
-// Reduce-scatter forward, all-gather backward.
-class ReduceScatterSequence : public torch::autograd::Function<ReduceScatterSequence> {
- public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group, int64_t dim) {
-    ctx->saved_data["group"] = group;
-    ctx->saved_data["dim"] = dim;
-    return groupOf(ctx).reduceScatter(x, dim);
+torch::Tensor along(AlongDim op, const TensorParallelGroup& g, const torch::Tensor& x, int64_t dim) {
+  switch (op) {
+    case AlongDim::kAllGather: return g.allGather(x, dim);
+    case AlongDim::kReduceScatter: return g.reduceScatter(x, dim);
+    case AlongDim::kThisRanksPart: break;
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {groupOf(ctx).allGather(grads[0], ctx->saved_data["dim"].toInt()), torch::Tensor(), torch::Tensor()};
-  }
-};
+  return x.chunk(g.size(), dim)[static_cast<size_t>(g.rank())].contiguous();
+}
 
-// This rank's part forward, all-gather backward.
-class SplitSequence : public torch::autograd::Function<SplitSequence> {
+// `Forward` along `dim` in forward, `Backward` (its conjugate) in backward.
+template <AlongDim Forward, AlongDim Backward>
+class AlongDimFunction : public torch::autograd::Function<AlongDimFunction<Forward, Backward>> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group, int64_t dim) {
     ctx->saved_data["group"] = group;
     ctx->saved_data["dim"] = dim;
-    const TensorParallelGroup& g = groupOf(ctx);
-    return x.chunk(g.size(), dim)[static_cast<size_t>(g.rank())].contiguous();
+    return along(Forward, groupOf(ctx), x, dim);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {groupOf(ctx).allGather(grads[0], ctx->saved_data["dim"].toInt()), torch::Tensor(), torch::Tensor()};
-  }
-};
-
-// All-gather forward, this rank's part backward.
-class GatherParts : public torch::autograd::Function<GatherParts> {
- public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t group, int64_t dim) {
-    ctx->saved_data["group"] = group;
-    ctx->saved_data["dim"] = dim;
-    return groupOf(ctx).allGather(x, dim);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const TensorParallelGroup& g = groupOf(ctx);
-    const int64_t dim = ctx->saved_data["dim"].toInt();
-    return {grads[0].chunk(g.size(), dim)[static_cast<size_t>(g.rank())].contiguous(), torch::Tensor(),
+    return {along(Backward, groupOf(ctx), grads[0], ctx->saved_data["dim"].toInt()), torch::Tensor(),
             torch::Tensor()};
   }
 };
+
+using GatherSequence = AlongDimFunction<AlongDim::kAllGather, AlongDim::kReduceScatter>;
+using ReduceScatterSequence = AlongDimFunction<AlongDim::kReduceScatter, AlongDim::kAllGather>;
+using SplitSequence = AlongDimFunction<AlongDim::kThisRanksPart, AlongDim::kAllGather>;
+using GatherParts = AlongDimFunction<AlongDim::kAllGather, AlongDim::kThisRanksPart>;
 
 // Cross-entropy over vocab shards; saves the local softmax for a local backward.
 class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallelCrossEntropy> {
