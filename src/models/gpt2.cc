@@ -31,24 +31,26 @@ class Gpt2Attention : public nn::Module {
         c_proj(register_module("c_proj", nn::Linear(c.dim, c.dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    const torch::Tensor in = split_->split != nullptr ? split_->split->columnInput(x) : x;
-    const std::vector<torch::Tensor> qkv = byHead(in);
-    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), in);
+    TensorSplit* split = split_->split;
+    const torch::Tensor product = split != nullptr ? split->columnLinears(x, {c_attn->weight}, {c_attn->bias})[0]
+                                                   : ops::linear(x, c_attn->weight, c_attn->bias);
+    const std::vector<torch::Tensor> qkv = byHead(product);
+    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), product);
   }
 
   // forward for new positions, earlier keys and values from the slot.
   torch::Tensor forwardCached(const torch::Tensor& x, KvSlot& slot) {
-    const std::vector<torch::Tensor> qkv = byHead(x);
+    const std::vector<torch::Tensor> qkv = byHead(ops::linear(x, c_attn->weight, c_attn->bias));
     const auto [keys, values] = slot.append(qkv[1], qkv[2]);
     return output(ops::cachedAttention(qkv[0], keys, values, slot.offset()), x);
   }
 
  private:
-  // q, k, v of x [B, T, dim], each [B, heads, T, head_dim] (heads: those
-  // whose rows c_attn holds).
-  std::vector<torch::Tensor> byHead(const torch::Tensor& x) {
-    const int64_t batch = x.size(0), seq = x.size(1), width = c_attn->weight.size(0) / 3;
-    std::vector<torch::Tensor> qkv = ops::linear(x, c_attn->weight, c_attn->bias).split(width, -1);
+  // q, k, v of c_attn's product [B, T, 3 x width], each [B, heads, T,
+  // head_dim] (heads: those whose rows c_attn holds).
+  std::vector<torch::Tensor> byHead(const torch::Tensor& product) {
+    const int64_t batch = product.size(0), seq = product.size(1), width = c_attn->weight.size(0) / 3;
+    std::vector<torch::Tensor> qkv = product.split(width, -1);
     for (torch::Tensor& t : qkv) t = t.view({batch, seq, width / head_dim_, head_dim_}).transpose(1, 2);
     return qkv;
   }

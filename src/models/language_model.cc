@@ -20,7 +20,7 @@ std::string shapeText(const torch::Tensor& t) {
 torch::Tensor rowSplitLinear(const TensorSplitRef& ref, const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias) {
   if (ref.split == nullptr) return ops::linear(x, weight, bias);
-  const torch::Tensor out = ref.split->rowOutput(ops::linear(x, weight, torch::Tensor()));
+  const torch::Tensor out = ref.split->rowLinear(x, weight);
   return bias.defined() ? out + bias : out;
 }
 

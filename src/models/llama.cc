@@ -39,9 +39,12 @@ class LlamaAttention : public nn::Module {
         wo(register_module("wo", projection(c.heads * c.headDim(), c.dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    const torch::Tensor in = split_->split != nullptr ? split_->split->columnInput(x) : x;
-    const std::vector<torch::Tensor> qkv = byHead(in, rotary_->tableFor(in));
-    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), in);
+    TensorSplit* split = split_->split;
+    const std::vector<torch::Tensor> products =
+        split != nullptr ? split->columnLinears(x, {wq->weight, wk->weight, wv->weight}, {})
+                         : std::vector<torch::Tensor>{wq->forward(x), wk->forward(x), wv->forward(x)};
+    const std::vector<torch::Tensor> qkv = byHead(products, rotary_->tableFor(x));
+    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), products[0]);
   }
 
   // forward for new positions slot.offset().., earlier keys and values from
@@ -50,20 +53,21 @@ class LlamaAttention : public nn::Module {
     const ops::RotaryTable& table = rotary_->tableFor(x);
     const int64_t seq = x.size(1);
     const ops::RotaryTable rows{table.cos.narrow(0, slot.offset(), seq), table.sin.narrow(0, slot.offset(), seq)};
-    const std::vector<torch::Tensor> qkv = byHead(x, rows);
+    const std::vector<torch::Tensor> qkv = byHead({wq->forward(x), wk->forward(x), wv->forward(x)}, rows);
     const auto [keys, values] = slot.append(qkv[1], qkv[2]);
     return output(ops::cachedAttention(qkv[0], keys, values, slot.offset()), x);
   }
 
  private:
-  // q, k (rotated by the table's first rows) and v of x [B, T, dim], each
-  // [B, heads or kv_heads, T, head_dim] (those whose rows wq, wk, wv hold).
-  std::vector<torch::Tensor> byHead(const torch::Tensor& x, const ops::RotaryTable& table) {
-    const int64_t batch = x.size(0), seq = x.size(1);
+  // q, k (rotated by the table's first rows) and v from the products of
+  // wq, wk, wv [B, T, ·], each [B, heads or kv_heads, T, head_dim] (those
+  // whose rows wq, wk, wv hold).
+  std::vector<torch::Tensor> byHead(const std::vector<torch::Tensor>& products, const ops::RotaryTable& table) {
+    const int64_t batch = products[0].size(0), seq = products[0].size(1);
     const int64_t heads = wq->weight.size(0) / head_dim_, kv_heads = wk->weight.size(0) / head_dim_;
-    const torch::Tensor q = ops::applyRotary(wq->forward(x).view({batch, seq, heads, head_dim_}), table);
-    const torch::Tensor k = ops::applyRotary(wk->forward(x).view({batch, seq, kv_heads, head_dim_}), table);
-    const torch::Tensor v = wv->forward(x).view({batch, seq, kv_heads, head_dim_});
+    const torch::Tensor q = ops::applyRotary(products[0].view({batch, seq, heads, head_dim_}), table);
+    const torch::Tensor k = ops::applyRotary(products[1].view({batch, seq, kv_heads, head_dim_}), table);
+    const torch::Tensor v = products[2].view({batch, seq, kv_heads, head_dim_});
     return {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)};
   }
   // The heads' outputs y [B, heads, T, head_dim] back to [B, T, heads x head_dim], projected.
@@ -89,8 +93,10 @@ class LlamaFeedForward : public nn::Module {
         w3(register_module("w3", projection(c.dim, c.ffn_dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    const torch::Tensor in = split_->split != nullptr ? split_->split->columnInput(x) : x;
-    return rowSplitLinear(*split_, ops::swiglu(w1->forward(in), w3->forward(in)), w2->weight, torch::Tensor());
+    TensorSplit* split = split_->split;
+    const std::vector<torch::Tensor> products = split != nullptr ? split->columnLinears(x, {w1->weight, w3->weight}, {})
+                                                                 : std::vector<torch::Tensor>{w1->forward(x), w3->forward(x)};
+    return rowSplitLinear(*split_, ops::swiglu(products[0], products[1]), w2->weight, torch::Tensor());
   }
 
  private:

@@ -21,7 +21,11 @@
 // [B, T/tp, dim]; the norms run on whatever the rank holds.
 #pragma once
 
+#include <vector>
+
 #include <torch/torch.h>
+
+#include "models/transformer_ops.h"
 
 namespace dtrain::models {
 
@@ -34,6 +38,23 @@ class TensorSplit {
   // A row-split product's partial sums, summed over the group (and, with
   // sequence parallelism, left on this rank's shard of the sequence).
   virtual torch::Tensor rowOutput(const torch::Tensor& partial) = 0;
+  // The column-split products of the normed stream, one per weight (up to
+  // three): linear(columnInput(normed), weights[i], biases[i]) (no bias
+  // where biases is shorter or one is undefined), each over the whole
+  // sequence. A plan may overlap the communication with the products.
+  virtual std::vector<torch::Tensor> columnLinears(const torch::Tensor& normed, const std::vector<torch::Tensor>& weights,
+                                                   const std::vector<torch::Tensor>& biases) {
+    const torch::Tensor in = columnInput(normed);
+    std::vector<torch::Tensor> outputs;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      outputs.push_back(ops::linear(in, weights[i], i < biases.size() ? biases[i] : torch::Tensor()));
+    }
+    return outputs;
+  }
+  // A row-split product completed: rowOutput(linear(x, weight)).
+  virtual torch::Tensor rowLinear(const torch::Tensor& x, const torch::Tensor& weight) {
+    return rowOutput(ops::linear(x, weight, torch::Tensor()));
+  }
   // The rows of `tokens` [B, T] in the vocab-split table (this rank's rows
   // of it), completed as rowOutput does.
   virtual torch::Tensor tokenEmbedding(const torch::Tensor& tokens, const torch::Tensor& table_shard) = 0;

@@ -109,6 +109,15 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
   return torch::addmm(bias, x.reshape({-1, x.size(-1)}), weight.t()).view(sizes);
 }
 
+torch::ScalarType matmulType(const torch::Tensor& x) {
+  const c10::DeviceType device = x.device().type();
+  if ((device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA) && compat::isAutocastEnabled(device) &&
+      x.is_floating_point()) {
+    return compat::autocastDtype(device);
+  }
+  return x.scalar_type();
+}
+
 torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   Observed observed(OpKind::kMlpActivation, x);
   if (auto result = fused::linearGelu(x, weight, bias)) return *result;

@@ -45,6 +45,10 @@ ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor&
 // over the output whenever x has more than two dimensions.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
+// The dtype a matrix product of x runs in: autocast's while autocast is on
+// for x's device, else x's own.
+torch::ScalarType matmulType(const torch::Tensor& x);
+
 // GELU (tanh approximation, as GPT-2) of x Wᵀ + b: the MLP's first layer.
 torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 

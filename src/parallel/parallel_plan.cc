@@ -121,6 +121,7 @@ ParallelPlan planParallelism(const ParallelOptions& options, int world_size, con
   plan.dp_replicate = options.dp_replicate;
   plan.dp_shard = world_size / grid;
   plan.sequence_parallel = options.tp > 1 && options.sequence_parallel;
+  plan.tp_overlap = plan.sequence_parallel ? options.tp_overlap : 0;
   plan.shard = options.shard;
   plan.reduce_dtype = options.reduce_dtype;
   plan.bucket_mb = options.bucket_mb;

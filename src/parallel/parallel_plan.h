@@ -59,6 +59,7 @@ struct ParallelOptions {
   int tp = 1;                    // --tp: tensor-parallel ranks (innermost: one node's GPUs)
   int dp_replicate = 1;          // --dp-replicate: replicas of the sharded groups (HSDP)
   bool sequence_parallel = true; // --sequence-parallel: with tp > 1, norms and residuals on sequence shards
+  int tp_overlap = 2;            // --tp-overlap: pieces of each rank's part of the sequence (0: no overlap)
 };
 
 // What planParallelism needs to know of the model. The shape fields are
@@ -92,6 +93,7 @@ struct ParallelPlan {
   double first_bucket_mb = 1;   // the first bucket (1 MiB, or bucket_mb if smaller)
 
   bool sequence_parallel = false;  // tp > 1 with activations on sequence shards between blocks
+  int tp_overlap = 0;              // with sequence parallelism: the pieces its products overlap their collectives in
 
   int worldSize() const { return pp * dp_replicate * dp_shard * tp; }
   int dataParallelSize() const { return dp_replicate * dp_shard; }

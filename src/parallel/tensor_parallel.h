@@ -37,6 +37,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -45,6 +46,43 @@
 namespace dtrain {
 
 class Communicator;
+class TensorParallelGroup;
+class Work;
+
+// A collective started beside the products (TensorParallelGroup::start*):
+// on CUDA it runs from a side stream ordered after the caller's current
+// stream, which goes on with the next product; on CPU in the
+// communicator's background. Its tensors live until it is finished.
+class PendingCollective {
+ public:
+  PendingCollective();
+  PendingCollective(PendingCollective&&) noexcept;
+  PendingCollective& operator=(PendingCollective&&) noexcept;
+  // One never finished is finished here (its failure then goes unreported:
+  // the caller is already unwinding from another).
+  ~PendingCollective();
+
+  // The collective's output, usable on the caller's current stream: CUDA
+  // orders that stream after the collective (the host does not wait); CPU
+  // waits for it within the group's timeout. Rethrows the collective's
+  // failure (CommError, TimeoutError). Once only.
+  torch::Tensor finish();
+
+ private:
+  friend class TensorParallelGroup;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// What the group's collectives cost while it timed them (CUDA only; the
+// CPU collectives are not timed): their time on the GPU, and of it the time
+// the caller's stream stood waiting for them (all of a collective's time
+// when nothing ran beside it), in ms.
+struct TensorParallelCommTime {
+  double total_ms = 0;
+  double exposed_ms = 0;
+  int64_t collectives = 0;
+};
 
 // One rank's view of its tensor-parallel group: the communicator and the
 // timeout of its collectives.
@@ -62,7 +100,13 @@ class TensorParallelGroup {
   // What the autograd functions keep to find the group in backward.
   int64_t id() const { return id_; }
 
-  // Plain collectives (no autograd), waited for.
+  // The live group of that id (what an autograd function's backward
+  // finds it by); ConfigError once it is destroyed.
+  static const TensorParallelGroup& byId(int64_t id);
+
+  // Plain collectives (no autograd), their results ready when they return
+  // (CUDA: on the caller's current stream, which is ordered after them;
+  // the host does not wait).
   // `tensor` (contiguous) reduced over the group in place.
   void allReduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum) const;
   // The ranks' tensors concatenated along `dim` in rank order.
@@ -70,12 +114,37 @@ class TensorParallelGroup {
   // `tensor` summed over the group; this rank's of size() equal parts along `dim`.
   torch::Tensor reduceScatter(const torch::Tensor& tensor, int64_t dim) const;
 
+  // The same collectives started beside the products (size() > 1).
+  // The ranks' `tensor`s (contiguous) stacked in rank order: [size(), ...].
+  PendingCollective startAllGather(const torch::Tensor& tensor) const;
+  // `tensor` [size(), ...] (contiguous) summed over the group, this rank's
+  // index of dimension 0: [...].
+  PendingCollective startReduceScatter(const torch::Tensor& tensor) const;
+
+  // Times the collectives from now on (dtrain bench train --breakdown);
+  // takeTiming() synchronizes the device, returns the time since and stops.
+  void startTiming();
+  TensorParallelCommTime takeTiming();
+
  private:
+  friend class PendingCollective;
   TensorParallelGroup(std::shared_ptr<Communicator> comm, std::chrono::milliseconds timeout);
+  enum class Op { kAllReduce, kAllGather, kReduceScatter };
+  // Launches `op` from `input` into `output` on the stream `stream` (CUDA;
+  // nullptr for CPU), the timing's events around it.
+  std::shared_ptr<Work> launch(Op op, const torch::Tensor& input, const torch::Tensor& output, void* stream,
+                               ReduceOp reduce = ReduceOp::kSum) const;
+  // A collective launched on the caller's current stream, finished as the
+  // plain collectives' contract says.
+  void runNow(Op op, const torch::Tensor& input, const torch::Tensor& output, ReduceOp reduce = ReduceOp::kSum) const;
+  PendingCollective start(Op op, const torch::Tensor& input, torch::Tensor output) const;
 
   std::shared_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   int64_t id_ = 0;
+  // The side stream and the timing's events (CUDA).
+  struct Async;
+  std::unique_ptr<Async> async_;
 };
 
 namespace tp {
@@ -87,6 +156,33 @@ torch::Tensor reduceScatterSequence(const torch::Tensor& x, const TensorParallel
 torch::Tensor splitSequence(const torch::Tensor& x, const TensorParallelGroup& group, int64_t dim);
 // Every rank's part concatenated along `dim` (whole logits from vocab shards).
 torch::Tensor gatherParts(const torch::Tensor& x, const TensorParallelGroup& group, int64_t dim);
+
+// The products at the edges of a sequence-parallel region with their
+// communication overlapped (tensor_parallel_linear.cc), as Megatron-LM's
+// tp-comm-overlap and PyTorch's async TP do. `chunks` splits each rank's
+// part of the sequence (T / tp positions) into that many pieces (the
+// largest count up to it that divides the part; 1: no pieces).
+// x, weights and biases come in one floating dtype, the one the products
+// run in (models::ops::matmulType: autocast's under autocast).
+//
+// The column-split products linear(gatherSequence(x, group, 1), weights[i],
+// biases[i]) of this rank's stream x [B, T/tp, d] (a bias may be
+// undefined), each [B, T, n_i]. Forward gathers the pieces one after
+// another, each piece's products running while the next piece is
+// gathered. Backward keeps only x (this rank's part, not the gathered
+// sequence) and gathers it again while the input gradient's products run,
+// then reduce-scatters that gradient while the weights' gradients' run.
+std::vector<torch::Tensor> sequenceParallelColumnLinears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                                         const std::vector<torch::Tensor>& biases,
+                                                         const TensorParallelGroup& group, int64_t chunks);
+// reduceScatterSequence(linear(x, weight), group, 1) for x [B, T, f] and a
+// row-split weight [d, f]: [B, T/tp, d]. Forward computes the product piece
+// by piece (the piece of every rank's part), each piece's reduce-scatter
+// running while the next piece's product does; backward all-gathers the
+// output's gradient piece by piece the same way, each piece's input
+// gradient computed while the next one is gathered.
+torch::Tensor sequenceParallelRowLinear(const torch::Tensor& x, const torch::Tensor& weight,
+                                        const TensorParallelGroup& group, int64_t chunks);
 
 // The embedding rows of this rank's vocab shard (rows vocab_start ..
 // vocab_start + weight_shard.size(0) - 1 of the whole table) looked up for

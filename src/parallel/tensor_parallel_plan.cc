@@ -13,8 +13,24 @@ using Kind = ParameterSplit::Kind;
 // The edges of the regions (models/tensor_split.h), Megatron's way.
 class MegatronSplit : public models::TensorSplit {
  public:
-  MegatronSplit(std::shared_ptr<TensorParallelGroup> group, bool sequence_parallel)
-      : group_(std::move(group)), sequence_parallel_(sequence_parallel) {}
+  MegatronSplit(std::shared_ptr<TensorParallelGroup> group, const TensorParallelOptions& options)
+      : group_(std::move(group)),
+        sequence_parallel_(options.sequence_parallel),
+        overlap_(options.sequence_parallel && options.overlap_chunks > 0 && group_->size() > 1),
+        chunks_(options.overlap_chunks) {}
+
+  std::vector<torch::Tensor> columnLinears(const torch::Tensor& normed, const std::vector<torch::Tensor>& weights,
+                                           const std::vector<torch::Tensor>& biases) override {
+    if (!overlap_) return TensorSplit::columnLinears(normed, weights, biases);
+    const torch::ScalarType type = models::ops::matmulType(normed);
+    return tp::sequenceParallelColumnLinears(normed.to(type), castAll(weights, type), castAll(biases, type), *group_,
+                                             chunks_);
+  }
+  torch::Tensor rowLinear(const torch::Tensor& x, const torch::Tensor& weight) override {
+    if (!overlap_) return TensorSplit::rowLinear(x, weight);
+    const torch::ScalarType type = models::ops::matmulType(x);
+    return tp::sequenceParallelRowLinear(x.to(type), weight.to(type), *group_, chunks_);
+  }
 
   torch::Tensor columnInput(const torch::Tensor& normed) override {
     return sequence_parallel_ ? tp::gatherSequence(normed, *group_, 1) : tp::copyToRegion(normed, *group_);
@@ -42,8 +58,16 @@ class MegatronSplit : public models::TensorSplit {
   }
 
  private:
+  static std::vector<torch::Tensor> castAll(const std::vector<torch::Tensor>& tensors, torch::ScalarType type) {
+    std::vector<torch::Tensor> cast;
+    for (const torch::Tensor& t : tensors) cast.push_back(t.defined() ? t.to(type) : t);
+    return cast;
+  }
+
   std::shared_ptr<TensorParallelGroup> group_;
   bool sequence_parallel_;
+  bool overlap_;     // the products at the region's edges overlap their communication
+  int64_t chunks_;
 };
 
 PlannedModel plannedModel(const models::LanguageModelConfig& c) {
@@ -202,7 +226,7 @@ TensorParallelModel::TensorParallelModel(std::shared_ptr<models::LanguageModel> 
     }
     layout_[item.key()] = std::move(split);
   }
-  split_ = std::make_unique<MegatronSplit>(group_, options_.sequence_parallel);
+  split_ = std::make_unique<MegatronSplit>(group_, options_);
   model_->setTensorSplit(split_.get());
 }
 

@@ -55,6 +55,11 @@ namespace dtrain {
 
 struct TensorParallelOptions {
   bool sequence_parallel = true;
+  // With sequence parallelism: the pieces each rank's part of the sequence
+  // splits into so that the column- and row-split products overlap their
+  // all-gathers and reduce-scatters (tp::sequenceParallelColumnLinears);
+  // 0 runs each collective before or after its product, nothing beside it.
+  int64_t overlap_chunks = 2;
 };
 
 // How a parameter of the whole model lies on the ranks of the group.
@@ -95,7 +100,7 @@ class TensorParallelModel {
   TensorParallelModel(const TensorParallelModel&) = delete;
   TensorParallelModel& operator=(const TensorParallelModel&) = delete;
 
-  const TensorParallelGroup& group() const { return *group_; }
+  TensorParallelGroup& group() const { return *group_; }
   bool sequenceParallel() const { return options_.sequence_parallel; }
   // By the parameter's name in the whole model (named_parameters()).
   const std::map<std::string, ParameterSplit>& parameterLayout() const { return layout_; }

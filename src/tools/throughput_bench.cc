@@ -148,6 +148,8 @@ nlohmann::json timeSplit(TrainingJob& job, const torch::Tensor& inputs, const to
   job.step().setObserver(&phases);
   job.dataParallel().setObserver(&buckets);
   models::ops::setOpObserver(&ops);
+  TensorParallelGroup* tp_group = job.tensorParallel() != nullptr ? &job.tensorParallel()->group() : nullptr;
+  if (tp_group != nullptr) tp_group->startTiming();
   double allreduce_ms = 0, exposed_ms = 0;
   for (int i = 0; i < kSteps; ++i) {
     job.step().run(inputs, targets);
@@ -181,6 +183,14 @@ nlohmann::json timeSplit(TrainingJob& job, const torch::Tensor& inputs, const to
   split["allreduce_ms"] = allreduce_ms / kSteps;
   split["allreduce_exposed_ms"] = exposed_ms / kSteps;
   split["optimizer_ms"] = phases.total("optimizer") / kSteps;
+  if (tp_group != nullptr) {
+    // Inside forward and backward: the tensor-parallel collectives, and the
+    // share of them the products' stream stood waiting for.
+    const TensorParallelCommTime tp = tp_group->takeTiming();
+    split["tp_comm_ms"] = tp.total_ms / kSteps;
+    split["tp_comm_exposed_ms"] = tp.exposed_ms / kSteps;
+    split["tp_collectives"] = tp.collectives / kSteps;
+  }
   const double busy = (phases.total("forward") + phases.total("backward") + phases.total("optimizer")) / kSteps;
   split["gpu_busy_ms"] = busy;
   split["idle_ms"] = std::max(0.0, step_ms - busy);

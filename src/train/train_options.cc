@@ -144,6 +144,11 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
   set.negatedToggle("--no-sequence-parallel", o.sequence_parallel,
                     "With --tp > 1: keep the norms and residuals on the whole sequence on every tp rank instead "
                     "of 1/tp of its positions (sequence parallelism is on by default)");
+  set.integer("--tp-overlap", o.tp_overlap,
+              "With sequence parallelism: the pieces each rank's part of the sequence is split into so that the "
+              "tensor-parallel all-gathers and reduce-scatters run beside the matrix products (Megatron's "
+              "tp-comm-overlap); 0 runs each before or after its product")
+      .range(0, 64);
 }
 
 void declareData(OptionSet& set, DataOptions& o) {

@@ -151,6 +151,7 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
     if (!lm) throw ConfigError("--tp " + std::to_string(plan_.tp) + ": the model is not a transformer language model");
     TensorParallelOptions tp_options;
     tp_options.sequence_parallel = plan_.sequence_parallel;
+    tp_options.overlap_chunks = plan_.tp_overlap;
     tp_model_ = std::make_unique<TensorParallelModel>(
         lm, TensorParallelGroup::create(mesh_->communicator("tp"), ctx_->collectiveTimeout()), tp_options);
   }

@@ -145,7 +145,10 @@ int64_t heapBytesInUse() {
 }
 
 // What one forward keeps for backward (the heap's growth while the loss is
-// alive), on one rank and per rank of 2 with sequence parallelism on and off.
+// alive), on one rank and per rank of 2: without sequence parallelism, with
+// it, and with it and the overlapped products (which keep the column
+// products' input as this rank's part of the sequence, not the gathered
+// whole).
 TEST(TensorParallelActivationsTest, EachRankKeepsLessWithSequenceParallelism) {
   models::LanguageModelOverrides o;
   o.layers = 4;
@@ -166,8 +169,12 @@ TEST(TensorParallelActivationsTest, EachRankKeepsLessWithSequenceParallelism) {
     const torch::Tensor loss = model->loss(tokens, targets);
     whole = heapBytesInUse() - before;
   }
-  std::map<bool, int64_t> per_rank;
-  for (const bool sequence_parallel : {false, true}) {
+  enum Kind { kReplicated, kSequenceParallel, kOverlapped };
+  std::map<Kind, int64_t> per_rank;
+  for (const Kind kind : {kReplicated, kSequenceParallel, kOverlapped}) {
+    TensorParallelOptions options;
+    options.sequence_parallel = kind != kReplicated;
+    options.overlap_chunks = kind == kOverlapped ? 2 : 0;
     const int tp = 2;
     std::vector<std::shared_ptr<models::LanguageModel>> ranks;
     for (int r = 0; r < tp; ++r) ranks.push_back(modelOf(config));
@@ -175,7 +182,7 @@ TEST(TensorParallelActivationsTest, EachRankKeepsLessWithSequenceParallelism) {
     int64_t before = 0, after = 0;
     const auto errors = testing::runOnRankThreads(tp, [&](int rank) {
       auto group = TensorParallelGroup::create(createCommunicator("gloo", store, rank, tp), std::chrono::seconds(60));
-      TensorParallelModel split(ranks[rank], group, {.sequence_parallel = sequence_parallel});
+      TensorParallelModel split(ranks[rank], group, options);
       torch::Tensor sync = torch::zeros({1});
       group->allReduce(sync);  // both ranks split: the heap holds only the models
       if (rank == 0) before = heapBytesInUse();
@@ -186,12 +193,15 @@ TEST(TensorParallelActivationsTest, EachRankKeepsLessWithSequenceParallelism) {
       group->allReduce(sync);
     });
     for (int r = 0; r < tp; ++r) EXPECT_EQ(testing::errorText(errors[r]), "") << "rank " << r;
-    per_rank[sequence_parallel] = (after - before) / tp;
+    per_rank[kind] = (after - before) / tp;
   }
-  std::printf("kept for backward: one rank %.2f MiB; per rank of 2: %.2f MiB, with sequence parallelism %.2f MiB\n",
-              whole / 1048576.0, per_rank[false] / 1048576.0, per_rank[true] / 1048576.0);
-  EXPECT_LT(per_rank[true], per_rank[false]);
-  EXPECT_LT(per_rank[true], whole * 0.6) << "sequence parallelism keeps about 1/tp of the activations per rank";
+  std::printf("kept for backward: one rank %.2f MiB; per rank of 2: %.2f MiB, with sequence parallelism %.2f MiB, "
+              "overlapped %.2f MiB\n",
+              whole / 1048576.0, per_rank[kReplicated] / 1048576.0, per_rank[kSequenceParallel] / 1048576.0,
+              per_rank[kOverlapped] / 1048576.0);
+  EXPECT_LT(per_rank[kSequenceParallel], per_rank[kReplicated]);
+  EXPECT_LT(per_rank[kSequenceParallel], whole * 0.6) << "sequence parallelism keeps about 1/tp of the activations";
+  EXPECT_LT(per_rank[kOverlapped], per_rank[kSequenceParallel]) << "the gathered inputs are not kept";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallelModelTest,

@@ -108,6 +108,79 @@ TEST_P(TensorParallelTest, AColumnThenRowSplitMlpEqualsTheWholeOne) {
 INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "on" : "off"; });
 
+// The overlapped products (tp::sequenceParallelColumnLinears and
+// sequenceParallelRowLinear) against the whole computation, for every
+// piece count the part of 6 positions takes (5 falls back to 3).
+class OverlappedProductsTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(OverlappedProductsTest, TheyEqualTheWholeProductsAndTheirGradients) {
+  const int64_t chunks = GetParam();
+  const int tp = 2;
+  const int64_t batch = 2, seq = 12, dim = 8, width = 6;
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({batch, seq, dim});
+  const std::vector<torch::Tensor> w{torch::randn({width, dim}), torch::randn({width, dim}), torch::randn({2 * width, dim})};
+  const torch::Tensor b0 = torch::randn({width}), b2 = torch::randn({2 * width});
+  const torch::Tensor wo = torch::randn({dim, 4 * width}) / 4;
+  const torch::Tensor upstream = torch::randn({batch, seq, dim});
+
+  // Whole: three column products (two with biases), their outputs joined and projected.
+  std::vector<torch::Tensor> whole_w;
+  for (const torch::Tensor& t : w) whole_w.push_back(t.clone().requires_grad_());
+  const torch::Tensor whole_b0 = b0.clone().requires_grad_(), whole_b2 = b2.clone().requires_grad_();
+  const torch::Tensor whole_wo = wo.clone().requires_grad_();
+  const torch::Tensor whole_x = x.clone().requires_grad_();
+  const torch::Tensor joined = torch::cat({torch::linear(whole_x, whole_w[0], whole_b0), torch::linear(whole_x, whole_w[1]),
+                                          torch::linear(whole_x, whole_w[2], whole_b2)}, -1);
+  const torch::Tensor whole_y = torch::linear(torch::tanh(joined), whole_wo);
+  (whole_y * upstream).sum().backward();
+
+  onRanks(tp, [&](int rank, TensorParallelGroup& group) {
+    std::vector<torch::Tensor> mine;  // each weight's output rows of this rank
+    for (const torch::Tensor& t : w) mine.push_back(t.chunk(tp, 0)[rank].clone().requires_grad_());
+    const torch::Tensor mine_b0 = b0.chunk(tp, 0)[rank].clone().requires_grad_();
+    const torch::Tensor mine_b2 = b2.chunk(tp, 0)[rank].clone().requires_grad_();
+    // wo's input columns of this rank: the columns its three outputs fill.
+    const std::vector<torch::Tensor> wo_blocks = wo.split({width, width, 2 * width}, 1);
+    const torch::Tensor mine_wo = torch::cat({wo_blocks[0].chunk(tp, 1)[rank], wo_blocks[1].chunk(tp, 1)[rank],
+                                              wo_blocks[2].chunk(tp, 1)[rank]}, 1).clone().requires_grad_();
+    const torch::Tensor in = x.chunk(tp, 1)[rank].clone().requires_grad_();
+    const std::vector<torch::Tensor> outs =
+        tp::sequenceParallelColumnLinears(in, mine, {mine_b0, torch::Tensor(), mine_b2}, group, chunks);
+    ASSERT_EQ(outs.size(), 3u);
+    ASSERT_EQ(outs[2].sizes(), (std::vector<int64_t>{batch, seq, width}));
+    const torch::Tensor y = tp::sequenceParallelRowLinear(torch::tanh(torch::cat(outs, -1)), mine_wo, group, chunks);
+    ASSERT_EQ(y.sizes(), (std::vector<int64_t>{batch, seq / tp, dim}));
+    (y * upstream.chunk(tp, 1)[rank]).sum().backward();
+    expectClose(y, whole_y.detach().chunk(tp, 1)[rank], "y's sequence shard");
+    expectClose(in.grad(), whole_x.grad().chunk(tp, 1)[rank], "x's sequence shard's gradient");
+    for (size_t i = 0; i < w.size(); ++i) {
+      expectClose(mine[i].grad(), whole_w[i].grad().chunk(tp, 0)[rank], "weight " + std::to_string(i) + "'s gradient");
+    }
+    expectClose(mine_b0.grad(), whole_b0.grad().chunk(tp, 0)[rank], "bias 0's gradient");
+    expectClose(mine_b2.grad(), whole_b2.grad().chunk(tp, 0)[rank], "bias 2's gradient");
+    const std::vector<torch::Tensor> g_blocks = whole_wo.grad().split({width, width, 2 * width}, 1);
+    expectClose(mine_wo.grad(), torch::cat({g_blocks[0].chunk(tp, 1)[rank], g_blocks[1].chunk(tp, 1)[rank],
+                                            g_blocks[2].chunk(tp, 1)[rank]}, 1), "the row product's weight's gradient");
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Pieces, OverlappedProductsTest, ::testing::Values(1, 2, 3, 5),
+                         [](const ::testing::TestParamInfo<int64_t>& info) { return std::to_string(info.param); });
+
+TEST(TensorParallelOpsTest, OverlappedProductsOfBadShapesAreAConfigErrorNamingThem) {
+  onRanks(2, [&](int, TensorParallelGroup& group) {
+    EXPECT_EQ(configErrorOf([&] {
+                tp::sequenceParallelColumnLinears(torch::zeros({2, 3, 4}), {torch::zeros({6, 5})}, {}, group, 2);
+              }),
+              "tensor parallelism: the sequence-parallel column products take x [B, T/tp, d] and 1 to 3 weights "
+              "[n, d] (biases [n]) of x's dtype, got x [2, 3, 4] and weights [6, 5]");
+    EXPECT_EQ(configErrorOf([&] { tp::sequenceParallelRowLinear(torch::zeros({2, 5, 4}), torch::zeros({3, 4}), group, 2); }),
+              "tensor parallelism: the sequence-parallel row product takes x [B, T, f] (T a multiple of tp 2) and a "
+              "weight [d, f] of x's dtype, got x [2, 5, 4] and weight [3, 4]");
+  });
+}
+
 TEST(TensorParallelOpsTest, SplitSequenceKeepsThisRanksPartAndGathersTheGradient) {
   const torch::Tensor x = torch::arange(24, torch::kFloat).reshape({2, 6, 2});
   onRanks(3, [&](int rank, TensorParallelGroup& group) {
