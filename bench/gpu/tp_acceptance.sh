@@ -9,6 +9,9 @@
 #                                      (bench/peers/lm_tp_peer.py: parallelize_module with torchtitan's
 #                                      plan, loss parallel, FSDP2, torch.compile per block) by
 #                                      bench/lm_compare.py --parallel tp
+#   bench/gpu/tp_acceptance.sh overlap llama-8b's blocks (LAYERS of them, 8), seq 4096, tp 2: --tp-overlap
+#                                      0 (no overlap), 1, 2 and 4 pieces; CUDA graphs' step time and the
+#                                      eager --breakdown (tp_comm_ms, tp_comm_exposed_ms) of each
 #   bench/gpu/tp_acceptance.sh longest llama-8b, batch 1, activation checkpointing, bf16: the longest
 #                                      power-of-two sequence tp 2 and ZeRO-3 over 2 GPUs train at
 #                                      (LAYOUTS="tp2:65536,131072 zero3:32768,65536": each layout's
@@ -75,6 +78,33 @@ case "$phase" in
       --out "$OUT/lm_compare.json" 2> "$OUT/lm_compare.log" | tee "$OUT/lm_compare.md"
     grep -E "^# round|FAILED|^failed|timed out|Error" "$OUT/lm_compare.log" | tail -20
     ;;
+  overlap)
+    base="--model ${MODEL:-llama-8b} --layers ${LAYERS:-8} --seq-len ${SEQ:-4096} --batch-size ${BATCH:-1} --precision bf16 --tp 2 --steps ${STEPS:-10} --warmup ${WARMUP:-5}"
+    for pieces in ${PIECES:-0 2 1 4}; do
+      [ $(( $(date +%s) - started )) -gt "${BUDGET_S:-540}" ] && { echo "overlap $pieces: skipped (budget)"; continue; }
+      bench "overlap-$pieces-graphs" 2 $base --tp-overlap "$pieces"
+      bench "overlap-$pieces-eager" 2 $base --tp-overlap "$pieces" --no-cuda-graphs --breakdown
+    done
+    python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+print("| --tp-overlap | graphs step ms | eager step ms | eager tp comm ms | of it exposed ms | exposed / eager step | forward ms | backward ms |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+for pieces in ("0", "1", "2", "4"):
+    def load(kind):
+        try:
+            return json.load(open(os.path.join(sys.argv[1], f"overlap-{pieces}-{kind}.json")))
+        except Exception:
+            return {}
+    g, e = load("graphs"), load("eager")
+    if not g and not e:
+        continue
+    b = e.get("breakdown", {})
+    step = e.get("step_ms", 0)
+    exposed = b.get("tp_comm_exposed_ms", 0)
+    print(f"| {pieces} | {g.get('step_ms', 0):.1f} | {step:.1f} | {b.get('tp_comm_ms', 0):.2f} | {exposed:.2f} | "
+          f"{exposed / step if step else 0:.1%} | {b.get('forward_ms', 0):.1f} | {b.get('backward_ms', 0):.1f} |")
+PY
+    ;;
   longest)
     # The memory check is the allocator's, not the estimate's: the plan's
     # limit is lifted, and each run's peak and estimate are recorded.
@@ -100,6 +130,6 @@ PY
       done
     done
     ;;
-  *) echo "unknown phase $phase (check | speed | longest)"; exit 2 ;;
+  *) echo "unknown phase $phase (check | speed | overlap | longest)"; exit 2 ;;
 esac
 echo "tp_acceptance $phase done after $(( $(date +%s) - started )) s"

@@ -126,6 +126,9 @@ class TensorParallelGroup {
   void startTiming();
   TensorParallelCommTime takeTiming();
 
+  // The side stream and the timing's events (CUDA; tensor_parallel.cc).
+  struct Async;
+
  private:
   friend class PendingCollective;
   TensorParallelGroup(std::shared_ptr<Communicator> comm, std::chrono::milliseconds timeout);
@@ -142,8 +145,6 @@ class TensorParallelGroup {
   std::shared_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   int64_t id_ = 0;
-  // The side stream and the timing's events (CUDA).
-  struct Async;
   std::unique_ptr<Async> async_;
 };
 
