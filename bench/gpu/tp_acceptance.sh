@@ -10,8 +10,9 @@
 #                                      plan, loss parallel, FSDP2, torch.compile per block) by
 #                                      bench/lm_compare.py --parallel tp
 #   bench/gpu/tp_acceptance.sh overlap llama-8b's blocks (LAYERS of them, 8), seq 4096, tp 2: --tp-overlap
-#                                      0 (no overlap), 1, 2 and 4 pieces; CUDA graphs' step time and the
-#                                      eager --breakdown (tp_comm_ms, tp_comm_exposed_ms) of each
+#                                      0 (no overlap), 1, 2 and 4 pieces (PIECES; "2:8" also caps NCCL at
+#                                      8 CTAs); CUDA graphs' step time and the eager --breakdown
+#                                      (tp_comm_ms, tp_comm_exposed_ms) of each
 #   bench/gpu/tp_acceptance.sh longest llama-8b, batch 1, activation checkpointing, bf16: the longest
 #                                      power-of-two sequence tp 2 and ZeRO-3 over 2 GPUs train at
 #                                      (LAYOUTS="tp2:65536,131072 zero3:32768,65536": each layout's
@@ -80,19 +81,24 @@ case "$phase" in
     ;;
   overlap)
     base="--model ${MODEL:-llama-8b} --layers ${LAYERS:-8} --seq-len ${SEQ:-4096} --batch-size ${BATCH:-1} --precision bf16 --tp 2 --steps ${STEPS:-10} --warmup ${WARMUP:-5}"
-    for pieces in ${PIECES:-0 2 1 4}; do
-      [ $(( $(date +%s) - started )) -gt "${BUDGET_S:-540}" ] && { echo "overlap $pieces: skipped (budget)"; continue; }
-      bench "overlap-$pieces-graphs" 2 $base --tp-overlap "$pieces"
-      bench "overlap-$pieces-eager" 2 $base --tp-overlap "$pieces" --no-cuda-graphs --breakdown
+    for spec in ${PIECES:-0 2 1 4}; do
+      pieces=${spec%%:*}; ctas=${spec#*:}; [ "$ctas" = "$spec" ] && ctas=""
+      [ $(( $(date +%s) - started )) -gt "${BUDGET_S:-540}" ] && { echo "overlap $spec: skipped (budget)"; continue; }
+      name=$pieces${ctas:+-ctas$ctas}
+      ( [ -n "$ctas" ] && export NCCL_MAX_CTAS=$ctas NCCL_MIN_CTAS=$ctas
+        bench "overlap-$name-graphs" 2 $base --tp-overlap "$pieces"
+        bench "overlap-$name-eager" 2 $base --tp-overlap "$pieces" --no-cuda-graphs --breakdown )
     done
     python3 - "$OUT" <<'PY'
 import glob, json, os, sys
 print("| --tp-overlap | graphs step ms | eager step ms | eager tp comm ms | of it exposed ms | exposed / eager step | forward ms | backward ms |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-for pieces in ("0", "1", "2", "4"):
+names = sorted({os.path.basename(p)[len("overlap-"):].rsplit("-", 1)[0]
+                for p in glob.glob(os.path.join(sys.argv[1], "overlap-*.json"))})
+for pieces in names:
     def load(kind):
         try:
-            return json.load(open(os.path.join(sys.argv[1], f"overlap-{pieces}-{kind}.json")))
+            return json.load(open(os.path.join(sys.argv[1], f"overlap-{pieces}-{kind}.json")))["results"][0]
         except Exception:
             return {}
     g, e = load("graphs"), load("eager")

@@ -1,6 +1,7 @@
 #include "parallel/all_reduce_buckets.h"
 
 #include "comm/communicator.h"
+#include "comm/work.h"
 #include "parallel/tensor_buffer.h"
 
 namespace dtrain {
@@ -19,7 +20,16 @@ std::shared_ptr<Work> AllReduceBuckets::launch(int b) {
   void* stream = context_->commStream();
   GradSyncObserver* observer = context_->observer;
   if (observer != nullptr) observer->bucketLaunching(b, stream);
-  std::shared_ptr<Work> work = context_->comm->allreduce(bufferOf(grad, stream), bufferOf(grad, stream), options);
+  std::shared_ptr<Work> work;
+  if (context_->comm->size() == 1) {
+    // The average over one rank is the gradient itself (tensor parallelism
+    // over the whole world leaves a data-parallel group of one): nothing
+    // to run, not even a copy.
+    work = std::make_shared<Work>("allreduce", 0);
+    work->markCompleted();
+  } else {
+    work = context_->comm->allreduce(bufferOf(grad, stream), bufferOf(grad, stream), options);
+  }
   if (observer != nullptr) observer->bucketLaunched(b, stream);
   return work;
 }

@@ -7,7 +7,8 @@
 //   contiguous slice of it.
 // - launch(b) all-reduces (averages) bucket b in place, in the slab's
 //   dtype, on the communication stream; buckets are not padded and launch
-//   slab by slab in plan order.
+//   slab by slab in plan order. Over a group of one rank nothing runs (the
+//   Work returned is complete).
 // - noSync() skips the reduction: gradients accumulate in the slabs and the
 //   next synchronised backward averages the sum (reducesEveryBackward is
 //   false).

@@ -59,7 +59,7 @@ struct ParallelOptions {
   int tp = 1;                    // --tp: tensor-parallel ranks (innermost: one node's GPUs)
   int dp_replicate = 1;          // --dp-replicate: replicas of the sharded groups (HSDP)
   bool sequence_parallel = true; // --sequence-parallel: with tp > 1, norms and residuals on sequence shards
-  int tp_overlap = 2;            // --tp-overlap: pieces of each rank's part of the sequence (0: no overlap)
+  int tp_overlap = 0;            // --tp-overlap: pieces of each rank's part of the sequence (0: no overlap)
 };
 
 // What planParallelism needs to know of the model. The shape fields are

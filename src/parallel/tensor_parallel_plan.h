@@ -58,8 +58,10 @@ struct TensorParallelOptions {
   // With sequence parallelism: the pieces each rank's part of the sequence
   // splits into so that the column- and row-split products overlap their
   // all-gathers and reduce-scatters (tp::sequenceParallelColumnLinears);
-  // 0 runs each collective before or after its product, nothing beside it.
-  int64_t overlap_chunks = 2;
+  // 0 runs each collective before or after its product, nothing beside it
+  // (the default: on 2 H200s over NVLink, NCCL's kernels beside the
+  // products slowed them more than they hid; docs/parallelism.md).
+  int64_t overlap_chunks = 0;
 };
 
 // How a parameter of the whole model lies on the ranks of the group.

@@ -147,7 +147,7 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
   set.integer("--tp-overlap", o.tp_overlap,
               "With sequence parallelism: the pieces each rank's part of the sequence is split into so that the "
               "tensor-parallel all-gathers and reduce-scatters run beside the matrix products (Megatron's "
-              "tp-comm-overlap); 0 runs each before or after its product")
+              "tp-comm-overlap); 0 (the default) runs each before or after its product")
       .range(0, 64);
 }
 

@@ -56,10 +56,12 @@ struct Case {
   std::string family;
   int64_t kv_heads;
   bool sequence_parallel;
+  int64_t overlap = 0;  // --tp-overlap's pieces (with sequence parallelism)
 };
 
 std::string caseName(const ::testing::TestParamInfo<Case>& info) {
-  return info.param.family + "_kv" + std::to_string(info.param.kv_heads) + (info.param.sequence_parallel ? "_sp" : "");
+  return info.param.family + "_kv" + std::to_string(info.param.kv_heads) + (info.param.sequence_parallel ? "_sp" : "") +
+         (info.param.overlap > 0 ? "_overlap" + std::to_string(info.param.overlap) : "");
 }
 
 models::LanguageModelConfig smallConfig(const Case& c) {
@@ -110,7 +112,7 @@ TEST_P(TensorParallelModelTest, TwoRanksComputeTheWholeModelsLogitsLossAndGradie
   auto store = std::make_shared<HashStore>();
   const auto errors = testing::runOnRankThreads(tp, [&](int rank) {
     auto group = TensorParallelGroup::create(createCommunicator("gloo", store, rank, tp), std::chrono::seconds(60));
-    TensorParallelModel split(ranks[rank], group, {.sequence_parallel = c.sequence_parallel});
+    TensorParallelModel split(ranks[rank], group, {.sequence_parallel = c.sequence_parallel, .overlap_chunks = c.overlap});
     const torch::Tensor logits = ranks[rank]->forward(tokens).detach();
     EXPECT_TRUE(closeEnough(logits, whole_logits)) << "logits: " << largestDifference(logits, whole_logits);
     const torch::Tensor loss = ranks[rank]->loss(tokens, targets);
@@ -206,7 +208,8 @@ TEST(TensorParallelActivationsTest, EachRankKeepsLessWithSequenceParallelism) {
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallelModelTest,
                          ::testing::Values(Case{"gpt2", 4, false}, Case{"gpt2", 4, true}, Case{"llama", 2, false},
-                                           Case{"llama", 2, true}, Case{"llama", 1, true}),
+                                           Case{"llama", 2, true}, Case{"llama", 1, true}, Case{"gpt2", 4, true, 2},
+                                           Case{"llama", 1, true, 2}, Case{"llama", 2, true, 4}),
                          caseName);
 
 TEST(TensorParallelModelBadInputTest, AModelTheGroupCannotSplitIsAConfigErrorNamingTheNumbers) {
