@@ -125,7 +125,7 @@ PY
         python3 - "$OUT/longest-$layout-$seq.json" <<'PY'
 import json, sys
 try:
-    r = json.load(open(sys.argv[1]))
+    r = json.load(open(sys.argv[1]))["results"][0]
 except Exception:
     sys.exit(0)
 est = r.get("memory_estimate_bytes", {}).get("total", 0)

@@ -13,28 +13,35 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 
 int64_t computeBytes(ComputePrecision precision) { return precision == ComputePrecision::kFp32 ? 4 : 2; }
 
-// Bytes per token of one block's saved activations, and of the stream.
+// Bytes per token of one block's saved activations, and of its input (the
+// residual stream and the pending update, per element of the width).
 struct BlockActivations {
-  double stream = 4;
+  double streams = 8;
   double full = 0;
 };
 
 BlockActivations blockActivations(const MemoryInputs& in) {
   const models::LanguageModelConfig& c = *in.lm;
   BlockActivations b;
-  // The stream has the parameters' dtype: fp32, or the compute dtype when
-  // ZeRO-3 gathers the parameters in it.
-  b.stream = in.shard == ShardStage::kFull ? static_cast<double>(computeBytes(in.precision)) : 4.0;
+  // The residual stream has the parameters' dtype: fp32, or the compute
+  // dtype when ZeRO-3 gathers the parameters in it. The update a block
+  // passes on (its last product, added by the next norm) has the compute
+  // dtype, except gpt2's under tp, whose bias is added after the reduction
+  // (fp32 by type promotion).
+  const double compute = static_cast<double>(computeBytes(in.precision));
+  const double residual = in.shard == ShardStage::kFull ? compute : 4.0;
+  const double update = c.family == models::LmFamily::kGpt2 && in.tp > 1 ? 4.0 : compute;
+  b.streams = residual + update;
   const double d = static_cast<double>(c.dim), f = static_cast<double>(c.ffn_dim);
   const double k = static_cast<double>(c.kvDim());
   const double narrow = static_cast<double>(computeBytes(in.precision)) / 2;  // fp32 runs keep fp32 copies
   // gpt2's fused MLP keeps the fc product but not the GELU's output.
   const double gpt2_mlp = in.fused_head ? 2 * f : 4 * f;
-  b.full = 2 * b.stream * d + narrow * (c.family == models::LmFamily::kGpt2 ? 12 * d + gpt2_mlp : 8 * d + 4 * k + 6 * f);
+  b.full = b.streams * d + narrow * (c.family == models::LmFamily::kGpt2 ? 12 * d + gpt2_mlp : 8 * d + 4 * k + 6 * f);
   if (in.tp > 1) {
     const double tp = static_cast<double>(in.tp);
-    b.full = in.sequence_parallel ? b.full / tp : 2 * b.stream * d + (b.full - 2 * b.stream * d) / tp;
-    if (in.sequence_parallel) b.stream /= tp;
+    b.full = in.sequence_parallel ? b.full / tp : b.streams * d + (b.full - b.streams * d) / tp;
+    if (in.sequence_parallel) b.streams /= tp;
   }
   return b;
 }
@@ -44,7 +51,7 @@ int64_t activationBytes(const MemoryInputs& in) {
   const models::LanguageModelConfig& c = *in.lm;
   const BlockActivations block = blockActivations(in);
   const double layers = static_cast<double>(c.layers);
-  const double kept = in.activation_checkpointing ? layers * 2 * block.stream * static_cast<double>(c.dim) +
+  const double kept = in.activation_checkpointing ? layers * block.streams * static_cast<double>(c.dim) +
                                                         block.full
                                                   : layers * block.full;
   const double head = in.fused_head ? 2.0 * static_cast<double>(c.dim)

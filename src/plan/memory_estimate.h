@@ -24,11 +24,13 @@
 // Activations of one micro-batch of T tokens (b sequences of s), L blocks
 // of width d, MLP width f, key/value width k, vocabulary V, under autocast
 // (bf16 matmul inputs, a residual stream of the parameters' dtype: fp32, or
-// the compute dtype under --shard full), flash attention (no T x s scores):
+// the compute dtype under --shard full, and the update each block passes
+// on in the compute dtype, fp32 for gpt2 under tp), flash attention (no
+// T x s scores):
 //   gpt2 block: 2 streams + 12 d + 4 f bytes per token (bf16 saved inputs
 //               of the norms, q/k/v, attention output, the MLP's two)
 //   llama block: 2 streams + 8 d + 4 k + 6 f
-// With --activation-checkpointing a block keeps only its input (2 streams)
+// With --activation-checkpointing a block keeps only its input (the 2 streams)
 // and one block's full set lives during its recomputation. The head: the
 // fused classifier keeps the normed hidden state (2 d per token); without
 // it (CPU) the logits in bf16 and fp32 (10 V). One block's activations
