@@ -5,7 +5,13 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 FINAL_OUT="${OUT:-/tmp/dtrain-$suite}"
 OUT=/tmp/dtrain-$suite-$phase
 rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL_OUT"
-trap 'tar czf "$FINAL_OUT/$phase.tgz" -C "$OUT" .' EXIT
+# A phase run twice in one call keeps both: phase.tgz, phase-2.tgz, ...
+pack() {
+  local tgz="$FINAL_OUT/$phase.tgz" n=1
+  while [ -e "$tgz" ]; do n=$((n + 1)); tgz="$FINAL_OUT/$phase-$n.tgz"; done
+  tar czf "$tgz" -C "$OUT" .
+}
+trap pack EXIT
 ngpu=$(nvidia-smi -L | wc -l)
 log() { echo "=== $*"; }
 nccl_home=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')
