@@ -15,6 +15,12 @@
 // - A dtype/op/device the backend cannot do throws ConfigError naming the
 //   backend ("gloo does not support ...").
 // - After a failure the communicator is broken: later calls fail at once.
+// - send and recv pair up between two ranks in the order they are called;
+//   sendRecv sends one buffer and receives another at once (one NCCL group,
+//   or both posted before either is waited for on Gloo), so that two ranks
+//   exchanging, a ring shifting (nccl-tests' sendrecv) or a pipeline's
+//   neighbours passing activations one way and gradients the other cannot
+//   wait on each other's send. send_peer and recv_peer may be equal.
 #pragma once
 
 #include <memory>
@@ -45,6 +51,8 @@ class Communicator {
   virtual std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) = 0;
   virtual std::shared_ptr<Work> send(const Buffer& buffer, int peer, const SendRecvOptions& options = {}) = 0;
   virtual std::shared_ptr<Work> recv(const Buffer& buffer, int peer, const SendRecvOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> sendRecv(const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
+                                         const SendRecvOptions& options = {}) = 0;
 };
 
 struct CommunicatorOptions {

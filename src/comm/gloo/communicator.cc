@@ -193,6 +193,21 @@ std::shared_ptr<Work> GlooCommunicator::recv(const Buffer& buffer, int peer, con
   });
 }
 
+std::shared_ptr<Work> GlooCommunicator::sendRecv(const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
+                                                 const SendRecvOptions& options) {
+  checkCpuBuffer("sendrecv", "send buffer", send);
+  checkCpuBuffer("sendrecv", "recv buffer", recv);
+  checkRank("sendrecv", "send peer", send_peer, size_);
+  checkRank("sendrecv", "recv peer", recv_peer, size_);
+  if (send_peer == rank_ || recv_peer == rank_) {
+    throw ConfigError("gloo sendrecv: a peer (send " + std::to_string(send_peer) + ", recv " +
+                      std::to_string(recv_peer) + ") is this rank");
+  }
+  return submit("sendrecv", [send, send_peer, recv, recv_peer, options](const auto& context, uint32_t) {
+    gloo_ops::sendRecv(context, send, send_peer, recv, recv_peer, options.tag, options.timeout);
+  });
+}
+
 std::unique_ptr<Communicator> createGlooCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                                      const CommunicatorOptions& options) {
   return std::make_unique<GlooCommunicator>(std::move(store), rank, size, options);

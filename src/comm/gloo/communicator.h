@@ -53,6 +53,8 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) override;
   std::shared_ptr<Work> send(const Buffer& buffer, int peer, const SendRecvOptions& options = {}) override;
   std::shared_ptr<Work> recv(const Buffer& buffer, int peer, const SendRecvOptions& options = {}) override;
+  std::shared_ptr<Work> sendRecv(const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
+                                 const SendRecvOptions& options = {}) override;
 
  private:
   using Operation = std::function<void(const std::shared_ptr<gloo::Context>&, uint32_t tag)>;

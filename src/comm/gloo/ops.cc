@@ -161,4 +161,20 @@ void recv(const ContextPtr& context, const Buffer& buffer, int peer, uint32_t ta
   }
 }
 
+void sendRecv(const ContextPtr& context, const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
+              uint32_t tag, Milliseconds timeout) {
+  // Both posted before either is waited for: the peer may be doing the same.
+  std::unique_ptr<gloo::transport::UnboundBuffer> out, in;
+  if (send.count > 0) {
+    out = context->createUnboundBuffer(send.data, send.bytes());
+    out->send(send_peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
+  }
+  if (recv.count > 0) {
+    in = context->createUnboundBuffer(recv.data, recv.bytes());
+    in->recv(recv_peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
+  }
+  if (in && !in->waitRecv(timeout)) throw CommError("recv from rank " + std::to_string(recv_peer) + " was aborted");
+  if (out && !out->waitSend(timeout)) throw CommError("send to rank " + std::to_string(send_peer) + " was aborted");
+}
+
 }  // namespace dtrain::gloo_ops

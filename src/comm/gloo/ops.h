@@ -37,6 +37,9 @@ void send(const ContextPtr& context, const Buffer& buffer, int peer, uint32_t ta
           Milliseconds timeout);
 void recv(const ContextPtr& context, const Buffer& buffer, int peer, uint32_t tag,
           Milliseconds timeout);
+// send to send_peer and recv from recv_peer, both posted before either is waited for.
+void sendRecv(const ContextPtr& context, const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
+              uint32_t tag, Milliseconds timeout);
 
 // True when the two buffers share at least one byte.
 bool buffersOverlap(const Buffer& a, const Buffer& b);

@@ -276,10 +276,7 @@ std::shared_ptr<Work> NcclCommunicator::recv(const Buffer& buffer, int peer, con
   return sendOrRecv(false, buffer, peer, options);
 }
 
-std::shared_ptr<Work> NcclCommunicator::sendOrRecv(bool is_send, const Buffer& buffer, int peer,
-                                                   const SendRecvOptions& options) {
-  const std::string op = is_send ? "send" : "recv";
-  checkNcclBuffer(buffer, device_, op, "buffer");
+void NcclCommunicator::checkPeer(const std::string& op, int peer, const SendRecvOptions& options) const {
   if (peer < 0 || peer >= size_ || peer == rank_) {
     throw ConfigError("nccl " + op + ": peer " + std::to_string(peer) + " is not another rank of this group of " +
                       std::to_string(size_) + " (this is rank " + std::to_string(rank_) + ")");
@@ -288,6 +285,38 @@ std::shared_ptr<Work> NcclCommunicator::sendOrRecv(bool is_send, const Buffer& b
     throw ConfigError("nccl does not support send/recv tags (got tag " + std::to_string(options.tag) +
                       "): NCCL matches a send and a recv by their order between two ranks; use tag 0");
   }
+}
+
+std::shared_ptr<Work> NcclCommunicator::sendRecv(const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
+                                                 const SendRecvOptions& options) {
+  const std::string op = "sendrecv";
+  checkNcclBuffer(send, device_, op, "send buffer");
+  checkNcclBuffer(recv, device_, op, "recv buffer");
+  checkPeer(op, send_peer, options);
+  checkPeer(op, recv_peer, options);
+  const ncclDataType_t send_type = toNcclDataType(send.dtype), recv_type = toNcclDataType(recv.dtype);
+  const std::string peer_note = "to rank " + std::to_string(send_peer) + ", from rank " + std::to_string(recv_peer);
+  return launch(op, false, peer_note, commonStream(send, recv, op), options.timeout,
+                [&](cudaStream_t stream, auto deadline) {
+                  comm_->issue("ncclSend/ncclRecv", [&](ncclComm_t comm) {
+                    // One group: neither side's send waits for the other's recv.
+                    ncclResult_t rc = ncclGroupStart();
+                    if (rc != ncclSuccess) return rc;
+                    rc = ncclSend(send.data, send.count, send_type, send_peer, comm, stream);
+                    if (rc == ncclSuccess || rc == ncclInProgress) {
+                      rc = ncclRecv(recv.data, recv.count, recv_type, recv_peer, comm, stream);
+                    }
+                    const ncclResult_t end = ncclGroupEnd();
+                    return (rc != ncclSuccess && rc != ncclInProgress) ? rc : end;
+                  }, deadline);
+                });
+}
+
+std::shared_ptr<Work> NcclCommunicator::sendOrRecv(bool is_send, const Buffer& buffer, int peer,
+                                                   const SendRecvOptions& options) {
+  const std::string op = is_send ? "send" : "recv";
+  checkNcclBuffer(buffer, device_, op, "buffer");
+  checkPeer(op, peer, options);
   const ncclDataType_t dtype = toNcclDataType(buffer.dtype);
   const std::string peer_note = (is_send ? "to rank " : "from rank ") + std::to_string(peer);
   return launch(op, false, peer_note, buffer.stream, options.timeout, [&](cudaStream_t stream, auto deadline) {

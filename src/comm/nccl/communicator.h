@@ -83,6 +83,8 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) override;
   std::shared_ptr<Work> send(const Buffer& buffer, int peer, const SendRecvOptions& options = {}) override;
   std::shared_ptr<Work> recv(const Buffer& buffer, int peer, const SendRecvOptions& options = {}) override;
+  std::shared_ptr<Work> sendRecv(const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
+                                 const SendRecvOptions& options = {}) override;
 
   int device() const { return device_; }
   // The communicator's own stream (benchmarks time on it).
@@ -99,6 +101,7 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> launch(const std::string& op, bool collective, const std::string& peer_note,
                                void* caller_stream, Milliseconds timeout, const EnqueueFn& enqueue);
   std::shared_ptr<Work> sendOrRecv(bool is_send, const Buffer& buffer, int peer, const SendRecvOptions& options);
+  void checkPeer(const std::string& op, int peer, const SendRecvOptions& options) const;
 
   std::shared_ptr<Store> group_store_;  // under options.store_prefix
   const int rank_;

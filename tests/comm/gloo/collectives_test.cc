@@ -230,6 +230,35 @@ TEST_P(GlooCollectivesTest, SendRecvAroundTheRingEveryDtype) {
   });
 }
 
+// sendRecv posts both at once: every rank may send right and receive from
+// the left in the same order (nccl-tests' sendrecv), and two ranks may
+// exchange (send_peer == recv_peer), without deadlock.
+TEST_P(GlooCollectivesTest, SendRecvShiftsTheRingInOneCall) {
+  if (size() == 1) GTEST_SKIP() << "a single rank has no peer";
+  constexpr size_t kCount = 300000;  // over a Gloo segment: the send waits for the peer's recv
+  runGlooGroup(size(), [&](Communicator& comm, int rank) {
+    const int right = (rank + 1) % size();
+    const int left = (rank + size() - 1) % size();
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt64}) {
+      auto out = filled(dtype, kCount, [&](size_t i) { return plainValue(rank, i); });
+      std::vector<char> in(out.size());
+      comm.sendRecv(cpu(out.data(), kCount, dtype), right, cpu(in.data(), kCount, dtype), left, {0, kWait})
+          ->wait(kWait);
+      expectElements(in.data(), dtype, kCount, [&](size_t i) { return plainValue(left, i); },
+                     "sendrecv from rank " + std::to_string(left));
+      // The pair exchange: ranks 2k and 2k + 1 swap.
+      const int partner = rank ^ 1;
+      if (partner < size()) {
+        std::vector<char> back(out.size());
+        comm.sendRecv(cpu(out.data(), kCount, dtype), partner, cpu(back.data(), kCount, dtype), partner, {0, kWait})
+            ->wait(kWait);
+        expectElements(back.data(), dtype, kCount, [&](size_t i) { return plainValue(partner, i); },
+                       "exchange with rank " + std::to_string(partner));
+      }
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooCollectivesTest, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "world" + std::to_string(info.param);

@@ -65,6 +65,8 @@ TEST(GlooArgumentsTest, SizeDtypeAndRankMismatchesAreConfigErrors) {
     EXPECT_THROW(comm.broadcast(cpuBuf(a, 4, DType::kFloat32), {2}), ConfigError);
     EXPECT_THROW(comm.send(cpuBuf(a, 4, DType::kFloat32), rank), ConfigError);
     EXPECT_THROW(comm.recv(cpuBuf(a, 4, DType::kFloat32), -1), ConfigError);
+    EXPECT_THROW(comm.sendRecv(cpuBuf(a, 4, DType::kFloat32), rank, cpuBuf(a, 4, DType::kFloat32), 1 - rank),
+                 ConfigError);
   });
 }
 
