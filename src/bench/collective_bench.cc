@@ -51,6 +51,7 @@ std::vector<unsigned char> expectedResult(const CollectiveBenchOptions& o, int r
                                           size_t send_count, size_t recv_count) {
   switch (o.collective) {
     case Collective::kBroadcast: return patterned(o, o.root, recv_count);
+    case Collective::kSendRecv: return patterned(o, (rank + ranks - 1) % ranks, recv_count);
     case Collective::kAllgather: {
       std::vector<unsigned char> out;
       for (int r = 0; r < ranks; ++r) {
@@ -129,6 +130,10 @@ std::shared_ptr<Work> launch(Communicator& comm, const CollectiveBenchOptions& o
     case Collective::kAllgather: return comm.allgather(send, recv, {o.timeout});
     case Collective::kReduceScatter: return comm.reduceScatter(send, recv, {o.op, o.timeout});
     case Collective::kBroadcast: return comm.broadcast(recv, {o.root, o.timeout});
+    case Collective::kSendRecv: {
+      const int n = comm.size(), rank = comm.rank();
+      return comm.sendRecv(send, (rank + 1) % n, recv, (rank + n - 1) % n, {0, o.timeout});
+    }
   }
   return nullptr;
 }
@@ -225,6 +230,7 @@ const char* collectiveName(Collective c) {
     case Collective::kAllgather: return "allgather";
     case Collective::kReduceScatter: return "reduce_scatter";
     case Collective::kBroadcast: return "broadcast";
+    case Collective::kSendRecv: return "sendrecv";
   }
   return "?";
 }
@@ -257,7 +263,8 @@ double busBandwidthFactor(Collective c, int n) {
     case Collective::kAllreduce: return n > 1 ? 2.0 * (n - 1) / n : 0.0;
     case Collective::kAllgather:
     case Collective::kReduceScatter: return n > 1 ? static_cast<double>(n - 1) / n : 0.0;
-    case Collective::kBroadcast: return 1.0;
+    case Collective::kBroadcast:
+    case Collective::kSendRecv: return 1.0;
   }
   return 1.0;
 }
@@ -280,6 +287,10 @@ std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& st
                                                    const CollectiveBenchOptions& o, const RowCallback& on_row) {
   std::vector<CollectiveBenchRow> rows;
   const int n = comm.size();
+  if (o.collective == Collective::kSendRecv && n < 2) {
+    throw ConfigError("dtrain bench sendrecv: each rank sends to the next and receives from the previous; expected at "
+                      "least 2 ranks, got " + std::to_string(n));
+  }
   for (uint64_t bytes : benchSizes(o, n)) {
     auto [send_count, recv_count] = elementCounts(o.collective, bytes, o.dtype, n);
     CollectiveBenchRow row;
@@ -289,7 +300,8 @@ std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& st
       Buffers b = makeBuffers(o, comm.rank(), send_count, recv_count, place);
       fillInputs(o, comm.rank(), b, send_count);
       double time_us = timeOperations(comm, o, b);
-      int64_t wrong = o.check ? checkOnce(comm, o, b, send_count, recv_count) : -1;
+      const bool racing = o.collective == Collective::kSendRecv && place == kInPlace;
+      int64_t wrong = o.check && !racing ? checkOnce(comm, o, b, send_count, recv_count) : -1;
 
       // Combine the times (-a) and sum the errors over ranks, as nccl-tests does.
       std::string key = std::string("bench/") + collectiveName(o.collective) + "/" + dtypeName(o.dtype) + "/" +

@@ -1,4 +1,4 @@
-// `dtrain bench allreduce|allgather|reduce_scatter|broadcast`: nccl-tests'
+// `dtrain bench allreduce|allgather|reduce_scatter|broadcast|sendrecv`: nccl-tests'
 // measurement over dtrain's Communicator.
 //
 // For each size from min_bytes to max_bytes (times `factor`, or plus `step`),
@@ -10,7 +10,11 @@
 // -G: with `graph_launches` > 0 the `iters` ops are captured into one CUDA
 // graph that is launched that many times; time = elapsed / (iters * launches).
 // algbw = size / time; busbw = algbw * the nccl-tests factor:
-// allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast 1.
+// allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast 1,
+// sendrecv 1. sendrecv is nccl-tests' sendrecv_perf: every rank sends its
+// buffer to rank + 1 and receives rank - 1's in one call (a ring shift, at
+// least 2 ranks); in place the send and the receive share one buffer, as
+// there, and the data is not checked (the two race).
 // With `check`, each size is also run once on patterned data and every
 // element compared with a host reference; #wrong sums over ranks.
 #pragma once
@@ -29,7 +33,7 @@ class Store;
 
 namespace dtrain::bench {
 
-enum class Collective { kAllreduce, kAllgather, kReduceScatter, kBroadcast };
+enum class Collective { kAllreduce, kAllgather, kReduceScatter, kBroadcast, kSendRecv };
 const char* collectiveName(Collective collective);
 // allreduce and reduce_scatter take a reduce op; the others do not.
 bool isReducing(Collective collective);

@@ -1,4 +1,4 @@
-// `dtrain bench allreduce|allgather|reduce_scatter|broadcast`: nccl-tests'
+// `dtrain bench allreduce|allgather|reduce_scatter|broadcast|sendrecv`: nccl-tests'
 // flags and table over dtrain's collectives, one or more GPUs per process
 // (-g) or one CPU rank per process with gloo, ranks from the launcher's
 // environment (torchrun's variables, or srun's / mpirun's).
@@ -176,8 +176,8 @@ void declareCollectiveOptions(OptionSet& set, CollectiveFlags& f) {
 void registerCollective(CLI::App& bench, ExitCode& exit_code, const char* name, bench::Collective collective,
                         const char* help) {
   CLI::App* cmd = bench.add_subcommand(name, help);
-  // One table in the docs for the four commands: they share their options.
-  auto bound = bindNew<CollectiveFlags>(*cmd, "dtrain bench allreduce|allgather|reduce_scatter|broadcast",
+  // One table in the docs for the five commands: they share their options.
+  auto bound = bindNew<CollectiveFlags>(*cmd, "dtrain bench allreduce|allgather|reduce_scatter|broadcast|sendrecv",
                                         declareCollectiveOptions);
   cmd->footer("Ranks come from RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/MASTER_PORT (or DTRAIN_STORE_ADDR),\n"
               "as `dtrain launch` and torchrun set them, or from srun (SLURM_PROCID, SLURM_NTASKS) or\n"
@@ -196,6 +196,9 @@ void registerBenchCollectives(CLI::App& bench, ExitCode& exit_code) {
                      "Reduce-scatter bandwidth, nccl-tests style (reduce_scatter_perf)");
   registerCollective(bench, exit_code, "broadcast", bench::Collective::kBroadcast,
                      "Broadcast bandwidth, nccl-tests style (broadcast_perf)");
+  registerCollective(bench, exit_code, "sendrecv", bench::Collective::kSendRecv,
+                     "Point-to-point bandwidth, nccl-tests style (sendrecv_perf): each rank sends to the next and "
+                     "receives from the previous at once");
 }
 
 }  // namespace dtrain::cli
