@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The peer of `dtrain bench allreduce`: the same measurement with PyTorch's
+"""The peer of `dtrain bench allreduce` (and allgather, reduce_scatter, broadcast,
+sendrecv): the same measurement with PyTorch's
 torch.distributed (NCCL on GPUs, Gloo on CPUs), printed in the same
 nccl-tests table, so the two can be compared line by line.
 
@@ -34,6 +35,17 @@ def parse_size(text, flag):
     return int(digits) * mult
 
 
+class Batch:
+    """The works of one batch_isend_irecv, waited for together."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+
+
 def bus_factor(coll, n):
     if coll == "allreduce":
         return 2.0 * (n - 1) / n if n > 1 else 0.0
@@ -45,7 +57,7 @@ def bus_factor(coll, n):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("collective", nargs="?", default="allreduce",
-                   choices=["allreduce", "allgather", "reduce_scatter", "broadcast"])
+                   choices=["allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"])
     p.add_argument("-b", "--minbytes", default="32M")
     p.add_argument("-e", "--maxbytes", default="32M")
     p.add_argument("-f", "--stepfactor", type=int, default=2)
@@ -83,6 +95,10 @@ def main():
             return dist.all_gather_into_tensor(recv, send, async_op=True)
         if coll == "reduce_scatter":
             return dist.reduce_scatter_tensor(recv, send, op=op, async_op=True)
+        if coll == "sendrecv":
+            # nccl-tests' sendrecv_perf: send to rank + 1, receive from rank - 1, one group.
+            ops = [dist.P2POp(dist.isend, send, (rank + 1) % world), dist.P2POp(dist.irecv, recv, (rank - 1) % world)]
+            return Batch(dist.batch_isend_irecv(ops))
         return dist.broadcast(recv, src=0, async_op=True)
 
     rows = []
@@ -108,7 +124,9 @@ def main():
         times = []
         for in_place in (False, True):
             recv = torch.ones(recv_count, dtype=dtype, device=device)
-            if in_place and a.collective == "allgather":
+            if in_place and a.collective == "sendrecv":
+                send = recv  # as nccl-tests: one buffer
+            elif in_place and a.collective == "allgather":
                 send = recv.narrow(0, rank * send_count, send_count)
             elif in_place and a.collective == "reduce_scatter":
                 big = torch.ones(send_count, dtype=dtype, device=device)
