@@ -40,8 +40,11 @@ std::vector<unsigned char> patterned(const CollectiveBenchOptions& o, int rank, 
 std::pair<size_t, size_t> elementCounts(Collective c, uint64_t bytes, DType dtype, int ranks) {
   size_t total = bytes / dtypeSize(dtype);
   switch (c) {
-    case Collective::kAllgather: return {total / ranks, total / ranks * ranks};
-    case Collective::kReduceScatter: return {total / ranks * ranks, total / ranks};
+    case Collective::kAllgather:
+    case Collective::kGather: return {total / ranks, total / ranks * ranks};
+    case Collective::kReduceScatter:
+    case Collective::kScatter: return {total / ranks * ranks, total / ranks};
+    case Collective::kAlltoall: return {total / ranks * ranks, total / ranks * ranks};
     default: return {total, total};
   }
 }
@@ -52,6 +55,18 @@ std::vector<unsigned char> expectedResult(const CollectiveBenchOptions& o, int r
   switch (o.collective) {
     case Collective::kBroadcast: return patterned(o, o.root, recv_count);
     case Collective::kSendRecv: return patterned(o, (rank + ranks - 1) % ranks, recv_count);
+    case Collective::kScatter: return patterned(o, o.root, recv_count, rank * recv_count);
+    case Collective::kAlltoall: {
+      // Part r of every rank j's send, in rank order.
+      const size_t part = recv_count / ranks;
+      std::vector<unsigned char> out;
+      for (int j = 0; j < ranks; ++j) {
+        auto piece = patterned(o, j, part, rank * part);
+        out.insert(out.end(), piece.begin(), piece.end());
+      }
+      return out;
+    }
+    case Collective::kGather:
     case Collective::kAllgather: {
       std::vector<unsigned char> out;
       for (int r = 0; r < ranks; ++r) {
@@ -114,8 +129,12 @@ Buffers makeBuffers(const CollectiveBenchOptions& o, int rank, size_t send_count
     b.sendView = b.recvView;
     b.sendView.count = send_count;
     char* base = static_cast<char*>(b.recv->data());
-    if (o.collective == Collective::kAllgather) b.sendView.data = base + rank * send_count * elem;
-    if (o.collective == Collective::kReduceScatter) b.recvView.data = base + rank * recv_count * elem;
+    if (o.collective == Collective::kAllgather || o.collective == Collective::kGather) {
+      b.sendView.data = base + rank * send_count * elem;
+    }
+    if (o.collective == Collective::kReduceScatter || o.collective == Collective::kScatter) {
+      b.recvView.data = base + rank * recv_count * elem;
+    }
   } else {
     b.send = std::make_unique<DeviceMemory>(o.device, send_count * elem);
     b.sendView = Buffer{b.send->data(), send_count, o.dtype, o.device, nullptr};
@@ -134,6 +153,10 @@ std::shared_ptr<Work> launch(Communicator& comm, const CollectiveBenchOptions& o
       const int n = comm.size(), rank = comm.rank();
       return comm.sendRecv(send, (rank + 1) % n, recv, (rank + n - 1) % n, {0, o.timeout});
     }
+    case Collective::kAlltoall: return comm.alltoall(send, recv, {o.timeout});
+    case Collective::kReduce: return comm.reduce(send, recv, {o.op, o.root, o.timeout});
+    case Collective::kGather: return comm.gather(send, recv, {o.root, o.timeout});
+    case Collective::kScatter: return comm.scatter(send, recv, {o.root, o.timeout});
   }
   return nullptr;
 }
@@ -213,6 +236,8 @@ int64_t checkOnce(Communicator& comm, const CollectiveBenchOptions& o, const Buf
   fillInputs(o, comm.rank(), b, send_count);
   runAndWait(comm, o, b, 1);
   synchronize(o.device);
+  // reduce and gather write root's recv only.
+  if ((o.collective == Collective::kReduce || o.collective == Collective::kGather) && comm.rank() != o.root) return 0;
   auto want = expectedResult(o, comm.rank(), comm.size(), send_count, recv_count);
   size_t offset = static_cast<char*>(b.recvView.data) - static_cast<char*>(b.recv->data());
   auto all = b.recv->download(offset + recv_count * dtypeSize(o.dtype));
@@ -222,7 +247,13 @@ int64_t checkOnce(Communicator& comm, const CollectiveBenchOptions& o, const Buf
 
 }  // namespace
 
-bool isReducing(Collective c) { return c == Collective::kAllreduce || c == Collective::kReduceScatter; }
+bool isReducing(Collective c) {
+  return c == Collective::kAllreduce || c == Collective::kReduceScatter || c == Collective::kReduce;
+}
+
+bool hasRoot(Collective c) {
+  return c == Collective::kBroadcast || c == Collective::kReduce || c == Collective::kGather || c == Collective::kScatter;
+}
 
 const char* collectiveName(Collective c) {
   switch (c) {
@@ -231,6 +262,10 @@ const char* collectiveName(Collective c) {
     case Collective::kReduceScatter: return "reduce_scatter";
     case Collective::kBroadcast: return "broadcast";
     case Collective::kSendRecv: return "sendrecv";
+    case Collective::kAlltoall: return "alltoall";
+    case Collective::kReduce: return "reduce";
+    case Collective::kGather: return "gather";
+    case Collective::kScatter: return "scatter";
   }
   return "?";
 }
@@ -262,9 +297,13 @@ double busBandwidthFactor(Collective c, int n) {
   switch (c) {
     case Collective::kAllreduce: return n > 1 ? 2.0 * (n - 1) / n : 0.0;
     case Collective::kAllgather:
-    case Collective::kReduceScatter: return n > 1 ? static_cast<double>(n - 1) / n : 0.0;
+    case Collective::kReduceScatter:
+    case Collective::kAlltoall:
+    case Collective::kGather:
+    case Collective::kScatter: return n > 1 ? static_cast<double>(n - 1) / n : 0.0;
     case Collective::kBroadcast:
-    case Collective::kSendRecv: return 1.0;
+    case Collective::kSendRecv:
+    case Collective::kReduce: return 1.0;
   }
   return 1.0;
 }
@@ -300,7 +339,11 @@ std::vector<CollectiveBenchRow> runCollectiveBench(Communicator& comm, Store& st
       Buffers b = makeBuffers(o, comm.rank(), send_count, recv_count, place);
       fillInputs(o, comm.rank(), b, send_count);
       double time_us = timeOperations(comm, o, b);
-      const bool racing = o.collective == Collective::kSendRecv && place == kInPlace;
+      // In place, sendrecv's send and receive share one buffer, and so do
+      // NCCL's alltoall's: they race, as in nccl-tests (Gloo stages its
+      // alltoall input and is checked).
+      const bool racing = place == kInPlace && (o.collective == Collective::kSendRecv ||
+                                                (o.collective == Collective::kAlltoall && o.device.type == DeviceType::kCuda));
       int64_t wrong = o.check && !racing ? checkOnce(comm, o, b, send_count, recv_count) : -1;
 
       // Combine the times (-a) and sum the errors over ranks, as nccl-tests does.

@@ -1,4 +1,4 @@
-// `dtrain bench allreduce|allgather|reduce_scatter|broadcast|sendrecv`: nccl-tests'
+// `dtrain bench allreduce|allgather|reduce_scatter|broadcast|sendrecv|alltoall|reduce|gather|scatter`: nccl-tests'
 // measurement over dtrain's Communicator.
 //
 // For each size from min_bytes to max_bytes (times `factor`, or plus `step`),
@@ -11,7 +11,9 @@
 // graph that is launched that many times; time = elapsed / (iters * launches).
 // algbw = size / time; busbw = algbw * the nccl-tests factor:
 // allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast 1,
-// sendrecv 1. sendrecv is nccl-tests' sendrecv_perf: every rank sends its
+// sendrecv and reduce 1, alltoall, gather and scatter (n-1)/n (as
+// nccl-tests: sizes and in-place layouts as there; reduce and gather check
+// root's result only). sendrecv is nccl-tests' sendrecv_perf: every rank sends its
 // buffer to rank + 1 and receives rank - 1's in one call (a ring shift, at
 // least 2 ranks); in place the send and the receive share one buffer, as
 // there, and the data is not checked (the two race).
@@ -33,7 +35,9 @@ class Store;
 
 namespace dtrain::bench {
 
-enum class Collective { kAllreduce, kAllgather, kReduceScatter, kBroadcast, kSendRecv };
+enum class Collective { kAllreduce, kAllgather, kReduceScatter, kBroadcast, kSendRecv, kAlltoall, kReduce, kGather, kScatter };
+// reduce, gather, scatter and broadcast have a root.
+bool hasRoot(Collective collective);
 const char* collectiveName(Collective collective);
 // allreduce and reduce_scatter take a reduce op; the others do not.
 bool isReducing(Collective collective);

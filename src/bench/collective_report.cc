@@ -80,7 +80,7 @@ std::string formatCollectiveHeader(const CollectiveBenchOptions& o, const BenchJ
 std::string formatCollectiveRow(const CollectiveBenchOptions& o, const CollectiveBenchRow& row) {
   char line[256];
   bool reducing = isReducing(o.collective);
-  int root = o.collective == Collective::kBroadcast ? o.root : -1;
+  int root = hasRoot(o.collective) ? o.root : -1;
   std::snprintf(line, sizeof(line), "%12llu  %12llu  %8s  %6s  %6d", static_cast<unsigned long long>(row.bytes),
                 static_cast<unsigned long long>(row.count), dtypeName(o.dtype),
                 reducing ? reduceOpName(o.op) : "none", root);

@@ -1,4 +1,4 @@
-// `dtrain bench allreduce|allgather|reduce_scatter|broadcast|sendrecv`: nccl-tests'
+// `dtrain bench allreduce|allgather|reduce_scatter|broadcast|sendrecv|alltoall|reduce|gather|scatter`: nccl-tests'
 // flags and table over dtrain's collectives, one or more GPUs per process
 // (-g) or one CPU rank per process with gloo, ranks from the launcher's
 // environment (torchrun's variables, or srun's / mpirun's).
@@ -150,7 +150,7 @@ void declareCollectiveOptions(OptionSet& set, CollectiveFlags& f) {
             return text == "all" ? std::string() : refusedBy(parseReduceOp, text, "not a reduce op");
           },
           "sum, avg, min, max, prod or all");
-  set.integer("-r,--root", f.root, "Root rank (broadcast)").range(0, 1 << 20);
+  set.integer("-r,--root", f.root, "Root rank (broadcast, reduce, gather, scatter)").range(0, 1 << 20);
   set.integer("-n,--iters", f.iters, "Timed iterations per size").range(1, 1 << 24);
   set.integer("-w,--warmup_iters", f.warmup, "Untimed iterations per size").range(0, 1 << 24);
   set.integer("-c,--check", f.check, "Check results against a host reference (0/1)").range(0, 1);
@@ -176,8 +176,8 @@ void declareCollectiveOptions(OptionSet& set, CollectiveFlags& f) {
 void registerCollective(CLI::App& bench, ExitCode& exit_code, const char* name, bench::Collective collective,
                         const char* help) {
   CLI::App* cmd = bench.add_subcommand(name, help);
-  // One table in the docs for the five commands: they share their options.
-  auto bound = bindNew<CollectiveFlags>(*cmd, "dtrain bench allreduce|allgather|reduce_scatter|broadcast|sendrecv",
+  // One table in the docs for the nine commands: they share their options.
+  auto bound = bindNew<CollectiveFlags>(*cmd, "dtrain bench allreduce|allgather|reduce_scatter|broadcast|sendrecv|alltoall|reduce|gather|scatter",
                                         declareCollectiveOptions);
   cmd->footer("Ranks come from RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR/MASTER_PORT (or DTRAIN_STORE_ADDR),\n"
               "as `dtrain launch` and torchrun set them, or from srun (SLURM_PROCID, SLURM_NTASKS) or\n"
@@ -199,6 +199,14 @@ void registerBenchCollectives(CLI::App& bench, ExitCode& exit_code) {
   registerCollective(bench, exit_code, "sendrecv", bench::Collective::kSendRecv,
                      "Point-to-point bandwidth, nccl-tests style (sendrecv_perf): each rank sends to the next and "
                      "receives from the previous at once");
+  registerCollective(bench, exit_code, "alltoall", bench::Collective::kAlltoall,
+                     "All-to-all bandwidth, nccl-tests style (alltoall_perf)");
+  registerCollective(bench, exit_code, "reduce", bench::Collective::kReduce,
+                     "Reduce (to a root) bandwidth, nccl-tests style (reduce_perf)");
+  registerCollective(bench, exit_code, "gather", bench::Collective::kGather,
+                     "Gather (to a root) bandwidth, nccl-tests style (gather_perf)");
+  registerCollective(bench, exit_code, "scatter", bench::Collective::kScatter,
+                     "Scatter (from a root) bandwidth, nccl-tests style (scatter_perf)");
 }
 
 }  // namespace dtrain::cli

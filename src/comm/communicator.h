@@ -21,6 +21,13 @@
 //   exchanging, a ring shifting (nccl-tests' sendrecv) or a pipeline's
 //   neighbours passing activations one way and gradients the other cannot
 //   wait on each other's send. send_peer and recv_peer may be equal.
+// - reduce: every rank's send reduced into root's recv (recv.count ==
+//   send.count on every rank; only root's recv is written). gather: every
+//   rank's send into root's recv in rank order (root's recv.count ==
+//   size() * send.count). scatter: root's send (size() * recv.count) part r
+//   to rank r's recv. alltoall: part j of rank i's send (send.count ==
+//   recv.count, a multiple of size()) into part i of rank j's recv; in place
+//   (send.data == recv.data) on Gloo, where the input is staged first.
 #pragma once
 
 #include <memory>
@@ -53,6 +60,11 @@ class Communicator {
   virtual std::shared_ptr<Work> recv(const Buffer& buffer, int peer, const SendRecvOptions& options = {}) = 0;
   virtual std::shared_ptr<Work> sendRecv(const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
                                          const SendRecvOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> reduce(const Buffer& send, const Buffer& recv, const ReduceOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> gather(const Buffer& send, const Buffer& recv, const GatherOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> scatter(const Buffer& send, const Buffer& recv, const ScatterOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> alltoall(const Buffer& send, const Buffer& recv,
+                                         const AlltoallOptions& options = {}) = 0;
 };
 
 struct CommunicatorOptions {

@@ -62,6 +62,22 @@ struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kSum;
   Milliseconds timeout = kDefaultCollectiveTimeout;
 };
+struct ReduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  Milliseconds timeout = kDefaultCollectiveTimeout;
+};
+struct GatherOptions {
+  int root = 0;
+  Milliseconds timeout = kDefaultCollectiveTimeout;
+};
+struct ScatterOptions {
+  int root = 0;
+  Milliseconds timeout = kDefaultCollectiveTimeout;
+};
+struct AlltoallOptions {
+  Milliseconds timeout = kDefaultCollectiveTimeout;
+};
 struct BarrierOptions {
   Milliseconds timeout = kDefaultCollectiveTimeout;
 };

@@ -28,8 +28,9 @@ TEST(BenchCollectiveTest, TwoRankAllreducePrintsNcclTestsTableWithNoErrors) {
 }
 
 TEST(BenchCollectiveTest, EveryCollectiveAndDtypeChecksClean) {
-  for (const char* coll : {"allgather", "reduce_scatter", "broadcast", "sendrecv"}) {
-    auto r = runCommand(spawn(3, std::string(coll) + " --backend gloo -b 96 -e 96K -f 8 -n 2 -w 1 -d bfloat16"));
+  for (const char* coll : {"allgather", "reduce_scatter", "broadcast", "sendrecv", "alltoall", "reduce", "gather",
+                           "scatter"}) {
+    auto r = runCommand(spawn(3, std::string(coll) + " --backend gloo -b 96 -e 96K -f 8 -n 2 -w 1 -d bfloat16 -r 1"));
     ASSERT_EQ(r.exit_code, 0) << coll << "\n" << r.output;
     EXPECT_NE(r.output.find("# Out of bounds values : 0 OK"), std::string::npos) << coll << "\n" << r.output;
   }

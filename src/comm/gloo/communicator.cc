@@ -208,6 +208,46 @@ std::shared_ptr<Work> GlooCommunicator::sendRecv(const Buffer& send, int send_pe
   });
 }
 
+std::shared_ptr<Work> GlooCommunicator::reduce(const Buffer& send, const Buffer& recv, const ReduceOptions& options) {
+  checkPair("reduce", send, recv);
+  checkRank("reduce", "root", options.root, size_);
+  if (rank_ == options.root) checkCount("reduce", "recv", recv.count, send.count, "send.count");
+  return submit("reduce", [send, recv, options](const auto& context, uint32_t tag) {
+    gloo_ops::reduce(context, send, recv, options.op, options.root, options.timeout, tag);
+  });
+}
+
+std::shared_ptr<Work> GlooCommunicator::gather(const Buffer& send, const Buffer& recv, const GatherOptions& options) {
+  checkPair("gather", send, recv);
+  checkRank("gather", "root", options.root, size_);
+  if (rank_ == options.root) checkCount("gather", "recv", recv.count, send.count * size_, "size() * send.count");
+  return submit("gather", [send, recv, options](const auto& context, uint32_t tag) {
+    gloo_ops::gather(context, send, recv, options.root, options.timeout, tag);
+  });
+}
+
+std::shared_ptr<Work> GlooCommunicator::scatter(const Buffer& send, const Buffer& recv, const ScatterOptions& options) {
+  checkPair("scatter", send, recv);
+  checkRank("scatter", "root", options.root, size_);
+  if (rank_ == options.root) checkCount("scatter", "send", send.count, recv.count * size_, "size() * recv.count");
+  return submit("scatter", [send, recv, options](const auto& context, uint32_t tag) {
+    gloo_ops::scatter(context, send, recv, options.root, options.timeout, tag);
+  });
+}
+
+std::shared_ptr<Work> GlooCommunicator::alltoall(const Buffer& send, const Buffer& recv,
+                                                 const AlltoallOptions& options) {
+  checkPair("alltoall", send, recv);
+  checkCount("alltoall", "recv", recv.count, send.count, "send.count");
+  if (send.count % static_cast<size_t>(size_) != 0) {
+    throw ConfigError("gloo alltoall: send has " + std::to_string(send.count) + " elements; expected a multiple of " +
+                      std::to_string(size_) + " (one equal part per rank)");
+  }
+  return submit("alltoall", [send, recv, options](const auto& context, uint32_t tag) {
+    gloo_ops::alltoall(context, send, recv, options.timeout, tag);
+  });
+}
+
 std::unique_ptr<Communicator> createGlooCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                                      const CommunicatorOptions& options) {
   return std::make_unique<GlooCommunicator>(std::move(store), rank, size, options);

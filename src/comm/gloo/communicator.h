@@ -55,6 +55,10 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<Work> recv(const Buffer& buffer, int peer, const SendRecvOptions& options = {}) override;
   std::shared_ptr<Work> sendRecv(const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
                                  const SendRecvOptions& options = {}) override;
+  std::shared_ptr<Work> reduce(const Buffer& send, const Buffer& recv, const ReduceOptions& options = {}) override;
+  std::shared_ptr<Work> gather(const Buffer& send, const Buffer& recv, const GatherOptions& options = {}) override;
+  std::shared_ptr<Work> scatter(const Buffer& send, const Buffer& recv, const ScatterOptions& options = {}) override;
+  std::shared_ptr<Work> alltoall(const Buffer& send, const Buffer& recv, const AlltoallOptions& options = {}) override;
 
  private:
   using Operation = std::function<void(const std::shared_ptr<gloo::Context>&, uint32_t tag)>;

@@ -5,9 +5,13 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/context.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/scatter.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
@@ -125,6 +129,116 @@ void reduceScatter(const ContextPtr& context, const Buffer& send, const Buffer& 
   }
   std::memmove(recv.data, reduced.data() + context->rank * recv.bytes(), recv.bytes());
   if (op == ReduceOp::kAvg) divideInPlace(recv.data, recv.count, recv.dtype, context->size);
+}
+
+void reduce(const ContextPtr& context, const Buffer& send, const Buffer& recv, ReduceOp op, int root,
+            Milliseconds timeout, uint32_t tag) {
+  if (send.count == 0) return;
+  if (context->size == 1) {
+    if (send.data != recv.data) std::memmove(recv.data, send.data, send.bytes());
+    return;
+  }
+  // Gloo accumulates in every rank's output: a rank that gave no recv of
+  // the size reduces through scratch memory.
+  std::vector<char> scratch;
+  void* out = recv.data;
+  if (context->rank != root && recv.count != send.count) {
+    scratch.resize(send.bytes());
+    out = scratch.data();
+  }
+  withElementOfSize(send.dtype, [&](auto element) {
+    using T = decltype(element);
+    gloo::ReduceOptions options(context);
+    if (send.data != out) options.setInput(static_cast<T*>(send.data), send.count);
+    options.setOutput(static_cast<T*>(out), send.count);
+    options.setRoot(root);
+    const DType dtype = send.dtype;
+    const ReduceOp sum = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+    options.setReduceFunction([dtype, sum](void* o, const void* a, const void* b, size_t n) {
+      reduceElements(o, a, b, n, dtype, sum);
+    });
+    options.setTag(tag);
+    options.setTimeout(timeout);
+    gloo::reduce(options);
+  });
+  if (op == ReduceOp::kAvg && context->rank == root) divideInPlace(recv.data, recv.count, recv.dtype, context->size);
+}
+
+void gather(const ContextPtr& context, const Buffer& send, const Buffer& recv, int root, Milliseconds timeout,
+            uint32_t tag) {
+  if (send.count == 0) return;
+  std::vector<char> staged;  // an input inside root's output is gathered from a copy
+  void* input = send.data;
+  if (context->rank == root && buffersOverlap(send, recv)) {
+    staged.assign(static_cast<const char*>(send.data), static_cast<const char*>(send.data) + send.bytes());
+    input = staged.data();
+  }
+  if (context->size == 1) {
+    std::memmove(recv.data, input, send.bytes());
+    return;
+  }
+  withElementOfSize(send.dtype, [&](auto element) {
+    using T = decltype(element);
+    gloo::GatherOptions options(context);
+    options.setInput(static_cast<T*>(input), send.count);
+    if (context->rank == root) options.setOutput(static_cast<T*>(recv.data), recv.count);
+    options.setRoot(root);
+    options.setTag(tag);
+    options.setTimeout(timeout);
+    gloo::gather(options);
+  });
+}
+
+void scatter(const ContextPtr& context, const Buffer& send, const Buffer& recv, int root, Milliseconds timeout,
+             uint32_t tag) {
+  if (recv.count == 0) return;
+  std::vector<char> staged;  // an output inside root's input is scattered from a copy
+  char* input = static_cast<char*>(send.data);
+  if (context->rank == root && buffersOverlap(send, recv)) {
+    staged.assign(static_cast<const char*>(send.data), static_cast<const char*>(send.data) + send.bytes());
+    input = staged.data();
+  }
+  if (context->size == 1) {
+    std::memmove(recv.data, input, recv.bytes());
+    return;
+  }
+  withElementOfSize(recv.dtype, [&](auto element) {
+    using T = decltype(element);
+    gloo::ScatterOptions options(context);
+    if (context->rank == root) {
+      std::vector<T*> parts;
+      for (int r = 0; r < context->size; ++r) parts.push_back(reinterpret_cast<T*>(input + r * recv.bytes()));
+      options.setInputs(parts, recv.count);
+    }
+    options.setOutput(static_cast<T*>(recv.data), recv.count);
+    options.setRoot(root);
+    options.setTag(tag);
+    options.setTimeout(timeout);
+    gloo::scatter(options);
+  });
+}
+
+void alltoall(const ContextPtr& context, const Buffer& send, const Buffer& recv, Milliseconds timeout, uint32_t tag) {
+  if (send.count == 0) return;
+  std::vector<char> staged;  // in place: the input is read from a copy
+  void* input = send.data;
+  if (buffersOverlap(send, recv)) {
+    staged.assign(static_cast<const char*>(send.data), static_cast<const char*>(send.data) + send.bytes());
+    input = staged.data();
+  }
+  if (context->size == 1) {
+    std::memmove(recv.data, input, send.bytes());
+    return;
+  }
+  withElementOfSize(send.dtype, [&](auto element) {
+    using T = decltype(element);
+    gloo::AlltoallOptions options(context);
+    options.setInput(static_cast<T*>(input), send.count);
+    options.setOutput(static_cast<T*>(recv.data), recv.count);
+    options.setTag(tag);
+    options.setTimeout(timeout);
+    gloo::alltoall(options);
+  });
 }
 
 void barrier(const ContextPtr& context, Milliseconds timeout, uint32_t tag) {

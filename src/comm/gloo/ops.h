@@ -37,6 +37,13 @@ void send(const ContextPtr& context, const Buffer& buffer, int peer, uint32_t ta
           Milliseconds timeout);
 void recv(const ContextPtr& context, const Buffer& buffer, int peer, uint32_t tag,
           Milliseconds timeout);
+void reduce(const ContextPtr& context, const Buffer& send, const Buffer& recv, ReduceOp op, int root,
+            Milliseconds timeout, uint32_t tag);
+void gather(const ContextPtr& context, const Buffer& send, const Buffer& recv, int root, Milliseconds timeout,
+            uint32_t tag);
+void scatter(const ContextPtr& context, const Buffer& send, const Buffer& recv, int root, Milliseconds timeout,
+             uint32_t tag);
+void alltoall(const ContextPtr& context, const Buffer& send, const Buffer& recv, Milliseconds timeout, uint32_t tag);
 // send to send_peer and recv from recv_peer, both posted before either is waited for.
 void sendRecv(const ContextPtr& context, const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
               uint32_t tag, Milliseconds timeout);

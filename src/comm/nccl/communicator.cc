@@ -257,6 +257,115 @@ std::shared_ptr<Work> NcclCommunicator::reduceScatter(const Buffer& send, const 
   });
 }
 
+std::shared_ptr<Work> NcclCommunicator::reduce(const Buffer& send, const Buffer& recv, const ReduceOptions& options) {
+  const std::string op = "reduce";
+  checkNcclBuffer(send, device_, op, "send buffer");
+  checkNcclBuffer(recv, device_, op, "recv buffer");
+  checkSameDType(send, recv, op);
+  checkRoot(op, options.root);
+  checkCount(recv.count, send.count, op, "recv.count == send.count");
+  const ncclDataType_t dtype = toNcclDataType(send.dtype);
+  const ncclRedOp_t reduce = toNcclRedOp(options.op);
+  return launch(op, true, "", commonStream(send, recv, op), options.timeout, [&](cudaStream_t stream, auto deadline) {
+    comm_->issue("ncclReduce", [&](ncclComm_t comm) {
+      return ncclReduce(send.data, recv.data, send.count, dtype, reduce, options.root, comm, stream);
+    }, deadline);
+  });
+}
+
+// gather, scatter and alltoall are NCCL groups of sends and receives (as
+// nccl-tests builds them); this rank's own part is a device copy.
+std::shared_ptr<Work> NcclCommunicator::gather(const Buffer& send, const Buffer& recv, const GatherOptions& options) {
+  const std::string op = "gather";
+  checkNcclBuffer(send, device_, op, "send buffer");
+  checkNcclBuffer(recv, device_, op, "recv buffer");
+  checkSameDType(send, recv, op);
+  checkRoot(op, options.root);
+  if (rank_ == options.root) checkCount(recv.count, static_cast<size_t>(size_) * send.count, op, "recv.count == size() * send.count");
+  const ncclDataType_t dtype = toNcclDataType(send.dtype);
+  const int root = options.root;
+  return launch(op, true, "", commonStream(send, recv, op), options.timeout, [&](cudaStream_t stream, auto deadline) {
+    comm_->issue("ncclSend/ncclRecv (gather)", [&](ncclComm_t comm) {
+      ncclResult_t rc = ncclGroupStart();
+      for (int r = 0; r < size_ && (rc == ncclSuccess || rc == ncclInProgress); ++r) {
+        if (rank_ == root && r != root) {
+          rc = ncclRecv(static_cast<char*>(recv.data) + r * send.bytes(), send.count, dtype, r, comm, stream);
+        }
+      }
+      if (rank_ != root && (rc == ncclSuccess || rc == ncclInProgress)) rc = ncclSend(send.data, send.count, dtype, root, comm, stream);
+      const ncclResult_t end = ncclGroupEnd();
+      return (rc != ncclSuccess && rc != ncclInProgress) ? rc : end;
+    }, deadline);
+    char* own = static_cast<char*>(recv.data) + rank_ * send.bytes();
+    if (rank_ == root && own != send.data && send.count > 0) {
+      DTRAIN_CUDA_CHECK(cudaMemcpyAsync(own, send.data, send.bytes(), cudaMemcpyDeviceToDevice, stream));
+    }
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::scatter(const Buffer& send, const Buffer& recv, const ScatterOptions& options) {
+  const std::string op = "scatter";
+  checkNcclBuffer(send, device_, op, "send buffer");
+  checkNcclBuffer(recv, device_, op, "recv buffer");
+  checkSameDType(send, recv, op);
+  checkRoot(op, options.root);
+  if (rank_ == options.root) checkCount(send.count, static_cast<size_t>(size_) * recv.count, op, "send.count == size() * recv.count");
+  const ncclDataType_t dtype = toNcclDataType(recv.dtype);
+  const int root = options.root;
+  return launch(op, true, "", commonStream(send, recv, op), options.timeout, [&](cudaStream_t stream, auto deadline) {
+    char* own = static_cast<char*>(send.data) + rank_ * recv.bytes();
+    if (rank_ == root && own != recv.data && recv.count > 0) {
+      DTRAIN_CUDA_CHECK(cudaMemcpyAsync(recv.data, own, recv.bytes(), cudaMemcpyDeviceToDevice, stream));
+    }
+    comm_->issue("ncclSend/ncclRecv (scatter)", [&](ncclComm_t comm) {
+      ncclResult_t rc = ncclGroupStart();
+      for (int r = 0; r < size_ && (rc == ncclSuccess || rc == ncclInProgress); ++r) {
+        if (rank_ == root && r != root) {
+          rc = ncclSend(static_cast<char*>(send.data) + r * recv.bytes(), recv.count, dtype, r, comm, stream);
+        }
+      }
+      if (rank_ != root && (rc == ncclSuccess || rc == ncclInProgress)) rc = ncclRecv(recv.data, recv.count, dtype, root, comm, stream);
+      const ncclResult_t end = ncclGroupEnd();
+      return (rc != ncclSuccess && rc != ncclInProgress) ? rc : end;
+    }, deadline);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::alltoall(const Buffer& send, const Buffer& recv,
+                                                 const AlltoallOptions& options) {
+  const std::string op = "alltoall";
+  checkNcclBuffer(send, device_, op, "send buffer");
+  checkNcclBuffer(recv, device_, op, "recv buffer");
+  checkSameDType(send, recv, op);
+  checkCount(recv.count, send.count, op, "recv.count == send.count");
+  if (send.count % static_cast<size_t>(size_) != 0) {
+    throw ConfigError("nccl alltoall: send has " + std::to_string(send.count) + " elements; expected a multiple of " +
+                      std::to_string(size_) + " (one equal part per rank)");
+  }
+  const ncclDataType_t dtype = toNcclDataType(send.dtype);
+  const size_t part = send.count / static_cast<size_t>(size_), part_bytes = send.bytes() / static_cast<size_t>(size_);
+  return launch(op, true, "", commonStream(send, recv, op), options.timeout, [&](cudaStream_t stream, auto deadline) {
+    comm_->issue("ncclSend/ncclRecv (alltoall)", [&](ncclComm_t comm) {
+      ncclResult_t rc = ncclGroupStart();
+      for (int r = 0; r < size_ && (rc == ncclSuccess || rc == ncclInProgress); ++r) {
+        rc = ncclSend(static_cast<char*>(send.data) + r * part_bytes, part, dtype, r, comm, stream);
+        if (rc == ncclSuccess || rc == ncclInProgress) {
+          rc = ncclRecv(static_cast<char*>(recv.data) + r * part_bytes, part, dtype, r, comm, stream);
+        }
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return (rc != ncclSuccess && rc != ncclInProgress) ? rc : end;
+    }, deadline);
+  });
+}
+
+void NcclCommunicator::checkRoot(const std::string& op, int root) const {
+  if (root < 0 || root >= size_) {
+    throw ConfigError("nccl " + op + ": root " + std::to_string(root) + " is not a rank of this group of " +
+                      std::to_string(size_));
+  }
+}
+
 std::shared_ptr<Work> NcclCommunicator::barrier(const BarrierOptions& options) {
   // A one-word max-allreduce of a word that stays 0: every rank must arrive
   // before any finishes. wait() on the Work is the host-side barrier.

@@ -85,6 +85,10 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> recv(const Buffer& buffer, int peer, const SendRecvOptions& options = {}) override;
   std::shared_ptr<Work> sendRecv(const Buffer& send, int send_peer, const Buffer& recv, int recv_peer,
                                  const SendRecvOptions& options = {}) override;
+  std::shared_ptr<Work> reduce(const Buffer& send, const Buffer& recv, const ReduceOptions& options = {}) override;
+  std::shared_ptr<Work> gather(const Buffer& send, const Buffer& recv, const GatherOptions& options = {}) override;
+  std::shared_ptr<Work> scatter(const Buffer& send, const Buffer& recv, const ScatterOptions& options = {}) override;
+  std::shared_ptr<Work> alltoall(const Buffer& send, const Buffer& recv, const AlltoallOptions& options = {}) override;
 
   int device() const { return device_; }
   // The communicator's own stream (benchmarks time on it).
@@ -102,6 +106,7 @@ class NcclCommunicator : public Communicator {
                                void* caller_stream, Milliseconds timeout, const EnqueueFn& enqueue);
   std::shared_ptr<Work> sendOrRecv(bool is_send, const Buffer& buffer, int peer, const SendRecvOptions& options);
   void checkPeer(const std::string& op, int peer, const SendRecvOptions& options) const;
+  void checkRoot(const std::string& op, int root) const;
 
   std::shared_ptr<Store> group_store_;  // under options.store_prefix
   const int rank_;

@@ -230,6 +230,50 @@ TEST_P(GlooCollectivesTest, SendRecvAroundTheRingEveryDtype) {
   });
 }
 
+// reduce, gather and scatter to and from every root, and alltoall, in
+// place and not, against a host reference.
+TEST_P(GlooCollectivesTest, RootedCollectivesAndAlltoallMatchTheReference) {
+  const int n = size();
+  constexpr size_t kPart = 5;
+  runGlooGroup(n, [&](Communicator& comm, int rank) {
+    const auto value = [](int r, size_t i) { return static_cast<float>(r * 100 + static_cast<int>(i)); };
+    for (int root = 0; root < n; ++root) {
+      std::vector<float> mine(kPart), sum(kPart, -1.0f);
+      for (size_t i = 0; i < kPart; ++i) mine[i] = value(rank, i);
+      comm.reduce(cpu(mine.data(), kPart, DType::kFloat32), cpu(sum.data(), kPart, DType::kFloat32),
+                  {ReduceOp::kSum, root, kWait})->wait(kWait);
+      std::vector<float> all(kPart * n, -1.0f);
+      comm.gather(cpu(mine.data(), kPart, DType::kFloat32), cpu(all.data(), kPart * n, DType::kFloat32), {root, kWait})
+          ->wait(kWait);
+      std::vector<float> source(kPart * n), part(kPart, -1.0f);
+      for (size_t i = 0; i < source.size(); ++i) source[i] = value(rank, i);
+      comm.scatter(cpu(source.data(), kPart * n, DType::kFloat32), cpu(part.data(), kPart, DType::kFloat32), {root, kWait})
+          ->wait(kWait);
+      for (size_t i = 0; i < kPart; ++i) {
+        if (rank == root) {
+          float expected = 0;
+          for (int r = 0; r < n; ++r) expected += value(r, i);
+          EXPECT_EQ(sum[i], expected) << "reduce to " << root << ", element " << i;
+          for (int r = 0; r < n; ++r) EXPECT_EQ(all[r * kPart + i], value(r, i)) << "gather to " << root;
+        }
+        EXPECT_EQ(part[i], value(root, rank * kPart + i)) << "scatter from " << root << " on rank " << rank;
+      }
+    }
+    for (const bool in_place : {false, true}) {
+      std::vector<float> send(kPart * n), recv(kPart * n, -1.0f);
+      for (size_t i = 0; i < send.size(); ++i) send[i] = value(rank, i);
+      float* out = in_place ? send.data() : recv.data();
+      comm.alltoall(cpu(send.data(), kPart * n, DType::kFloat32), cpu(out, kPart * n, DType::kFloat32), {kWait})
+          ->wait(kWait);
+      for (int j = 0; j < n; ++j) {
+        for (size_t i = 0; i < kPart; ++i) {
+          EXPECT_EQ(out[j * kPart + i], value(j, rank * kPart + i)) << "alltoall part " << j << (in_place ? " in place" : "");
+        }
+      }
+    }
+  });
+}
+
 // sendRecv posts both at once: every rank may send right and receive from
 // the left in the same order (nccl-tests' sendrecv), and two ranks may
 // exchange (send_peer == recv_peer), without deadlock.
