@@ -39,6 +39,14 @@ void withElementOfSize(DType dtype, F&& body) {
 // never use, so a user tag cannot collide with a collective's slots.
 constexpr uint8_t kPointToPointSlotPrefix = 0x70;
 
+// send's bytes, or a copy of them in `staged` when they overlap recv (the
+// collective would overwrite them before it has sent them all).
+void* inputOf(const Buffer& send, const Buffer& recv, std::vector<char>& staged) {
+  if (!buffersOverlap(send, recv)) return send.data;
+  staged.assign(static_cast<const char*>(send.data), static_cast<const char*>(send.data) + send.bytes());
+  return staged.data();
+}
+
 // Reduces `send` (or `recv` itself, in place) into `recv` over all ranks;
 // avg leaves the sum for the caller to divide.
 void allreduceSum(const ContextPtr& context, const void* send, void* recv, size_t count,
@@ -168,11 +176,7 @@ void gather(const ContextPtr& context, const Buffer& send, const Buffer& recv, i
             uint32_t tag) {
   if (send.count == 0) return;
   std::vector<char> staged;  // an input inside root's output is gathered from a copy
-  void* input = send.data;
-  if (context->rank == root && buffersOverlap(send, recv)) {
-    staged.assign(static_cast<const char*>(send.data), static_cast<const char*>(send.data) + send.bytes());
-    input = staged.data();
-  }
+  void* input = context->rank == root ? inputOf(send, recv, staged) : send.data;
   if (context->size == 1) {
     std::memmove(recv.data, input, send.bytes());
     return;
@@ -193,11 +197,7 @@ void scatter(const ContextPtr& context, const Buffer& send, const Buffer& recv, 
              uint32_t tag) {
   if (recv.count == 0) return;
   std::vector<char> staged;  // an output inside root's input is scattered from a copy
-  char* input = static_cast<char*>(send.data);
-  if (context->rank == root && buffersOverlap(send, recv)) {
-    staged.assign(static_cast<const char*>(send.data), static_cast<const char*>(send.data) + send.bytes());
-    input = staged.data();
-  }
+  char* input = static_cast<char*>(context->rank == root ? inputOf(send, recv, staged) : send.data);
   if (context->size == 1) {
     std::memmove(recv.data, input, recv.bytes());
     return;
@@ -221,11 +221,7 @@ void scatter(const ContextPtr& context, const Buffer& send, const Buffer& recv, 
 void alltoall(const ContextPtr& context, const Buffer& send, const Buffer& recv, Milliseconds timeout, uint32_t tag) {
   if (send.count == 0) return;
   std::vector<char> staged;  // in place: the input is read from a copy
-  void* input = send.data;
-  if (buffersOverlap(send, recv)) {
-    staged.assign(static_cast<const char*>(send.data), static_cast<const char*>(send.data) + send.bytes());
-    input = staged.data();
-  }
+  void* input = inputOf(send, recv, staged);
   if (context->size == 1) {
     std::memmove(recv.data, input, send.bytes());
     return;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 #include "comm/bootstrap.h"
 #include "comm/nccl/buffer_checks.h"
@@ -57,6 +58,27 @@ void checkStreamDevice(void* stream, int device, const std::string& op) {
     throw ConfigError("nccl " + op + ": the buffer's stream belongs to cuda:" + std::to_string(stream_device) +
                       " but this communicator uses cuda:" + std::to_string(device));
   }
+}
+
+// One NCCL group of sends and receives: what sendRecv, gather, scatter and
+// alltoall are made of (as nccl-tests builds them).
+struct P2pCall {
+  bool send;
+  void* data;
+  size_t count;
+  ncclDataType_t dtype;
+  int peer;
+};
+
+ncclResult_t runGroup(const std::vector<P2pCall>& calls, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t rc = ncclGroupStart();
+  for (const P2pCall& c : calls) {
+    if (rc != ncclSuccess && rc != ncclInProgress) break;
+    rc = c.send ? ncclSend(c.data, c.count, c.dtype, c.peer, comm, stream)
+                : ncclRecv(c.data, c.count, c.dtype, c.peer, comm, stream);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  return (rc != ncclSuccess && rc != ncclInProgress) ? rc : end;
 }
 
 bool isCapturing(void* stream) {
@@ -286,15 +308,12 @@ std::shared_ptr<Work> NcclCommunicator::gather(const Buffer& send, const Buffer&
   const int root = options.root;
   return launch(op, true, "", commonStream(send, recv, op), options.timeout, [&](cudaStream_t stream, auto deadline) {
     comm_->issue("ncclSend/ncclRecv (gather)", [&](ncclComm_t comm) {
-      ncclResult_t rc = ncclGroupStart();
-      for (int r = 0; r < size_ && (rc == ncclSuccess || rc == ncclInProgress); ++r) {
-        if (rank_ == root && r != root) {
-          rc = ncclRecv(static_cast<char*>(recv.data) + r * send.bytes(), send.count, dtype, r, comm, stream);
-        }
+      std::vector<P2pCall> calls;
+      for (int r = 0; r < size_; ++r) {
+        if (rank_ == root && r != root) calls.push_back({false, static_cast<char*>(recv.data) + r * send.bytes(), send.count, dtype, r});
       }
-      if (rank_ != root && (rc == ncclSuccess || rc == ncclInProgress)) rc = ncclSend(send.data, send.count, dtype, root, comm, stream);
-      const ncclResult_t end = ncclGroupEnd();
-      return (rc != ncclSuccess && rc != ncclInProgress) ? rc : end;
+      if (rank_ != root) calls.push_back({true, send.data, send.count, dtype, root});
+      return runGroup(calls, comm, stream);
     }, deadline);
     char* own = static_cast<char*>(recv.data) + rank_ * send.bytes();
     if (rank_ == root && own != send.data && send.count > 0) {
@@ -318,15 +337,12 @@ std::shared_ptr<Work> NcclCommunicator::scatter(const Buffer& send, const Buffer
       DTRAIN_CUDA_CHECK(cudaMemcpyAsync(recv.data, own, recv.bytes(), cudaMemcpyDeviceToDevice, stream));
     }
     comm_->issue("ncclSend/ncclRecv (scatter)", [&](ncclComm_t comm) {
-      ncclResult_t rc = ncclGroupStart();
-      for (int r = 0; r < size_ && (rc == ncclSuccess || rc == ncclInProgress); ++r) {
-        if (rank_ == root && r != root) {
-          rc = ncclSend(static_cast<char*>(send.data) + r * recv.bytes(), recv.count, dtype, r, comm, stream);
-        }
+      std::vector<P2pCall> calls;
+      for (int r = 0; r < size_; ++r) {
+        if (rank_ == root && r != root) calls.push_back({true, static_cast<char*>(send.data) + r * recv.bytes(), recv.count, dtype, r});
       }
-      if (rank_ != root && (rc == ncclSuccess || rc == ncclInProgress)) rc = ncclRecv(recv.data, recv.count, dtype, root, comm, stream);
-      const ncclResult_t end = ncclGroupEnd();
-      return (rc != ncclSuccess && rc != ncclInProgress) ? rc : end;
+      if (rank_ != root) calls.push_back({false, recv.data, recv.count, dtype, root});
+      return runGroup(calls, comm, stream);
     }, deadline);
   });
 }
@@ -346,15 +362,12 @@ std::shared_ptr<Work> NcclCommunicator::alltoall(const Buffer& send, const Buffe
   const size_t part = send.count / static_cast<size_t>(size_), part_bytes = send.bytes() / static_cast<size_t>(size_);
   return launch(op, true, "", commonStream(send, recv, op), options.timeout, [&](cudaStream_t stream, auto deadline) {
     comm_->issue("ncclSend/ncclRecv (alltoall)", [&](ncclComm_t comm) {
-      ncclResult_t rc = ncclGroupStart();
-      for (int r = 0; r < size_ && (rc == ncclSuccess || rc == ncclInProgress); ++r) {
-        rc = ncclSend(static_cast<char*>(send.data) + r * part_bytes, part, dtype, r, comm, stream);
-        if (rc == ncclSuccess || rc == ncclInProgress) {
-          rc = ncclRecv(static_cast<char*>(recv.data) + r * part_bytes, part, dtype, r, comm, stream);
-        }
+      std::vector<P2pCall> calls;
+      for (int r = 0; r < size_; ++r) {
+        calls.push_back({true, static_cast<char*>(send.data) + r * part_bytes, part, dtype, r});
+        calls.push_back({false, static_cast<char*>(recv.data) + r * part_bytes, part, dtype, r});
       }
-      const ncclResult_t end = ncclGroupEnd();
-      return (rc != ncclSuccess && rc != ncclInProgress) ? rc : end;
+      return runGroup(calls, comm, stream);
     }, deadline);
   });
 }
@@ -409,14 +422,9 @@ std::shared_ptr<Work> NcclCommunicator::sendRecv(const Buffer& send, int send_pe
                 [&](cudaStream_t stream, auto deadline) {
                   comm_->issue("ncclSend/ncclRecv", [&](ncclComm_t comm) {
                     // One group: neither side's send waits for the other's recv.
-                    ncclResult_t rc = ncclGroupStart();
-                    if (rc != ncclSuccess) return rc;
-                    rc = ncclSend(send.data, send.count, send_type, send_peer, comm, stream);
-                    if (rc == ncclSuccess || rc == ncclInProgress) {
-                      rc = ncclRecv(recv.data, recv.count, recv_type, recv_peer, comm, stream);
-                    }
-                    const ncclResult_t end = ncclGroupEnd();
-                    return (rc != ncclSuccess && rc != ncclInProgress) ? rc : end;
+                    return runGroup({{true, send.data, send.count, send_type, send_peer},
+                                     {false, recv.data, recv.count, recv_type, recv_peer}},
+                                    comm, stream);
                   }, deadline);
                 });
 }
@@ -430,14 +438,8 @@ std::shared_ptr<Work> NcclCommunicator::sendOrRecv(bool is_send, const Buffer& b
   const std::string peer_note = (is_send ? "to rank " : "from rank ") + std::to_string(peer);
   return launch(op, false, peer_note, buffer.stream, options.timeout, [&](cudaStream_t stream, auto deadline) {
     comm_->issue(is_send ? "ncclSend" : "ncclRecv", [&](ncclComm_t comm) {
-      // A group of one: the same path later serves batched send/recv pairs,
-      // and ncclGroupEnd is where a non-blocking communicator reports progress.
-      ncclResult_t rc = ncclGroupStart();
-      if (rc != ncclSuccess) return rc;
-      rc = is_send ? ncclSend(buffer.data, buffer.count, dtype, peer, comm, stream)
-                   : ncclRecv(buffer.data, buffer.count, dtype, peer, comm, stream);
-      const ncclResult_t end = ncclGroupEnd();
-      return (rc != ncclSuccess && rc != ncclInProgress) ? rc : end;
+      // A group of one: ncclGroupEnd is where a non-blocking communicator reports progress.
+      return runGroup({{is_send, buffer.data, buffer.count, dtype, peer}}, comm, stream);
     }, deadline);
   });
 }
