@@ -298,52 +298,40 @@ std::shared_ptr<Work> NcclCommunicator::reduce(const Buffer& send, const Buffer&
 // gather, scatter and alltoall are NCCL groups of sends and receives (as
 // nccl-tests builds them); this rank's own part is a device copy.
 std::shared_ptr<Work> NcclCommunicator::gather(const Buffer& send, const Buffer& recv, const GatherOptions& options) {
-  const std::string op = "gather";
-  checkNcclBuffer(send, device_, op, "send buffer");
-  checkNcclBuffer(recv, device_, op, "recv buffer");
-  checkSameDType(send, recv, op);
-  checkRoot(op, options.root);
-  if (rank_ == options.root) checkCount(recv.count, static_cast<size_t>(size_) * send.count, op, "recv.count == size() * send.count");
-  const ncclDataType_t dtype = toNcclDataType(send.dtype);
-  const int root = options.root;
-  return launch(op, true, "", commonStream(send, recv, op), options.timeout, [&](cudaStream_t stream, auto deadline) {
-    comm_->issue("ncclSend/ncclRecv (gather)", [&](ncclComm_t comm) {
-      std::vector<P2pCall> calls;
-      for (int r = 0; r < size_; ++r) {
-        if (rank_ == root && r != root) calls.push_back({false, static_cast<char*>(recv.data) + r * send.bytes(), send.count, dtype, r});
-      }
-      if (rank_ != root) calls.push_back({true, send.data, send.count, dtype, root});
-      return runGroup(calls, comm, stream);
-    }, deadline);
-    char* own = static_cast<char*>(recv.data) + rank_ * send.bytes();
-    if (rank_ == root && own != send.data && send.count > 0) {
-      DTRAIN_CUDA_CHECK(cudaMemcpyAsync(own, send.data, send.bytes(), cudaMemcpyDeviceToDevice, stream));
-    }
-  });
+  return rooted("gather", true, recv, send, options.root, options.timeout);
 }
 
 std::shared_ptr<Work> NcclCommunicator::scatter(const Buffer& send, const Buffer& recv, const ScatterOptions& options) {
-  const std::string op = "scatter";
-  checkNcclBuffer(send, device_, op, "send buffer");
-  checkNcclBuffer(recv, device_, op, "recv buffer");
-  checkSameDType(send, recv, op);
-  checkRoot(op, options.root);
-  if (rank_ == options.root) checkCount(send.count, static_cast<size_t>(size_) * recv.count, op, "send.count == size() * recv.count");
-  const ncclDataType_t dtype = toNcclDataType(recv.dtype);
-  const int root = options.root;
-  return launch(op, true, "", commonStream(send, recv, op), options.timeout, [&](cudaStream_t stream, auto deadline) {
-    char* own = static_cast<char*>(send.data) + rank_ * recv.bytes();
-    if (rank_ == root && own != recv.data && recv.count > 0) {
-      DTRAIN_CUDA_CHECK(cudaMemcpyAsync(recv.data, own, recv.bytes(), cudaMemcpyDeviceToDevice, stream));
-    }
-    comm_->issue("ncclSend/ncclRecv (scatter)", [&](ncclComm_t comm) {
+  return rooted("scatter", false, send, recv, options.root, options.timeout);
+}
+
+std::shared_ptr<Work> NcclCommunicator::rooted(const std::string& op, bool to_root, const Buffer& whole,
+                                               const Buffer& part, int root, Milliseconds timeout) {
+  checkNcclBuffer(whole, device_, op, to_root ? "recv buffer" : "send buffer");
+  checkNcclBuffer(part, device_, op, to_root ? "send buffer" : "recv buffer");
+  checkSameDType(whole, part, op);
+  checkRoot(op, root);
+  if (rank_ == root) {
+    checkCount(whole.count, static_cast<size_t>(size_) * part.count, op,
+               to_root ? "recv.count == size() * send.count" : "send.count == size() * recv.count");
+  }
+  const ncclDataType_t dtype = toNcclDataType(part.dtype);
+  return launch(op, true, "", commonStream(whole, part, op), timeout, [&](cudaStream_t stream, auto deadline) {
+    comm_->issue("ncclSend/ncclRecv (" + op + ")", [&](ncclComm_t comm) {
       std::vector<P2pCall> calls;
       for (int r = 0; r < size_; ++r) {
-        if (rank_ == root && r != root) calls.push_back({true, static_cast<char*>(send.data) + r * recv.bytes(), recv.count, dtype, r});
+        if (rank_ == root && r != root) {
+          calls.push_back({!to_root, static_cast<char*>(whole.data) + r * part.bytes(), part.count, dtype, r});
+        }
       }
-      if (rank_ != root) calls.push_back({false, recv.data, recv.count, dtype, root});
+      if (rank_ != root) calls.push_back({to_root, part.data, part.count, dtype, root});
       return runGroup(calls, comm, stream);
     }, deadline);
+    char* own = static_cast<char*>(whole.data) + rank_ * part.bytes();
+    if (rank_ == root && own != part.data && part.count > 0) {
+      DTRAIN_CUDA_CHECK(cudaMemcpyAsync(to_root ? own : part.data, to_root ? part.data : own, part.bytes(),
+                                        cudaMemcpyDeviceToDevice, stream));
+    }
   });
 }
 

@@ -107,6 +107,10 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<Work> sendOrRecv(bool is_send, const Buffer& buffer, int peer, const SendRecvOptions& options);
   void checkPeer(const std::string& op, int peer, const SendRecvOptions& options) const;
   void checkRoot(const std::string& op, int root) const;
+  // gather (to_root) or scatter: root's `whole` buffer, part r of it to or
+  // from rank r's `part` buffer.
+  std::shared_ptr<Work> rooted(const std::string& op, bool to_root, const Buffer& whole, const Buffer& part, int root,
+                               Milliseconds timeout);
 
   std::shared_ptr<Store> group_store_;  // under options.store_prefix
   const int rank_;
