@@ -150,6 +150,15 @@ class TensorParallelGroup {
 
 namespace tp {
 
+namespace detail {
+// `dim` of x, negative counting from the end (ConfigError naming `what`
+// and the shape when x has no such dimension), and that x splits into
+// `parts` equal parts along it (ConfigError otherwise): what the group's
+// collectives and the functions below check (tensor_parallel_group.cc).
+int64_t checkedDim(const torch::Tensor& x, int64_t dim, const char* what);
+void checkEqualParts(const torch::Tensor& x, int64_t dim, int parts, const char* what);
+}  // namespace detail
+
 torch::Tensor copyToRegion(const torch::Tensor& x, const TensorParallelGroup& group);
 torch::Tensor reduceFromRegion(const torch::Tensor& x, const TensorParallelGroup& group);
 torch::Tensor gatherSequence(const torch::Tensor& x, const TensorParallelGroup& group, int64_t dim);
