@@ -115,6 +115,10 @@ std::unique_ptr<Optimizer> makeOptimizer(const OptimizerOptions& options, const 
 TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
     : precision_(autocastPrecision(parts.execution.precision)) {
   configureKernels(parts.execution);
+  // The plan is checked before this rank connects to any other: a bad
+  // combination exits 2 on every rank with nothing in flight between them.
+  plan_ = planParallelism(parts.parallel, static_cast<int>(envInt("WORLD_SIZE", 1, 1 << 20).value_or(1)),
+                          parts.planned_model);
   InitOptions init_options;
   init_options.backend = commBackendName(parts.parallel.backend);  // the library API takes the word
   init_options.collective_timeout = std::chrono::seconds(parts.parallel.timeout_s);
@@ -122,8 +126,10 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   shareCores(*ctx_);
   stream_ = std::make_unique<JobStreamGuard>(ctx_->device());  // a capturable stream for the whole job
   if (parts.preflight) parts.preflight(*ctx_, deviceName());
-
-  plan_ = planParallelism(parts.parallel, ctx_->size(), parts.planned_model);
+  if (ctx_->size() != plan_.worldSize()) {
+    throw ConfigError("the group has " + std::to_string(ctx_->size()) + " ranks but WORLD_SIZE planned " +
+                      std::to_string(plan_.worldSize()) + "; expected the launcher's WORLD_SIZE");
+  }
   torch::manual_seed(parts.seed);
   model_ = make_model();
   if (parts.channels_last) useChannelsLast(*model_);
