@@ -53,16 +53,23 @@ void LanguageModel::checkTokens(const torch::Tensor& tokens) const {
   }
 }
 
-torch::Tensor LanguageModel::hidden(const torch::Tensor& tokens) {
+ResidualStream LanguageModel::embedStream(const torch::Tensor& tokens) {
   checkTokens(tokens);
   if (tokens.size(1) > config_.max_seq_len) {
     throw ConfigError("language model '" + config_.name + "': input has " + std::to_string(tokens.size(1)) +
                       " tokens per sequence, more than its " + std::to_string(config_.max_seq_len) + " positions");
   }
+  if (UnitHooks* hooks = unitHooks()) hooks->beforeForward(0);
+  return ResidualStream{embed(tokens), {}};
+}
+
+ResidualStream LanguageModel::forwardBlocks(ResidualStream stream, int64_t first, int64_t end) {
+  if (first < 0 || first > end || end > static_cast<int64_t>(blocks_.size())) {
+    throw ConfigError("language model '" + config_.name + "': blocks " + std::to_string(first) + ".." +
+                      std::to_string(end) + " are not a range of its " + std::to_string(blocks_.size()) + " blocks");
+  }
   UnitHooks* hooks = unitHooks();
-  if (hooks != nullptr) hooks->beforeForward(0);
-  ResidualStream stream{embed(tokens), {}};
-  for (size_t b = 0; b < blocks_.size(); ++b) {
+  for (int64_t b = first; b < end; ++b) {
     const int unit = static_cast<int>(b) + 1;
     if (hooks != nullptr) hooks->beforeForward(unit);
     if (activation_checkpointing_ && torch::GradMode::is_enabled()) {
@@ -82,7 +89,20 @@ torch::Tensor LanguageModel::hidden(const torch::Tensor& tokens) {
       stream = {out.at(0), out.at(1)};
     }
   }
-  return finalNormOf(stream);
+  return stream;
+}
+
+torch::Tensor LanguageModel::lossOf(const ResidualStream& stream, const torch::Tensor& targets) {
+  const torch::Tensor h = finalNormOf(stream);
+  TensorSplit* split = tensorSplit();
+  torch::Tensor loss = split != nullptr ? split->classifierCrossEntropy(h, outputWeight(), targets)
+                                        : ops::classifierCrossEntropy(h, outputWeight(), targets);
+  if (UnitHooks* hooks = unitHooks()) loss = hooks->afterForward(0, {loss}).at(0);
+  return loss;
+}
+
+torch::Tensor LanguageModel::hidden(const torch::Tensor& tokens) {
+  return finalNormOf(forwardBlocks(embedStream(tokens), 0, static_cast<int64_t>(blocks_.size())));
 }
 
 std::vector<std::vector<torch::Tensor>> LanguageModel::shardingUnits() {
@@ -128,11 +148,7 @@ torch::Tensor LanguageModel::loss(const torch::Tensor& tokens, const torch::Tens
                       shapeText(tokens) + ", got " + std::string(c10::toString(targets.scalar_type())) + " " +
                       shapeText(targets));
   }
-  TensorSplit* split = tensorSplit();
-  torch::Tensor loss = split != nullptr ? split->classifierCrossEntropy(hidden(tokens), outputWeight(), targets)
-                                        : ops::classifierCrossEntropy(hidden(tokens), outputWeight(), targets);
-  if (UnitHooks* hooks = unitHooks()) loss = hooks->afterForward(0, {loss}).at(0);
-  return loss;
+  return lossOf(forwardBlocks(embedStream(tokens), 0, static_cast<int64_t>(blocks_.size())), targets);
 }
 
 std::shared_ptr<LanguageModel> createLanguageModel(const LanguageModelConfig& config) {

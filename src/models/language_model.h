@@ -90,6 +90,16 @@ class LanguageModel : public Model {
   // shape of tokens), computed in float32 whatever the logits' dtype.
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets) override;
 
+  // The forward in pieces, as a pipeline's stages run it:
+  //   loss(tokens, targets) = lossOf(forwardBlocks(embedStream(tokens), 0, blocks().size()), targets).
+  // embedStream checks the tokens (ConfigError as forward) and embeds them;
+  // forwardBlocks runs blocks first .. end - 1 (activation checkpointing
+  // and unit hooks as in forward; ConfigError for a range outside the
+  // blocks); lossOf is the final norm, the head and the mean cross-entropy.
+  ResidualStream embedStream(const torch::Tensor& tokens);
+  ResidualStream forwardBlocks(ResidualStream stream, int64_t first, int64_t end);
+  torch::Tensor lossOf(const ResidualStream& stream, const torch::Tensor& targets);
+
   // The pieces of forward, in order.
   virtual torch::Tensor embed(const torch::Tensor& tokens) = 0;  // -> [B, T, dim]
   // embed for tokens at positions first_position.. (cached decoding).
