@@ -251,4 +251,21 @@ std::shared_ptr<Communicator> DeviceMesh::createGroup(const std::vector<std::str
   return createCommunicator(options_.backend, store_, layout_.groupRank(rank_, dims), size, options);
 }
 
+std::shared_ptr<Communicator> DeviceMesh::pair(const std::string& dim, int first, int second,
+                                               const std::string& name) {
+  const int me = coordinate(dim);
+  if (first == second || (me != first && me != second) || first < 0 || second < 0 || first >= size(dim) ||
+      second >= size(dim)) {
+    throw ConfigError("mesh dimension '" + dim + "': a pair of its coordinates " + std::to_string(first) + " and " +
+                      std::to_string(second) + " for rank " + std::to_string(rank_) + " at " + std::to_string(me) +
+                      "; expected two different coordinates below " + std::to_string(size(dim)) +
+                      ", one of them this rank's");
+  }
+  CommunicatorOptions options = options_.communicator;
+  options.store_prefix = options_.store_prefix + "/pair/" + name + "/" + dim + "/" +
+                         std::to_string(layout_.groupIndex(rank_, {dim})) + "/" + std::to_string(first) + "-" +
+                         std::to_string(second);
+  return createCommunicator(options_.backend, store_, me == first ? 0 : 1, 2, options);
+}
+
 }  // namespace dtrain

@@ -164,6 +164,14 @@ class DeviceMesh {
   // mesh["dp_replicate", "dp_shard"]._flatten()): collective when not yet created.
   std::shared_ptr<Communicator> flatten(const std::vector<std::string>& dims);
 
+  // A group of two of this rank's group along `dim`: the ranks at
+  // coordinates `first` and `second` of it (group ranks 0 and 1), one per
+  // `name` (a pipeline keeps its activations and their gradients apart).
+  // Collective between the two; every pair this rank is in must be made
+  // in the same order on both of its ranks. ConfigError unless this rank
+  // is one of them and they differ.
+  std::shared_ptr<Communicator> pair(const std::string& dim, int first, int second, const std::string& name);
+
  private:
   // The dimensions of `dims` that add ranks (size > 1), joined by '+'; ""
   // for a group of this rank alone.

@@ -376,4 +376,86 @@ double theoreticalPipelineBubble(int pp, int microbatches, int virtual_stages) {
   return static_cast<double>(pp - 1) / (static_cast<double>(virtual_stages) * microbatches + pp - 1);
 }
 
+std::vector<StageBlocks> balancePipelineStages(int blocks, int stages, double block_cost, double first_cost,
+                                               double last_cost) {
+  if (stages < 1 || stages > blocks) {
+    throw ConfigError(std::to_string(stages) + " pipeline stages (--pp x --virtual-stages) for a model of " +
+                      std::to_string(blocks) + " blocks: expected at most one stage per block");
+  }
+  // best[s][i]: blocks 0 .. i-1 in s stages, the costliest stage as cheap
+  // as can be, then the squares of the stages' costs as small (the most
+  // even of the equally good cuts); cut[s][i]: where its last stage begins.
+  struct Cost {
+    double worst = 1e300;
+    double squares = 1e300;
+  };
+  auto better = [](const Cost& a, const Cost& b) {
+    const double tolerance = 1e-9 * std::max(1.0, std::max(a.worst, b.worst));
+    if (a.worst < b.worst - tolerance) return true;
+    if (a.worst > b.worst + tolerance) return false;
+    return a.squares < b.squares * (1 - 1e-12);
+  };
+  std::vector<std::vector<Cost>> best(stages + 1, std::vector<Cost>(blocks + 1));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(blocks + 1, 0));
+  best[0][0] = {0, 0};
+  for (int s = 1; s <= stages; ++s) {
+    for (int i = s; i <= blocks; ++i) {
+      for (int j = i - 1; j >= s - 1; --j) {  // the last stage is blocks j .. i-1; ties: the later j (earlier stages larger)
+        const double cost =
+            (i - j) * block_cost + (s == 1 ? first_cost : 0) + (s == stages && i == blocks ? last_cost : 0);
+        const Cost candidate{std::max(best[s - 1][j].worst, cost), best[s - 1][j].squares + cost * cost};
+        if (better(candidate, best[s][i])) {
+          best[s][i] = candidate;
+          cut[s][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<StageBlocks> out(stages);
+  int end = blocks;
+  for (int s = stages; s >= 1; --s) {
+    out[s - 1] = {cut[s][end], end};
+    end = cut[s][end];
+  }
+  return out;
+}
+
+std::vector<StageBlocks> parsePipelineSplit(const std::string& text, int blocks, int stages) {
+  const std::string expected = "; expected " + std::to_string(stages) +
+                               " comma-separated block counts of at least 1 that add up to the model's " +
+                               std::to_string(blocks) + " blocks";
+  std::vector<StageBlocks> out;
+  std::stringstream in(text);
+  std::string item;
+  int next = 0;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int count = 0;
+    try {
+      count = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || count < 1) {
+      throw ConfigError("--pp-split '" + text + "': '" + item + "' is not a block count" + expected);
+    }
+    out.push_back({next, next + count});
+    next += count;
+  }
+  if (static_cast<int>(out.size()) != stages || next != blocks) {
+    throw ConfigError("--pp-split '" + text + "' lists " + std::to_string(out.size()) + " stages of " +
+                      std::to_string(next) + " blocks" + expected);
+  }
+  return out;
+}
+
+std::string formatPipelineStages(const std::vector<StageBlocks>& stages) {
+  std::string out;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    if (s > 0) out += " | ";
+    out += std::to_string(stages[s].first) + "-" + std::to_string(stages[s].end - 1);
+  }
+  return out;
+}
+
 }  // namespace dtrain

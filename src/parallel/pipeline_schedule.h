@@ -123,4 +123,30 @@ std::string formatPipelineTimeline(const PipelineSchedule& schedule, const Sched
 // (pp - 1) / (V x M + pp - 1).
 double theoreticalPipelineBubble(int pp, int microbatches, int virtual_stages = 1);
 
+// The blocks of one pipeline stage: first .. end - 1.
+struct StageBlocks {
+  int first = 0;
+  int end = 0;
+  int count() const { return end - first; }
+  bool operator==(const StageBlocks&) const = default;
+};
+
+// Cuts `blocks` transformer blocks into `stages` contiguous stages of at
+// least one block each so that the costliest stage is as cheap as can be
+// and, of such cuts, the stages' costs are the most even (the smallest sum
+// of their squares). A block costs block_cost;
+// the first stage also costs first_cost (the embedding), the last also
+// last_cost (the final norm, the head and the loss). ConfigError naming
+// the numbers when there are more stages than blocks.
+std::vector<StageBlocks> balancePipelineStages(int blocks, int stages, double block_cost, double first_cost,
+                                               double last_cost);
+
+// --pp-split "5,5,6": each stage's block count, first to last.
+// ConfigError naming the text unless it lists `stages` counts of at least
+// one block that add up to `blocks`.
+std::vector<StageBlocks> parsePipelineSplit(const std::string& text, int blocks, int stages);
+
+// "0-4 | 5-9 | 10-15" (each stage's first and last block).
+std::string formatPipelineStages(const std::vector<StageBlocks>& stages);
+
 }  // namespace dtrain

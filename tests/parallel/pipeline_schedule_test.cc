@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "parallel/pipeline_schedule.h"
@@ -160,6 +161,40 @@ TEST(PipelineScheduleTest, BadSizesAreAConfigErrorNamingTheFlags) {
   EXPECT_EQ(parsePipelineSchedule("zb-h1"), PipelineScheduleKind::kZeroBubbleH1);
   EXPECT_EQ(testing::configErrorOf([] { parsePipelineSchedule("zero-bubble"); }),
             "--pp-schedule zero-bubble: expected gpipe, 1f1b, interleaved-1f1b or zb-h1");
+}
+
+// The costliest stage as cheap as whole blocks allow, then the most even
+// cut; the head's cost moves blocks off the last stage.
+TEST(PipelineStagesTest, BalancedStagesMinimiseTheCostliestStage) {
+  using S = std::vector<StageBlocks>;
+  EXPECT_EQ(balancePipelineStages(8, 2, 1, 0, 0), (S{{0, 4}, {4, 8}}));
+  EXPECT_EQ(balancePipelineStages(5, 2, 1, 0, 0), (S{{0, 3}, {3, 5}}));
+  EXPECT_EQ(balancePipelineStages(8, 4, 1, 0, 0), (S{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
+  EXPECT_EQ(balancePipelineStages(4, 4, 1, 0, 0), (S{{0, 1}, {1, 2}, {2, 3}, {3, 4}}));
+  // A head as costly as two blocks: the last stage gives two up.
+  EXPECT_EQ(balancePipelineStages(10, 2, 1, 0, 2), (S{{0, 6}, {6, 10}}));
+  EXPECT_EQ(balancePipelineStages(32, 2, 1.0, 0.0, 2.4), (S{{0, 17}, {17, 32}}));
+  EXPECT_EQ(formatPipelineStages(balancePipelineStages(7, 3, 1, 0, 0)), "0-2 | 3-4 | 5-6");
+  EXPECT_EQ(testing::configErrorOf([] { balancePipelineStages(3, 4, 1, 0, 0); }),
+            "4 pipeline stages (--pp x --virtual-stages) for a model of 3 blocks: expected at most one stage per "
+            "block");
+}
+
+TEST(PipelineStagesTest, AnExplicitSplitMustCoverTheBlocks) {
+  using S = std::vector<StageBlocks>;
+  EXPECT_EQ(parsePipelineSplit("5,5,6", 16, 3), (S{{0, 5}, {5, 10}, {10, 16}}));
+  EXPECT_EQ(testing::configErrorOf([] { parsePipelineSplit("5,5,5", 16, 3); }),
+            "--pp-split '5,5,5' lists 3 stages of 15 blocks; expected 3 comma-separated block counts of at least 1 "
+            "that add up to the model's 16 blocks");
+  EXPECT_EQ(testing::configErrorOf([] { parsePipelineSplit("8,8", 16, 3); }),
+            "--pp-split '8,8' lists 2 stages of 16 blocks; expected 3 comma-separated block counts of at least 1 "
+            "that add up to the model's 16 blocks");
+  EXPECT_EQ(testing::configErrorOf([] { parsePipelineSplit("8,x", 16, 2); }),
+            "--pp-split '8,x': 'x' is not a block count; expected 2 comma-separated block counts of at least 1 that "
+            "add up to the model's 16 blocks");
+  EXPECT_EQ(testing::configErrorOf([] { parsePipelineSplit("16,0", 16, 2); }),
+            "--pp-split '16,0': '0' is not a block count; expected 2 comma-separated block counts of at least 1 that "
+            "add up to the model's 16 blocks");
 }
 
 }  // namespace
