@@ -1,5 +1,8 @@
 #include "parallel/parallel_plan.h"
 
+#include <iomanip>
+#include <sstream>
+
 #include <algorithm>
 #include <utility>
 
@@ -71,6 +74,48 @@ void checkTensorParallel(const ParallelOptions& options, const PlannedModel& mod
   }
 }
 
+// The stages of a pipeline: as --pp-split lists them, else balanced by
+// the blocks' and the head's FLOPs.
+std::vector<StageBlocks> pipelineStagesOf(const ParallelOptions& options, const PlannedModel& model) {
+  const int stages = options.pp * options.virtual_stages;
+  const int blocks = static_cast<int>(model.layers);
+  if (!options.pp_split.empty()) return parsePipelineSplit(options.pp_split, blocks, stages);
+  return balancePipelineStages(blocks, stages, model.block_flops, 0, model.head_flops);
+}
+
+void checkPipeline(const ParallelOptions& options, const PlannedModel& model) {
+  const std::string pp = "--pp " + std::to_string(options.pp);
+  if (options.pp < 1) throw ConfigError(pp + ": expected at least 1 pipeline stage");
+  if (options.pp == 1) {
+    throw ConfigError("--microbatches, --virtual-stages and --pp-split shape a pipeline; with --pp 1 there is "
+                      "none (--tokens-per-step accumulates micro-batches without one)");
+  }
+  if (!model.splits_by_tensor || model.layers < 1) {
+    throw ConfigError(pp + " with --model " + model.name +
+                      ": pipeline parallelism splits the transformer language models' blocks (gpt2, llama)");
+  }
+  if (options.shard == ShardStage::kFull) {
+    throw ConfigError(pp + " with --shard full: a stage's parameters are not gathered unit by unit yet; use "
+                      "--shard gradients or optimizer with a pipeline");
+  }
+  const bool shards_gradients = options.shard == ShardStage::kGradients;
+  if (model.tied_head && shards_gradients) {
+    throw ConfigError(pp + " with --shard gradients and a tied head: the first and the last stage sum their "
+                      "gradients of it, which sharded gradients do not hold whole; use --shard optimizer or none, "
+                      "or --tie-embeddings off");
+  }
+  const int microbatches = options.microbatches > 0 ? options.microbatches : options.pp;
+  buildPipelineSchedule(options.pp_schedule, options.pp, microbatches, options.virtual_stages);  // its ConfigErrors
+  const int stages = options.pp * options.virtual_stages;
+  if (options.virtual_stages > 1 && options.pp_split.empty() && model.layers % stages != 0) {
+    throw ConfigError("--virtual-stages " + std::to_string(options.virtual_stages) + " x " + pp + " = " +
+                      std::to_string(stages) + " stages do not divide the model's " + std::to_string(model.layers) +
+                      " blocks equally; expected --layers a multiple of " + std::to_string(stages) +
+                      " or a --pp-split");
+  }
+  pipelineStagesOf(options, model);  // more stages than blocks, a --pp-split that does not cover them
+}
+
 }  // namespace
 
 PlannedModel plannedLanguageModel(std::string name, int64_t heads, int64_t kv_heads, int64_t ffn_dim,
@@ -101,18 +146,23 @@ void checkParallelOptions(const ParallelOptions& options, const PlannedModel& mo
                       "--reduce-dtype fp32 or one of those");
   }
   if (options.tp > 1) checkTensorParallel(options, model);
+  if (options.pp != 1 || options.microbatches != 0 || options.virtual_stages != 1 || !options.pp_split.empty()) {
+    checkPipeline(options, model);
+  }
 }
 
 ParallelPlan planParallelism(const ParallelOptions& options, int world_size, const PlannedModel& model) {
   if (world_size < 1) {
     throw ConfigError("a world of " + std::to_string(world_size) + " ranks: expected at least 1");
   }
-  if (options.tp < 1 || options.dp_replicate < 1) checkParallelOptions(options, model);
-  const int grid = options.tp * options.dp_replicate;
+  if (options.tp < 1 || options.dp_replicate < 1 || options.pp < 1) checkParallelOptions(options, model);
+  const int grid = options.pp * options.tp * options.dp_replicate;
   if (world_size % grid != 0) {
-    throw ConfigError("--tp " + std::to_string(options.tp) + " x --dp-replicate " + std::to_string(options.dp_replicate) +
-                      " = " + std::to_string(grid) + " ranks does not divide the world of " + std::to_string(world_size) +
-                      " ranks (dp_replicate x dp_shard x tp); expected a world that is a multiple of " +
+    const std::string pp = options.pp > 1 ? "--pp " + std::to_string(options.pp) + " x " : "";
+    throw ConfigError(pp + "--tp " + std::to_string(options.tp) + " x --dp-replicate " +
+                      std::to_string(options.dp_replicate) + " = " + std::to_string(grid) +
+                      " ranks does not divide the world of " + std::to_string(world_size) +
+                      " ranks (pp x dp_replicate x dp_shard x tp); expected a world that is a multiple of " +
                       std::to_string(grid));
   }
   checkParallelOptions(options, model);
@@ -126,7 +176,35 @@ ParallelPlan planParallelism(const ParallelOptions& options, int world_size, con
   plan.reduce_dtype = options.reduce_dtype;
   plan.bucket_mb = options.bucket_mb;
   plan.first_bucket_mb = std::min(1.0, options.bucket_mb);
+  if (options.pp > 1) {
+    plan.pp = options.pp;
+    plan.microbatches = options.microbatches > 0 ? options.microbatches : options.pp;
+    plan.pp_schedule = options.pp_schedule;
+    plan.virtual_stages = options.virtual_stages;
+    plan.stages = pipelineStagesOf(options, model);
+  }
   return plan;
+}
+
+std::string describePipeline(const ParallelOptions& options, const PlannedModel& model) {
+  if (options.pp < 2) throw ConfigError("--pp-print-schedule: --pp " + std::to_string(options.pp) + " has no pipeline");
+  checkParallelOptions(options, model);
+  const int microbatches = options.microbatches > 0 ? options.microbatches : options.pp;
+  const PipelineSchedule schedule =
+      buildPipelineSchedule(options.pp_schedule, options.pp, microbatches, options.virtual_stages);
+  const std::vector<StageBlocks> stages = pipelineStagesOf(options, model);
+  std::ostringstream out;
+  out << "# stages (blocks): " << formatPipelineStages(stages) << "\n";
+  out << formatPipelineSchedule(schedule);
+  out << formatPipelineTimeline(schedule);
+  const ScheduleSimulation run = simulatePipelineSchedule(schedule);
+  out << "# bubble: " << std::fixed << std::setprecision(3) << run.bubble << " simulated";
+  if (options.pp_schedule != PipelineScheduleKind::kZeroBubbleH1) {
+    out << ", " << theoreticalPipelineBubble(options.pp, microbatches, options.virtual_stages)
+        << " = (p - 1) / (V M + p - 1)";
+  }
+  out << "\n";
+  return out.str();
 }
 
 }  // namespace dtrain

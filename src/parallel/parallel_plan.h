@@ -14,13 +14,17 @@
 //   the ranks of a tp group are consecutive, the GPUs of one node;
 //   parallel/device_mesh.h draws the layout). --shard applies within a
 //   dp_shard group; gradients are then all-reduced across dp_replicate.
-//   pp is 1 until pipeline parallelism comes.
+//   The pp ranks of one pipeline hold its stages (--pp, the outermost
+//   dimension: rank r's pipeline neighbours are r +- world / pp).
 // - The words of each enum (shardStageName, ...) are the flags' words and
 //   the ones files hold (a checkpoint's "stage"), byte for byte.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "parallel/pipeline_schedule.h"
 
 namespace dtrain {
 
@@ -60,6 +64,12 @@ struct ParallelOptions {
   int dp_replicate = 1;          // --dp-replicate: replicas of the sharded groups (HSDP)
   bool sequence_parallel = true; // --sequence-parallel: with tp > 1, norms and residuals on sequence shards
   int tp_overlap = 0;            // --tp-overlap: pieces of each rank's part of the sequence (0: no overlap)
+  int pp = 1;                    // --pp: pipeline stages (outermost)
+  int microbatches = 0;          // --microbatches: per step and pipeline (0: pp)
+  PipelineScheduleKind pp_schedule = PipelineScheduleKind::k1F1B;  // --pp-schedule
+  int virtual_stages = 1;        // --virtual-stages: stages per pp rank (interleaved-1f1b)
+  std::string pp_split;          // --pp-split: blocks per stage ("" balances them by compute)
+  bool pp_print_schedule = false;  // --pp-print-schedule: print the pipeline's plan and exit
 };
 
 // What planParallelism needs to know of the model. The shape fields are
@@ -73,6 +83,13 @@ struct PlannedModel {
   int64_t ffn_dim = 0;    // the MLP's hidden units
   int64_t vocab_size = 0; // the (padded) vocabulary
   int64_t seq_len = 0;
+  // Pipeline stages: the blocks, and the training FLOPs per token of one
+  // block and of the head (the final norm, the output product and the
+  // loss), which the stages are balanced by.
+  int64_t layers = 0;
+  bool tied_head = false;  // the output head is the token embedding (first and last stage hold it)
+  double block_flops = 1;
+  double head_flops = 0;
 };
 
 // A transformer language model (sharding units, a tensor-parallel plan) of
@@ -94,6 +111,14 @@ struct ParallelPlan {
 
   bool sequence_parallel = false;  // tp > 1 with activations on sequence shards between blocks
   int tp_overlap = 0;              // with sequence parallelism: the pieces its products overlap their collectives in
+
+  // Pipeline parallelism (pp > 1): pp x virtual_stages stages of the
+  // blocks (stage s on pp rank s % pp) run by a schedule of microbatches
+  // per step.
+  int microbatches = 1;
+  PipelineScheduleKind pp_schedule = PipelineScheduleKind::k1F1B;
+  int virtual_stages = 1;
+  std::vector<StageBlocks> stages;  // pp x virtual_stages of them, in order
 
   int worldSize() const { return pp * dp_replicate * dp_shard * tp; }
   int dataParallelSize() const { return dp_replicate * dp_shard; }
@@ -120,5 +145,11 @@ void checkParallelOptions(const ParallelOptions& options, const PlannedModel& mo
 // size below 1 or not a multiple of tp x dp_replicate, then
 // checkParallelOptions's. dp_shard is what remains of the world.
 ParallelPlan planParallelism(const ParallelOptions& options, int world_size, const PlannedModel& model = {});
+
+// --pp-print-schedule's text: the stages' blocks, each rank's actions,
+// the simulated timeline (equal costs: F, I and W one unit each) and the
+// bubble, simulated beside (p - 1) / (V M + p - 1). Checks the options
+// first (ConfigError as checkParallelOptions; --pp 1 too).
+std::string describePipeline(const ParallelOptions& options, const PlannedModel& model);
 
 }  // namespace dtrain

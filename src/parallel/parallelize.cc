@@ -11,9 +11,9 @@ namespace dtrain {
 namespace {
 
 void checkPlan(const ParallelPlan& plan, const Communicator& comm, const ParallelizeOptions& options) {
-  if (plan.pp != 1) {
+  if (plan.pp != 1 && plan.shardsParameters()) {
     throw ConfigError("parallelize: the plan has pp=" + std::to_string(plan.pp) +
-                      "; pipeline parallelism is no piece yet (expected 1)");
+                      " with ZeRO-3, whose unit gathers cover a whole model, not a stage");
   }
   const bool hybrid = plan.dp_replicate > 1 && plan.shard != ShardStage::kNone;
   const int expected = hybrid ? plan.dp_shard : plan.dp_replicate * plan.dp_shard;

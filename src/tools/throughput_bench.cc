@@ -344,7 +344,7 @@ int runThroughputBench(const BenchTrainOptions& o) {
   ctx.barrier();
   step.zeroLossSum();
   const double elapsed = maxOverRanks(ctx, timedSteps(step, inputs, targets, o.steps, device, o.profile_range));
-  const double loss = step.lossSum().item<double>() / static_cast<double>(o.steps);
+  const double loss = job.lossSum().item<double>() / static_cast<double>(o.steps);
   if (!std::isfinite(loss)) throw IoError("bench train: the loss is " + std::to_string(loss) + " (diverged)");
 
   nlohmann::json result;

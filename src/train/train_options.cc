@@ -9,6 +9,7 @@
 #include "common/options.h"
 #include "models/catalog.h"
 #include "models/lm_config.h"
+#include "models/lm_counts.h"
 
 namespace dtrain {
 namespace {
@@ -110,6 +111,34 @@ void declareExecution(OptionSet& set, ExecutionOptions& o, bool bench) {
   }
 }
 
+void declarePipeline(OptionSet& set, ParallelOptions& o) {
+  set.integer("--pp", o.pp,
+              "Pipeline stages (the outermost mesh dimension): the transformer blocks are cut into this many "
+              "contiguous stages, the embedding with the first and the head and loss with the last, balanced by "
+              "compute (gpt2, llama)")
+      .range(1, 4096);
+  set.integer("--microbatches", o.microbatches,
+              "With --pp: the micro-batches each step's batch is split into and sent down the pipeline "
+              "(--batch-size must be a multiple)")
+      .range(1, 1 << 16)
+      .defaultMeans("--pp");
+  set.choice("--pp-schedule", o.pp_schedule,
+             {{"1f1b", PipelineScheduleKind::k1F1B},
+              {"gpipe", PipelineScheduleKind::kGpipe},
+              {"interleaved-1f1b", PipelineScheduleKind::kInterleaved1F1B},
+              {"zb-h1", PipelineScheduleKind::kZeroBubbleH1}},
+             "With --pp: the order of the stages' forwards and backwards: 1f1b (one forward, one backward), gpipe "
+             "(all forwards, then all backwards), interleaved-1f1b (Megatron's, --virtual-stages per rank) or "
+             "zb-h1 (zero bubble: weight gradients fill the bubble)");
+  set.integer("--virtual-stages", o.virtual_stages,
+              "With --pp-schedule interleaved-1f1b: stages per pipeline rank (rank r holds stages r, r + pp, ...)")
+      .range(1, 1024);
+  set.text("--pp-split", o.pp_split,
+           "With --pp: the blocks of each stage, first to last (\"5,5,6\"); default: balanced by compute");
+  set.toggle("--pp-print-schedule", o.pp_print_schedule,
+             "Print the pipeline's stages, each rank's actions, the simulated timeline and its bubble, then exit");
+}
+
 void declareParallel(OptionSet& set, ParallelOptions& o) {
   set.choice("--backend", o.backend,
              {{"auto", CommBackend::kAuto}, {"nccl", CommBackend::kNccl}, {"gloo", CommBackend::kGloo}},
@@ -149,6 +178,7 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
               "tensor-parallel all-gathers and reduce-scatters run beside the matrix products (Megatron's "
               "tp-comm-overlap); 0 (the default) runs each before or after its product")
       .range(0, 64);
+  declarePipeline(set, o);
 }
 
 void declareData(OptionSet& set, DataOptions& o) {
@@ -360,12 +390,44 @@ void checkModelAndData(const ModelSpec& model, DatasetKind dataset) {
   }
 }
 
+// What a pipeline cannot do with the rest of a run's options.
+void checkPipelineRun(const TrainOptions& options) {
+  const ParallelOptions& p = options.parallel;
+  if (p.pp < 2) return;
+  const int microbatches = p.microbatches > 0 ? p.microbatches : p.pp;
+  if (options.data.batch_size % microbatches != 0) {
+    throw ConfigError("--batch-size " + std::to_string(options.data.batch_size) + " does not split into --microbatches " +
+                      std::to_string(microbatches) + " equal micro-batches; expected a multiple of " +
+                      std::to_string(microbatches));
+  }
+  if (options.data.tokens_per_step > 0) {
+    throw ConfigError("--tokens-per-step with --pp " + std::to_string(p.pp) +
+                      ": a pipeline accumulates its --microbatches; set --batch-size to the step's rows instead");
+  }
+  if (!options.checkpoint.dir.empty()) {
+    throw ConfigError("--checkpoint-dir with --pp " + std::to_string(p.pp) +
+                      ": a pipeline's stages do not write checkpoints yet; train it without --checkpoint-dir");
+  }
+}
+
 }  // namespace
 
 PlannedModel plannedModel(const ModelSpec& model) {
   if (!isLanguageModel(model)) return {model.name, false};
   const models::LanguageModelConfig c = languageModelConfig(model);
-  return plannedLanguageModel(model.name, c.heads, c.kv_heads, c.ffn_dim, c.vocab_size, c.seq_len);
+  PlannedModel planned = plannedLanguageModel(model.name, c.heads, c.kv_heads, c.ffn_dim, c.vocab_size, c.seq_len);
+  // A stage's cost: 6 N + 12 d T per token for its blocks' N (as
+  // trainingFlopsPerToken), 6 N for the head's.
+  models::LanguageModelConfig headless = c;
+  headless.layers = 0;
+  const double head_params = static_cast<double>(models::flopParameterCount(headless));
+  const double block_params = (static_cast<double>(models::flopParameterCount(c)) - head_params) /
+                              static_cast<double>(std::max<int64_t>(1, c.layers));
+  planned.layers = c.layers;
+  planned.tied_head = c.tie_embeddings;
+  planned.block_flops = 6 * block_params + 12.0 * static_cast<double>(c.heads * c.headDim() * c.seq_len);
+  planned.head_flops = 6 * head_params;
+  return planned;
 }
 
 double optimizerStateBytes(const OptimizerOptions& optimizer) {
@@ -387,6 +449,7 @@ void checkTrainOptions(const TrainOptions& options) {
     throw ConfigError("--tokens-per-step is for language models, not --model " + options.model.name);
   }
   checkParallelOptions(options.parallel, plannedModel(options.model));  // the combinations any world size refuses
+  checkPipelineRun(options);
 }
 
 void checkBenchTrainOptions(const BenchTrainOptions& options) {

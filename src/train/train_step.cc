@@ -70,6 +70,7 @@ TrainStep::TrainStep(models::Model& model, DataParallel& dp, Optimizer& optimize
   }
   if (options_.cuda_graphs) {
     fallback_ = cudaGraphsUnsupportedReason(device, options_.precision, options_.communicator_capturable);
+    if (fallback_.empty()) fallback_ = options_.graphs_unsupported;
   }
 }
 
@@ -81,6 +82,11 @@ void TrainStep::setAccumulation(int64_t micro_batches) {
                       std::to_string(micro_batches));
   }
   if (eager_steps_ + graphed_steps_ > 0) throw ConfigError("TrainStep: accumulation is set before the first step");
+  if (options_.forward_backward && micro_batches > 1) {
+    throw ConfigError("--tokens-per-step asks for " + std::to_string(micro_batches) +
+                      " micro-batches per step, which a pipeline splits by --microbatches instead; drop "
+                      "--tokens-per-step or make --batch-size the step's rows");
+  }
   options_.accumulation = micro_batches;
 }
 
@@ -93,6 +99,10 @@ std::string TrainStep::graphStatus() const {
 
 torch::Tensor TrainStep::forwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets) {
   const int64_t parts = options_.accumulation;
+  if (options_.forward_backward) {
+    mark("forward");  // the schedule interleaves forwards and backwards
+    return options_.forward_backward(inputs, targets);
+  }
   if (parts == 1) {
     mark("forward");
     torch::Tensor loss;

@@ -51,6 +51,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,6 +100,13 @@ struct TrainStepOptions {
   // holds (its shards; ZeRO-1: the slabs) are summed over it and divided by
   // its size, so every replica steps with the mean over all data shares.
   std::shared_ptr<Communicator> replica_communicator;
+  // A batch's forwards and backwards run another way than the
+  // accumulation loop (a pipeline's schedule, parallel/pipeline_model.h):
+  // given the batch, it leaves the step's gradients reduced and returns
+  // the batch's mean loss, detached. Accumulation stays 1 with it.
+  std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> forward_backward;
+  // Why CUDA graphs cannot capture this job's step ("": nothing known here).
+  std::string graphs_unsupported;
 };
 
 class TrainStep {

@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <iostream>
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -219,6 +221,10 @@ int stopAfterSignal(const TrainOptions& o, TrainingJob& job, TrainingLoop& loop,
 }  // namespace
 
 int runTraining(const TrainOptions& o) {
+  if (o.parallel.pp_print_schedule) {
+    std::cout << describePipeline(o.parallel, plannedModel(o.model)) << std::flush;
+    return 0;
+  }
   checkTrainOptions(o);
   const auto wall_start = Clock::now();
   // From here a stop signal is honoured after the step in flight.

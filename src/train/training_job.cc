@@ -53,7 +53,7 @@ ParallelizeOptions parallelizeOptions(const JobParts& parts, std::shared_ptr<Con
 
 // (dp_replicate, dp_shard, tp): tp innermost (parallel/device_mesh.h draws the layout).
 MeshShape meshShapeOf(const ParallelPlan& plan) {
-  return {{"dp_replicate", plan.dp_replicate}, {"dp_shard", plan.dp_shard}, {"tp", plan.tp}};
+  return {{"pp", plan.pp}, {"dp_replicate", plan.dp_replicate}, {"dp_shard", plan.dp_shard}, {"tp", plan.tp}};
 }
 
 DeviceMeshOptions meshOptions(const Context& ctx, const std::string& prefix) {
@@ -65,20 +65,33 @@ DeviceMeshOptions meshOptions(const Context& ctx, const std::string& prefix) {
   return options;
 }
 
-// How many tp ranks hold each of DataParallel's parameters: the whole
-// ones every rank, a replicated key/value head tp / kv_heads of them.
-std::map<int, int> parameterCopies(const TensorParallelModel& tp, const DataParallel& dp) {
+// How many ranks of the norm's group hold each of DataParallel's
+// parameters: tp's whole ones every tp rank, a replicated key/value head
+// tp / kv_heads of them; a pipeline's tied head twice as many (its first
+// and its last stage).
+std::map<int, int> parameterCopies(const TensorParallelModel* tp, const PipelineModel* pipeline,
+                                   const DataParallel& dp) {
   std::map<const void*, int> index;
   for (size_t i = 0; i < dp.parameters().size(); ++i) index[dp.parameters()[i].unsafeGetTensorImpl()] = static_cast<int>(i);
   std::map<int, int> copies;
-  const int ranks = tp.group().size();
   for (const auto& item : dp.module()->named_parameters(/*recurse=*/true)) {
     auto it = index.find(item.value().unsafeGetTensorImpl());
-    auto split = tp.parameterLayout().find(item.key());
-    if (it == index.end() || split == tp.parameterLayout().end()) continue;
-    const ParameterSplit& s = split->second;
-    if (s.kind == ParameterSplit::Kind::kWhole) copies[it->second] = ranks;
-    if (s.kind == ParameterSplit::Kind::kKvHeadRows) copies[it->second] = ranks / static_cast<int>(s.whole.at(0) / s.head_rows);
+    if (it == index.end()) continue;
+    int n = 1;
+    if (tp != nullptr) {
+      auto split = tp->parameterLayout().find(item.key());
+      const int ranks = tp->group().size();
+      if (split != tp->parameterLayout().end()) {
+        const ParameterSplit& s = split->second;
+        if (s.kind == ParameterSplit::Kind::kWhole) n = ranks;
+        if (s.kind == ParameterSplit::Kind::kKvHeadRows) n = ranks / static_cast<int>(s.whole.at(0) / s.head_rows);
+      }
+    }
+    if (pipeline != nullptr && pipeline->tiedWeight().defined() &&
+        pipeline->tiedWeight().unsafeGetTensorImpl() == item.value().unsafeGetTensorImpl()) {
+      n *= 2;
+    }
+    if (n > 1) copies[it->second] = n;
   }
   return copies;
 }
@@ -130,19 +143,14 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
     throw ConfigError("the group has " + std::to_string(ctx_->size()) + " ranks but WORLD_SIZE planned " +
                       std::to_string(plan_.worldSize()) + "; expected the launcher's WORLD_SIZE");
   }
-  torch::manual_seed(parts.seed);
-  model_ = make_model();
-  if (parts.channels_last) useChannelsLast(*model_);
-  model_->to(ctx_->device());
-
+  const bool hybrid = plan_.dp_replicate > 1 && plan_.shard != ShardStage::kNone;
   ParallelizeOptions parallelize_options = parallelizeOptions(parts, ctx_, precision_);
   dp_comm_ = ctx_->communicator();
   std::shared_ptr<Communicator> shard_comm = dp_comm_;  // what --shard shards over
-  // Hybrid sharding: the stage shards within dp_shard; the replicas' sum follows backward.
-  const bool hybrid = plan_.dp_replicate > 1 && plan_.shard != ShardStage::kNone;
-  if (plan_.tp > 1 || plan_.dp_replicate > 1) {
+  if (plan_.tp > 1 || plan_.dp_replicate > 1 || plan_.pp > 1) {
     mesh_ = std::make_unique<DeviceMesh>(meshShapeOf(plan_), ctx_->world(), meshOptions(*ctx_, "train/mesh"));
     dp_comm_ = mesh_->flatten({"dp_replicate", "dp_shard"});
+    // Hybrid sharding: the stage shards within dp_shard; the replicas' sum follows backward.
     shard_comm = hybrid ? mesh_->communicator("dp_shard") : dp_comm_;
     if (ctx_->device().is_cuda()) {
       std::shared_ptr<Context> ctx = ctx_;
@@ -152,15 +160,14 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
       };
     }
   }
-  if (plan_.tp > 1) {
-    auto lm = std::dynamic_pointer_cast<models::LanguageModel>(model_);
-    if (!lm) throw ConfigError("--tp " + std::to_string(plan_.tp) + ": the model is not a transformer language model");
-    TensorParallelOptions tp_options;
-    tp_options.sequence_parallel = plan_.sequence_parallel;
-    tp_options.overlap_chunks = plan_.tp_overlap;
-    tp_model_ = std::make_unique<TensorParallelModel>(
-        lm, TensorParallelGroup::create(mesh_->communicator("tp"), ctx_->collectiveTimeout()), tp_options);
-  }
+  torch::manual_seed(parts.seed);
+  model_ = make_model();
+  // Split on the CPU, before the device holds the whole model: tp's parts, then the pipeline's stages.
+  if (plan_.tp > 1) splitTensors();
+  if (plan_.pp > 1) model_ = cutPipeline();
+  if (parts.channels_last) useChannelsLast(*model_);
+  model_->to(ctx_->device());
+
   parallel_ = parallelize(model_, plan_, shard_comm, parallelize_options);
   GradScalerOptions scaler_options;
   scaler_options.enabled = precision_ == Precision::kFp16;
@@ -178,6 +185,10 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
     });
   }
 
+  makeStep(parts, hybrid);
+}
+
+void TrainingJob::makeStep(const JobParts& parts, bool hybrid) {
   TrainStepOptions step_options;
   step_options.cuda_graphs = parts.execution.cuda_graphs;
   step_options.warmup_steps = parts.execution.graph_warmup;
@@ -185,16 +196,66 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   step_options.clip_grad_norm = parts.optimizer.clip_grad_norm;
   step_options.communicator_capturable = ctx_->backend() == "nccl";
   step_options.collective_timeout = ctx_->collectiveTimeout();
-  if (tp_model_) {
-    step_options.parameter_copies = parameterCopies(*tp_model_, *parallel_.data_parallel);
-    // Sharded gradients: every shard of every tp part (one replica's ranks).
-    step_options.norm_communicator = !parallel_.data_parallel->shardsGradients() ? mesh_->communicator("tp")
-                                     : hybrid ? mesh_->flatten({"dp_shard", "tp"})
+  if (tp_model_ || pipeline_) {
+    step_options.parameter_copies = parameterCopies(tp_model_.get(), pipeline_.get(), *parallel_.data_parallel);
+    // Sharded gradients: every shard of every tp part and stage (one replica's ranks).
+    step_options.norm_communicator = !parallel_.data_parallel->shardsGradients() ? mesh_->flatten({"pp", "tp"})
+                                     : hybrid ? mesh_->flatten({"pp", "dp_shard", "tp"})
                                               : ctx_->communicator();
+  }
+  if (pipeline_) {
+    PipelineModel* pipeline = pipeline_.get();
+    DataParallel* dp = parallel_.data_parallel.get();
+    step_options.forward_backward = [pipeline, dp](const torch::Tensor& inputs, const torch::Tensor& targets) {
+      return pipeline->forwardBackward(inputs, targets, dp);
+    };
+    step_options.graphs_unsupported = "a pipeline's stages wait on their neighbours' transfers, which a graph of "
+                                      "one rank's step cannot hold";
   }
   if (hybrid) step_options.replica_communicator = mesh_->communicator("dp_replicate");
   step_ = std::make_unique<TrainStep>(*model_, *parallel_.data_parallel, *parallel_.optimizer, *scaler_,
                                       ctx_->device(), step_options);
+}
+
+void TrainingJob::splitTensors() {
+  auto lm = std::dynamic_pointer_cast<models::LanguageModel>(model_);
+  if (!lm) throw ConfigError("--tp " + std::to_string(plan_.tp) + ": the model is not a transformer language model");
+  TensorParallelOptions tp_options;
+  tp_options.sequence_parallel = plan_.sequence_parallel;
+  tp_options.overlap_chunks = plan_.tp_overlap;
+  tp_model_ = std::make_unique<TensorParallelModel>(
+      lm, TensorParallelGroup::create(mesh_->communicator("tp"), ctx_->collectiveTimeout()), tp_options);
+}
+
+std::shared_ptr<models::Model> TrainingJob::cutPipeline() {
+  auto lm = std::dynamic_pointer_cast<models::LanguageModel>(model_);
+  if (!lm) throw ConfigError("--pp " + std::to_string(plan_.pp) + ": the model is not a transformer language model");
+  if (precision_ == Precision::kFp16) {
+    throw ConfigError("--pp with --precision fp16: the loss scaler decides on one rank's gradients; use bf16");
+  }
+  PipelineModelOptions o;
+  o.schedule = buildPipelineSchedule(plan_.pp_schedule, plan_.pp, plan_.microbatches, plan_.virtual_stages);
+  o.stages = plan_.stages;
+  o.rank = mesh_->coordinate("pp");
+  DeviceMesh* mesh = mesh_.get();
+  o.channel = [mesh](int from, int to, const std::string& kind) { return mesh->pair("pp", from, to, kind); };
+  o.group = mesh_->communicator("pp");
+  o.precision = precision_;
+  o.sequence_divisor = plan_.sequence_parallel ? plan_.tp : 1;
+  o.timeout = ctx_->collectiveTimeout();
+  pipeline_ = std::make_shared<PipelineModel>(lm, std::move(o));
+  return pipeline_;
+}
+
+torch::Tensor TrainingJob::lossSum() {
+  torch::Tensor sum = step_->lossSum().clone();
+  if (!pipeline_) return sum;
+  BroadcastOptions options;
+  options.root = plan_.pp - 1;  // the last stage's rank of this pipeline
+  options.timeout = ctx_->collectiveTimeout();
+  auto work = mesh_->communicator("pp")->broadcast(bufferOf(sum, currentStreamOf(sum)), options);
+  if (!sum.is_cuda()) work->wait(ctx_->collectiveTimeout());
+  return sum;
 }
 
 // Members go in reverse order: the step, optimizer and DataParallel before

@@ -23,6 +23,7 @@
 #include "models/model.h"
 #include "parallel/device_mesh.h"
 #include "parallel/parallelize.h"
+#include "parallel/pipeline_model.h"
 #include "parallel/tensor_parallel_plan.h"
 #include "train/train_options.h"
 #include "train/train_step.h"
@@ -79,10 +80,20 @@ class TrainingJob {
   // Bytes of gradients one step all-reduces (reduce-scatters with --shard
   // gradients), per backward.
   int64_t allreduceBytesPerStep() const;
+  // The losses of the steps since the step's zeroLossSum() (TrainStep::lossSum),
+  // as the last pipeline stage computed them: with --pp a collective over
+  // the pipeline's ranks (every rank calls it at the same steps).
+  torch::Tensor lossSum();
+  // The pipeline's stages on this rank; nullptr with --pp 1.
+  const PipelineModel* pipeline() const { return pipeline_.get(); }
   // The device's name as the driver reports it ("NVIDIA H100 80GB HBM3"), "cpu" on the CPU.
   std::string deviceName() const;
 
  private:
+  void splitTensors();                           // --tp: tp_model_ over the whole model
+  std::shared_ptr<models::Model> cutPipeline();  // --pp: this rank's stages
+  void makeStep(const JobParts& parts, bool hybrid);
+
   std::shared_ptr<Context> ctx_;
   std::unique_ptr<JobStreamGuard> stream_;
   Precision precision_;
@@ -92,6 +103,7 @@ class TrainingJob {
   std::shared_ptr<Communicator> dp_comm_;
   std::unique_ptr<DeviceMesh> gather_mesh_;    // ZeRO-3 on GPUs with a mesh: the gathers' own groups
   std::unique_ptr<TensorParallelModel> tp_model_;
+  std::shared_ptr<PipelineModel> pipeline_;    // with --pp; model_ is it
   ParallelModel parallel_;  // the plan applied to the model: DataParallel and the optimizer
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<TrainStep> step_;

@@ -123,7 +123,7 @@ void TrainingLoop::endInterval(int64_t epoch, double lr) {
   r.total_steps = total_steps_;
   r.epoch = epoch;
   r.epochs = settings_.epochs;
-  r.loss = job_.step().lossSum().item<double>() / static_cast<double>(std::max<int64_t>(1, steps_in_interval_));
+  r.loss = job_.lossSum().item<double>() / static_cast<double>(std::max<int64_t>(1, steps_in_interval_));
   r.lr = lr;
   r.samples_per_s = seconds > 0 ? static_cast<double>(interval_samples_) / seconds : 0;
   r.tokens_per_s = r.samples_per_s * static_cast<double>(task_.tokensPerSample());
@@ -143,7 +143,7 @@ void TrainingLoop::endInterval(int64_t epoch, double lr) {
 void TrainingLoop::evaluate(int64_t epoch) {
   const auto begin = Clock::now();
   job_.dataParallel().syncBuffers();
-  last_eval_ = task_.evaluate(job_.model(), job_.context(), {job_.dataRank(), job_.dataRanks(), job_.plan().tp},
+  last_eval_ = task_.evaluate(job_.model(), job_.context(), {job_.dataRank(), job_.dataRanks(), job_.plan().tp * job_.plan().pp},
                               job_.precision());
   evaluated_last_ = true;
   observers_.evaluated(EvalReport{epoch, step_, last_eval_});

@@ -166,11 +166,11 @@ TEST(ParallelPlanTest, EveryMeshThatDoesNotFitIsRefusedNamingTheNumbers) {
     return configErrorOf([&] { planParallelism(options, world, model); });
   };
   EXPECT_EQ(refused(3, 1, 4, gpt2Small()),
-            "--tp 3 x --dp-replicate 1 = 3 ranks does not divide the world of 4 ranks (dp_replicate x dp_shard x tp); "
-            "expected a world that is a multiple of 3");
+            "--tp 3 x --dp-replicate 1 = 3 ranks does not divide the world of 4 ranks "
+            "(pp x dp_replicate x dp_shard x tp); expected a world that is a multiple of 3");
   EXPECT_EQ(refused(2, 3, 8, gpt2Small()),
-            "--tp 2 x --dp-replicate 3 = 6 ranks does not divide the world of 8 ranks (dp_replicate x dp_shard x tp); "
-            "expected a world that is a multiple of 6");
+            "--tp 2 x --dp-replicate 3 = 6 ranks does not divide the world of 8 ranks "
+            "(pp x dp_replicate x dp_shard x tp); expected a world that is a multiple of 6");
   EXPECT_EQ(refused(0, 1, 4, gpt2Small()), "--tp 0 --dp-replicate 1: expected both at least 1");
   EXPECT_EQ(refused(1, 0, 4, gpt2Small()), "--tp 1 --dp-replicate 0: expected both at least 1");
   EXPECT_EQ(refused(2, 1, 2, {"resnet18", false, false}),
