@@ -51,6 +51,7 @@ from train_bench_compare import find_json, joined_pass_through, shown_path, tail
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PEER = os.path.join(HERE, "peers", "lm_peer.py")
+PEER_PP = os.path.join(HERE, "peers", "lm_pp_peer.py")  # --parallel pp: torch.distributed.pipelining
 PEER_TP = os.path.join(HERE, "peers", "lm_tp_peer.py")  # --parallel tp: DTensor TP (+ FSDP2) as torchtitan
 IMPLS = ("dtrain", "peer")
 
@@ -102,9 +103,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--compile", default="default", choices=["none", "default", "max-autotune-no-cudagraphs"],
                    help="the peer's torch.compile mode (default: default)")
-    p.add_argument("--parallel", default="ddp", choices=["ddp", "fsdp2", "tp"],
-                   help="the peer's parallelism: DDP, FSDP2, or tensor parallelism (bench/peers/lm_tp_peer.py; "
-                        "give --tp N to both sides with --dtrain-args and --peer-args)")
+    p.add_argument("--parallel", default="ddp", choices=["ddp", "fsdp2", "tp", "pp"],
+                   help="the peer's parallelism: DDP, FSDP2, tensor parallelism (bench/peers/lm_tp_peer.py; "
+                        "give --tp N to both sides with --dtrain-args and --peer-args) or pipeline parallelism "
+                        "(bench/peers/lm_pp_peer.py; --pp, --microbatches, --pp-schedule, --pp-split likewise)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--deadline-s", type=float, default=0,
                    help="seconds this run may take (0: no limit); later rounds skip what no longer fits")
@@ -130,7 +132,7 @@ def peer_command(a: argparse.Namespace, cfg: Config, gpus: int, result_file: str
         launch = [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
     else:
         launch = [a.dtrain, "launch", "--standalone", "--nproc-per-node", str(gpus), a.python]
-    script, parallel = (PEER_TP, []) if a.parallel == "tp" else (PEER, ["--parallel", a.parallel])
+    script, parallel = {"tp": (PEER_TP, []), "pp": (PEER_PP, [])}.get(a.parallel, (PEER, ["--parallel", a.parallel]))
     return (launch + [shown_path(script), "--model", cfg.model, "--seq-len", str(cfg.seq_len),
                       "--batch-size", str(cfg.batch_size), "--steps", str(a.steps), "--warmup-steps", str(a.warmup),
                       "--precision", a.precision, "--compile", a.compile] + parallel +

@@ -80,6 +80,51 @@ struct PipelineModel::Channel {
   }
 };
 
+// Time marks of one step on the compute stream (CUDA events) or the host
+// clock: the step's start and end, and each action's start and end.
+struct PipelineModel::Marks {
+#if DTRAIN_TORCH_CUDA
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events;
+#endif
+  std::vector<std::chrono::steady_clock::time_point> host;
+  std::vector<bool> forward;  // per action pair: a forward
+  bool cuda = false;
+
+  void mark(torch::Device device) {
+    cuda = device.is_cuda();
+#if DTRAIN_TORCH_CUDA
+    if (cuda) {
+      events.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+      events.back()->record(c10::cuda::getCurrentCUDAStream(device.index()));
+      return;
+    }
+#endif
+    host.push_back(std::chrono::steady_clock::now());
+  }
+  size_t size() const {
+#if DTRAIN_TORCH_CUDA
+    if (cuda) return events.size();
+#endif
+    return host.size();
+  }
+  double between(size_t a, size_t b) const {  // ms from mark a to mark b
+#if DTRAIN_TORCH_CUDA
+    if (cuda) {
+      events[b]->synchronize();
+      return events[a]->elapsed_time(*events[b]);
+    }
+#endif
+    return std::chrono::duration<double, std::milli>(host[b] - host[a]).count();
+  }
+  void clear() {
+#if DTRAIN_TORCH_CUDA
+    events.clear();
+#endif
+    host.clear();
+    forward.clear();
+  }
+};
+
 // What a micro-batch's forward on one stage left for its backward.
 struct PipelineModel::MicroState {
   torch::Tensor input;   // the received stream (a leaf); undefined at stage 0
@@ -130,6 +175,7 @@ size_t lastWeightBackward(const std::vector<PipelineAction>& actions) {
 PipelineModel::PipelineModel(std::shared_ptr<models::LanguageModel> whole, PipelineModelOptions options)
     : whole_(std::move(whole)), options_(std::move(options)) {
   checkOptions(*whole_, options_);
+  forward_flops_ = whole_->trainingFlopsPerSample() / 3;  // the whole model's, as MFU counts a sample
   registerStage();
   openChannels();
 }
@@ -263,9 +309,11 @@ torch::Tensor PipelineModel::runForward(int stage, int microbatch, const torch::
   models::ResidualStream in;
   AutocastGuard autocast(device_, options_.precision);
   if (stage == 0) {
+    markStart(true);
     in = whole_->embedStream(tokens);
   } else {
     state.input = receive((stage - 1) % pp, kActivations);
+    markStart(true);
     if (torch::GradMode::is_enabled()) state.input.requires_grad_(true);
     in = {state.input, {}};
   }
@@ -275,8 +323,9 @@ torch::Tensor PipelineModel::runForward(int stage, int microbatch, const torch::
     state.output = whole_->lossOf(out, targets) * loss_scale;
   } else {
     state.output = out.value().to(torch::kFloat).contiguous();
-    sendTo((stage + 1) % pp, kActivations, state.output);
   }
+  markEnd();
+  if (stage != stages - 1) sendTo((stage + 1) % pp, kActivations, state.output);
   torch::Tensor result = state.output;
   if (torch::GradMode::is_enabled()) in_flight_[{stage, microbatch}] = std::move(state);
   return result;
@@ -292,21 +341,26 @@ void PipelineModel::runBackward(const PipelineAction& action, int stage) {
   MicroState& state = it->second;
   const bool last = stage == stages - 1;
   if (!last && !state.grad.defined()) state.grad = receive((stage + 1) % pp, kGradients);
+  markStart(false);
   std::vector<torch::Tensor> grads;
   if (!last) grads.push_back(state.grad);
   using Op = PipelineAction::Op;
   if (action.op == Op::kBackwardInput) {
-    if (stage == 0) return;  // nothing waits for the tokens' gradient: W does it all
-    torch::Tensor g = torch::autograd::grad({state.output}, {state.input}, grads, /*retain_graph=*/true)[0];
-    sendTo((stage - 1) % pp, kGradients, g.to(torch::kFloat));
+    torch::Tensor g;  // stage 0: nothing waits for the tokens' gradient, W does it all
+    if (stage > 0) g = torch::autograd::grad({state.output}, {state.input}, grads, /*retain_graph=*/true)[0].to(torch::kFloat);
+    markEnd();
+    if (stage > 0) sendTo((stage - 1) % pp, kGradients, g);
     return;
   }
   if (action.op == Op::kBackwardWeight) {
     torch::autograd::backward({state.output}, grads, /*retain_graph=*/false, /*create_graph=*/false,
                               stageParameters(stage));
+    markEnd();
   } else {
     torch::autograd::backward({state.output}, grads);
-    if (stage > 0) sendTo((stage - 1) % pp, kGradients, state.input.grad().to(torch::kFloat));
+    torch::Tensor g = stage > 0 ? state.input.grad().to(torch::kFloat) : torch::Tensor();
+    markEnd();
+    if (stage > 0) sendTo((stage - 1) % pp, kGradients, g);
   }
   in_flight_.erase(it);
 }
@@ -337,6 +391,7 @@ torch::Tensor PipelineModel::forwardBackward(const torch::Tensor& tokens, const 
   const size_t last_sync = lastWeightBackward(actions);
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
   const int stages = schedule.stages();
+  if (marks_) marks_->mark(device_);
   for (size_t i = 0; i < actions.size(); ++i) {
     const PipelineAction& a = actions[i];
     const int stage = stageOf(a.chunk);
@@ -354,6 +409,7 @@ torch::Tensor PipelineModel::forwardBackward(const torch::Tensor& tokens, const 
   in_flight_.clear();
   finishSends();
   tiedGradientSum();
+  if (marks_) collectMarks();
   return loss_sum;
 }
 
@@ -394,6 +450,45 @@ void PipelineModel::tiedGradientSum() {
 void PipelineModel::train(bool on) {
   torch::nn::Module::train(on);
   whole_->train(on);
+}
+
+void PipelineModel::markStart(bool forward) {
+  if (!marks_ || !torch::GradMode::is_enabled()) return;
+  marks_->forward.push_back(forward);
+  marks_->mark(device_);
+}
+
+void PipelineModel::markEnd() {
+  if (!marks_ || !torch::GradMode::is_enabled()) return;
+  marks_->mark(device_);
+}
+
+// Marks: the step's start, each action's start and end, the step's end.
+void PipelineModel::collectMarks() {
+  Marks& m = *marks_;
+  m.mark(device_);
+  const size_t actions = m.forward.size();
+  double busy = 0, forward = 0;
+  for (size_t k = 0; k < actions; ++k) {
+    const double ms = m.between(1 + 2 * k, 2 + 2 * k);
+    busy += ms;
+    if (m.forward[k]) forward += ms;
+  }
+  if (actions > 0) timing_.span_ms += m.between(1, 2 * actions);
+  timing_.busy_ms += busy;
+  timing_.forward_ms += forward;
+  ++timing_.steps;
+  m.clear();
+}
+
+void PipelineModel::startTiming() {
+  marks_ = std::make_unique<Marks>();
+  timing_ = {};
+}
+
+PipelineModel::Timing PipelineModel::takeTiming() {
+  marks_.reset();
+  return timing_;
 }
 
 }  // namespace dtrain

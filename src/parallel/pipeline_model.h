@@ -102,12 +102,29 @@ class PipelineModel : public models::Model {
   const torch::Tensor& tiedWeight() const { return tied_; }
 
   bool holdsLoss() const;  // this rank runs the last stage
+
+  // The bubble, measured: from startTiming() on, each step's span on this
+  // rank (its first action's start to its last action's end, on the
+  // compute stream: CUDA events, or the host clock on a CPU) and the time
+  // its actions computed in it (each from the end of its receive). Each
+  // step waits for its events at its end while timing (a host sync).
+  void startTiming();
+  struct Timing {
+    int steps = 0;
+    double span_ms = 0;      // summed over the steps
+    double busy_ms = 0;      // of it, computing
+    double forward_ms = 0;   // of busy: the forwards
+    double bubble() const { return span_ms > 0 ? 1 - busy_ms / span_ms : 0; }
+  };
+  // This rank's totals since startTiming(); stops timing.
+  Timing takeTiming();
   const PipelineModelOptions& options() const { return options_; }
   const models::LanguageModel& whole() const { return *whole_; }
 
  private:
   struct Channel;
   struct MicroState;
+  struct Marks;
   void registerStage();
   void openChannels();
   Channel& channel(int from, int to, const std::string& kind);
@@ -125,6 +142,10 @@ class PipelineModel : public models::Model {
   torch::Tensor receive(int from, const char* kind);
   void sendTo(int to, const char* kind, const torch::Tensor& t);
   void finishSends();
+  // While timing: an action's start (after its receive) and its end (before its send).
+  void markStart(bool forward);
+  void markEnd();
+  void collectMarks();
 
   std::shared_ptr<models::LanguageModel> whole_;
   PipelineModelOptions options_;
@@ -135,6 +156,8 @@ class PipelineModel : public models::Model {
   torch::Device device_ = torch::kCPU;                   // of the batch's tokens
   int64_t rows_ = 0;                                     // of a micro-batch's streams
   int64_t positions_ = 0;
+  std::unique_ptr<Marks> marks_;  // while timing
+  Timing timing_;
 };
 
 }  // namespace dtrain

@@ -150,6 +150,7 @@ nlohmann::json timeSplit(TrainingJob& job, const torch::Tensor& inputs, const to
   models::ops::setOpObserver(&ops);
   TensorParallelGroup* tp_group = job.tensorParallel() != nullptr ? &job.tensorParallel()->group() : nullptr;
   if (tp_group != nullptr) tp_group->startTiming();
+  if (job.pipeline() != nullptr) job.pipeline()->startTiming();
   double allreduce_ms = 0, exposed_ms = 0;
   for (int i = 0; i < kSteps; ++i) {
     job.step().run(inputs, targets);
@@ -190,6 +191,21 @@ nlohmann::json timeSplit(TrainingJob& job, const torch::Tensor& inputs, const to
     split["tp_comm_ms"] = tp.total_ms / kSteps;
     split["tp_comm_exposed_ms"] = tp.exposed_ms / kSteps;
     split["tp_collectives"] = tp.collectives / kSteps;
+  }
+  if (PipelineModel* pipeline = job.pipeline()) {
+    // The forwards and backwards of the schedule: this rank's span of them,
+    // the time its actions computed, and the bubble (idle over span), this
+    // rank's and the mean over every rank.
+    const PipelineModel::Timing t = pipeline->takeTiming();
+    std::vector<double> mean{t.bubble()};
+    job.context().allreduceSum(mean);
+    const ParallelPlan& p = job.plan();
+    split["pp_span_ms"] = t.span_ms / kSteps;
+    split["pp_busy_ms"] = t.busy_ms / kSteps;
+    split["pp_forward_ms"] = t.forward_ms / kSteps;
+    split["pp_bubble"] = t.bubble();
+    split["pp_bubble_mean"] = mean[0] / job.context().size();
+    split["pp_bubble_theory"] = theoreticalPipelineBubble(p.pp, p.microbatches, p.virtual_stages);
   }
   const double busy = (phases.total("forward") + phases.total("backward") + phases.total("optimizer")) / kSteps;
   split["gpu_busy_ms"] = busy;
@@ -275,7 +291,7 @@ void writeResult(const nlohmann::json& result, const std::string& path) {
 // A language model's memory needs per GPU (nullopt for image models).
 std::optional<MemoryInputs> benchMemoryInputs(const BenchTrainOptions& o, const models::LanguageModelConfig& config,
                                               const OptimizerOptions& optimizer, int ranks) {
-  if (!isLanguageModel(o.model)) return std::nullopt;
+  if (!isLanguageModel(o.model) || o.parallel.pp > 1) return std::nullopt;  // no pipeline stages in the estimate yet
   MemoryInputs in;
   in.lm = &config;
   in.parameters = models::parameterCount(config);
@@ -353,7 +369,11 @@ int runThroughputBench(const BenchTrainOptions& o) {
   result["backend"] = ctx.backend();
   const ParallelPlan& p = job.plan();
   result.update({{"tp", p.tp}, {"dp_replicate", p.dp_replicate}, {"dp_shard", p.dp_shard},
-                 {"sequence_parallel", p.sequence_parallel}, {"shard", shardStageName(p.shard)}});
+                 {"sequence_parallel", p.sequence_parallel}, {"shard", shardStageName(p.shard)}, {"pp", p.pp}});
+  if (p.pp > 1) {
+    result.update({{"microbatches", p.microbatches}, {"pp_schedule", pipelineScheduleName(p.pp_schedule)},
+                   {"virtual_stages", p.virtual_stages}, {"pp_stages", formatPipelineStages(p.stages)}});
+  }
   result["step_ms"] = elapsed * 1e3 / static_cast<double>(o.steps);
   const double samples_per_s =
       static_cast<double>(o.input.batch_size * job.dataRanks() * o.steps) / std::max(elapsed, 1e-12);

@@ -112,10 +112,12 @@ LoopSettings loopSettings(const TrainOptions& o, TrainingJob& job) {
 }
 
 // What a language model's job needs per GPU (nullopt for other tasks: an
-// image model's size is known only once it is built, and they are small).
+// image model's size is known only once it is built, and they are small;
+// and for pipelines, which the estimate does not model yet).
 std::optional<MemoryInputs> memoryInputs(const TrainOptions& o, const Task& task, int ranks, bool cuda) {
   const auto* lm = dynamic_cast<const LanguageModelTask*>(&task);
   if (lm == nullptr) return std::nullopt;
+  if (o.parallel.pp > 1) return std::nullopt;  // the estimate does not model a pipeline's stages yet
   MemoryInputs in;
   in.lm = &lm->config();
   in.parameters = models::parameterCount(lm->config());

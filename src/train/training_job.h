@@ -86,6 +86,7 @@ class TrainingJob {
   torch::Tensor lossSum();
   // The pipeline's stages on this rank; nullptr with --pp 1.
   const PipelineModel* pipeline() const { return pipeline_.get(); }
+  PipelineModel* pipeline() { return pipeline_.get(); }
   // The device's name as the driver reports it ("NVIDIA H100 80GB HBM3"), "cpu" on the CPU.
   std::string deviceName() const;
 
