@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <map>
 #include <vector>
 
 #include "checkpoint/checkpoint_file_writer.h"
@@ -67,8 +69,10 @@ CheckpointLayout& JobCheckpoint::layout() {
       tp.splits = &split->parameterLayout();
     }
     if (job_.plan().dp_replicate > 1 && job_.plan().shard != ShardStage::kNone) tp.replicas = job_.plan().dp_replicate;
+    // A pipeline stage's ranks (pp outermost: consecutive) lay out its tensors as a world of their own.
+    const int stage_world = ctx.size() / job_.plan().pp;
     layout_ = std::make_unique<CheckpointLayout>(job_.dataParallel(), job_.optimizer(), job_.scaler(),
-                                                 job_.plan().shard, ctx.rank(), ctx.size(), tp);
+                                                 job_.plan().shard, ctx.rank() % stage_world, stage_world, tp);
   }
   return *layout_;
 }
@@ -80,6 +84,7 @@ nlohmann::json JobCheckpoint::meta(const TrainPosition& position) const {
                          {"world_size", job_.context().size()},
                          {"data_ranks", job_.dataRanks()},
                          {"tp", job_.plan().tp},
+                         {"pp", job_.plan().pp},
                          {"batch_size", identity_.batch_size},
                          {"model", identity_.model},
                          {"dataset", identity_.dataset},
@@ -133,18 +138,55 @@ std::vector<std::vector<double>> JobCheckpoint::writeShard(const std::string& pa
   return all;
 }
 
+std::vector<ShardedMetadata> JobCheckpoint::stageLayouts() {
+  Context& ctx = job_.context();
+  const int stage_world = ctx.size() / job_.plan().pp;
+  const int local = ctx.rank() % stage_world;
+  ShardedMetadata mine;
+  if (local == 0) {
+    mine.world_size = stage_world;
+    mine.stage = shardStageName(layout().stage());
+    mine.tensors = layout().logicalTensors();
+    mine.aliases = layout().aliases();
+    for (int r = 0; r < stage_world; ++r) mine.shards.push_back({shardFileName(r, stage_world), 0, 0, layout().rangesOf(r)});
+  }
+  if (job_.plan().pp == 1) return {mine};
+  std::vector<ShardedMetadata> out;
+  const std::vector<std::string> texts = exchangeText(ctx, local == 0 ? metadataJson(mine).dump() : std::string());
+  for (int stage = 0; stage < job_.plan().pp; ++stage) {
+    out.push_back(parseShardedMetadata("pipeline stage " + std::to_string(stage) + "'s checkpoint layout",
+                                       nlohmann::json::parse(texts.at(static_cast<size_t>(stage * stage_world)))));
+  }
+  return out;
+}
+
 void JobCheckpoint::writeMetadata(const std::string& path, const TrainPosition& position,
-                                  const std::vector<std::vector<double>>& written) {
+                                  const std::vector<std::vector<double>>& written,
+                                  const std::vector<ShardedMetadata>& stages) {
   Context& ctx = job_.context();
   ShardedMetadata md;
   md.meta = meta(position);
   md.world_size = ctx.size();
   md.stage = shardStageName(layout().stage());
-  md.tensors = layout().logicalTensors();
-  md.aliases = layout().aliases();
+  // The stages' tensors, each once: the first stage that lays one out writes it.
+  std::map<std::string, size_t> owner;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    for (const LogicalTensor& t : stages[s].tensors) {
+      if (owner.emplace(t.name, s).second) md.tensors.push_back(t);
+    }
+    md.aliases.insert(stages[s].aliases.begin(), stages[s].aliases.end());
+  }
+  std::sort(md.tensors.begin(), md.tensors.end(),
+            [](const LogicalTensor& a, const LogicalTensor& b) { return a.name < b.name; });
+  const int stage_world = ctx.size() / static_cast<int>(stages.size());
   for (int r = 0; r < ctx.size(); ++r) {
+    const size_t stage = static_cast<size_t>(r / stage_world);
+    std::vector<ShardRange> ranges;
+    for (const ShardRange& range : stages[stage].shards.at(static_cast<size_t>(r % stage_world)).ranges) {
+      if (owner.at(range.tensor) == stage) ranges.push_back(range);
+    }
     md.shards.push_back({shardFileName(r, ctx.size()), static_cast<uint64_t>(asInt(written[r][1])),
-                         static_cast<uint32_t>(asInt(written[r][2])), layout().rangesOf(r)});
+                         static_cast<uint32_t>(asInt(written[r][2])), std::move(ranges)});
   }
   writeShardedMetadata(path, md);
   invalid_paths_.erase(path);  // written again: valid now
@@ -159,8 +201,9 @@ void JobCheckpoint::save(const TrainPosition& position) {
   job_.dataParallel().syncBuffers();
   prepareDirectory(path);
   const auto written = writeShard(path, position.step);
+  const std::vector<ShardedMetadata> stages = stageLayouts();
   if (job_.context().isMain()) {
-    writeMetadata(path, position, written);
+    writeMetadata(path, position, written, stages);
     double bytes = 0;
     for (const auto& w : written) bytes += w[1];
     const double took = secondsSince(start);

@@ -12,6 +12,12 @@
 // when it trained on the embedded corpus, "tokenizer" {kind, path}: what
 // `dtrain generate` needs.
 //
+// A pipeline's stages hold different tensors: each stage lays out its own
+// (its ranks as a world of their own), and rank 0 writes the union into
+// the metadata, a tensor held by two stages (a tied head) or written by
+// each (the optimizer's step count) from the first of them; so a
+// checkpoint of any (pp, tp, dp) loads into any other.
+//
 // Resuming reads a sharded checkpoint of any world size and stage, a
 // single file of the same tensors (`dtrain checkpoint consolidate`), or a
 // single file of the slab layout older dtrains wrote (rank 0 reads that
@@ -32,6 +38,7 @@
 #include <vector>
 
 #include "dtrain/checkpoint.h"
+#include "checkpoint/checkpoint_sharded.h"
 #include "train/job_checkpoint_layout.h"
 #include "train/train_options.h"
 #include "train/training_job.h"
@@ -92,8 +99,12 @@ class JobCheckpoint {
   nlohmann::json meta(const TrainPosition& position) const;
   void prepareDirectory(const std::string& path);
   std::vector<std::vector<double>> writeShard(const std::string& path, int64_t step);
+  // With a pipeline, each stage's part of the metadata (its layout's
+  // tensors, aliases and its ranks' ranges), from the stage's first rank
+  // to every rank; without, this rank's alone (a collective with --pp > 1).
+  std::vector<ShardedMetadata> stageLayouts();
   void writeMetadata(const std::string& path, const TrainPosition& position,
-                     const std::vector<std::vector<double>>& written);
+                     const std::vector<std::vector<double>>& written, const std::vector<ShardedMetadata>& stages);
   Candidate pick(const std::vector<int64_t>& rejected, std::optional<CheckpointState>& slab_state) const;
   Candidate agree(const Candidate& mine) const;
   std::exception_ptr mismatchWithThisJob(const std::string& meta_file, const TrainCheckpointMeta& meta) const;

@@ -5,6 +5,7 @@
 // lines. (private to train/)
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -50,6 +51,25 @@ inline std::vector<std::vector<double>> exchange(Context& ctx, const std::vector
 }
 
 inline int64_t asInt(double value) { return static_cast<int64_t>(std::llround(value)); }
+
+// Every rank's text, in rank order (a collective: two exchanges, the
+// lengths, then the bytes, one per double).
+inline std::vector<std::string> exchangeText(Context& ctx, const std::string& mine) {
+  size_t longest = 0;
+  for (const auto& length : checkpoint_steps::exchange(ctx, {static_cast<double>(mine.size())})) {
+    longest = std::max(longest, static_cast<size_t>(asInt(length[0])));
+  }
+  std::vector<double> bytes(longest + 1, 0.0);
+  bytes[0] = static_cast<double>(mine.size());
+  for (size_t i = 0; i < mine.size(); ++i) bytes[i + 1] = static_cast<unsigned char>(mine[i]);
+  std::vector<std::string> out;
+  for (const auto& theirs : checkpoint_steps::exchange(ctx, bytes)) {
+    std::string text(static_cast<size_t>(asInt(theirs[0])), '\0');
+    for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>(asInt(theirs[i + 1]));
+    out.push_back(std::move(text));
+  }
+  return out;
+}
 
 // After exchange(): rethrows this rank's error, or throws one of the kind
 // the first failing rank had, naming it. `what` says what failed.

@@ -404,10 +404,6 @@ void checkPipelineRun(const TrainOptions& options) {
     throw ConfigError("--tokens-per-step with --pp " + std::to_string(p.pp) +
                       ": a pipeline accumulates its --microbatches; set --batch-size to the step's rows instead");
   }
-  if (!options.checkpoint.dir.empty()) {
-    throw ConfigError("--checkpoint-dir with --pp " + std::to_string(p.pp) +
-                      ": a pipeline's stages do not write checkpoints yet; train it without --checkpoint-dir");
-  }
 }
 
 }  // namespace

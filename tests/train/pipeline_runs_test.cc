@@ -28,7 +28,7 @@ using testing::TempDir;
 // Four blocks, so that pp 4 and two virtual stages of pp 2 have one each.
 const std::string kPipelineLm = "--layers 4 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text "
                             "--tokenizer byte --batch-size 4 --seed 5 --progress none --eval-batches 2 "
-                            "--optimizer adamw --lr 3e-3 --weight-decay 0.1 --clip-grad-norm 0.5 --max-steps 12 "
+                            "--optimizer adamw --lr 3e-3 --weight-decay 0.1 --clip-grad-norm 0.5 --max-steps 8 "
                             "--log-every 1 ";
 const std::string kPipelineLlama = "--model llama --kv-heads 2 --ffn-dim 64 ";
 const std::string kPipelineGpt2 = "--model gpt2 ";
@@ -62,7 +62,7 @@ RunLosses trained(int ranks, const std::string& args, const TempDir& dir, const 
 
 // Every step's loss and the validation loss within fp32 rounding.
 void expectSameLosses(const RunLosses& a, const RunLosses& b, double tolerance, const std::string& what) {
-  ASSERT_EQ(a.steps.size(), 12u) << what;
+  ASSERT_EQ(a.steps.size(), 8u) << what;
   ASSERT_EQ(b.steps.size(), a.steps.size()) << what;
   for (size_t i = 0; i < a.steps.size(); ++i) {
     EXPECT_NEAR(a.steps[i], b.steps[i], tolerance * std::abs(a.steps[i])) << what << ": step " << i + 1;
@@ -75,17 +75,21 @@ void expectSameLosses(const RunLosses& a, const RunLosses& b, double tolerance, 
 // clipping by the norm over every stage).
 TEST(PipelineRunsTest, EveryScheduleTrainsAsOneRankForGpt2AndLlama) {
   TempDir dir("dtrain-pp-schedules");
-  for (const std::string& model : {kPipelineGpt2, kPipelineLlama}) {
-    const RunLosses one = trained(1, model + kPipelineLm, dir, "one");
-    const std::vector<std::pair<int, std::string>> runs = {
-        {2, "--pp 2 --microbatches 4 --pp-schedule 1f1b"},
-        {2, "--pp 2 --microbatches 4 --pp-schedule gpipe"},
-        {2, "--pp 2 --microbatches 4 --pp-schedule zb-h1"},
-        {2, "--pp 2 --microbatches 4 --pp-schedule interleaved-1f1b --virtual-stages 2"},
-        {4, "--pp 4 --microbatches 4 --pp-schedule 1f1b"},
-    };
-    for (const auto& [ranks, pipeline] : runs) {
-      expectSameLosses(one, trained(ranks, model + kPipelineLm + pipeline, dir, "pp"), 2e-6, model + pipeline);
+  const std::string m4 = "--pp 2 --microbatches 4 ";
+  const struct {
+    std::string model;
+    std::vector<std::pair<int, std::string>> runs;
+  } cases[] = {
+      {kPipelineGpt2,
+       {{2, m4 + "--pp-schedule 1f1b"}, {2, m4 + "--pp-schedule gpipe"}, {2, m4 + "--pp-schedule zb-h1"}}},
+      {kPipelineLlama,
+       {{2, m4 + "--pp-schedule interleaved-1f1b --virtual-stages 2"}, {2, m4 + "--pp-schedule zb-h1"},
+        {4, "--pp 4 --microbatches 4 --pp-schedule 1f1b"}}},
+  };
+  for (const auto& c : cases) {
+    const RunLosses one = trained(1, c.model + kPipelineLm, dir, "one");
+    for (const auto& [ranks, pipeline] : c.runs) {
+      expectSameLosses(one, trained(ranks, c.model + kPipelineLm + pipeline, dir, "pp"), 2e-6, c.model + pipeline);
     }
   }
 }
@@ -108,6 +112,62 @@ TEST(PipelineRunsTest, PipelinesComposeWithDataAndTensorParallelism) {
   const RunLosses tp = trained(2, kPipelineGpt2 + kPipelineLm + "--tp 2", dir, "tp");
   expectSameLosses(tp, trained(4, kPipelineGpt2 + kPipelineLm + "--tp 2 --pp 2 --microbatches 2", dir, "pp-tp"), 2e-6,
                    "pp 2 x tp 2");
+}
+
+// A checkpoint of (pp 2, tp 2) resumes on one rank and goes on as the
+// never-resharded run does; loaded at (pp 4), (dp 4, ZeRO-1), back at
+// (pp 2, tp 2) and at interleaved (pp 2, V 2), each saves the very
+// tensors it loaded (a tied head is written once, by the first stage).
+TEST(PipelineRunsTest, CheckpointsMoveBetweenPipelineTensorAndDataLayouts) {
+  TempDir full("dtrain-pp-full"), resumed("dtrain-pp-resumed");
+  const std::string common = kPipelineGpt2 + kPipelineLm + "--checkpoint-every 4 ";
+  const RunLosses whole =
+      trained(4, common + "--pp 2 --tp 2 --microbatches 2 --checkpoint-dir " + full.path(), full, "whole");
+  ASSERT_EQ(runCommand("cp -r " + testing::checkpointOf(full, 4) + " " + resumed.path() + "/", 10).exit_code, 0);
+  const RunLosses again = trained(1, common + "--resume auto --checkpoint-dir " + resumed.path(), resumed, "again");
+  ASSERT_EQ(whole.steps.size(), 8u);
+  ASSERT_EQ(again.steps.size(), 4u);  // steps 5 .. 8
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(whole.steps[4 + i], again.steps[i], 2e-6 * whole.steps[4 + i]) << i;
+  EXPECT_EQ(testing::readCheckpoint(testing::checkpointOf(full, 4)).meta["pp"], 2);
+
+  struct Layout {
+    int ranks;
+    std::string flags;
+  };
+  const Layout layouts[] = {{4, "--pp 4 --microbatches 4"},
+                            {4, "--shard optimizer"},
+                            {4, "--pp 2 --tp 2 --microbatches 2"},
+                            {2, "--pp 2 --microbatches 4 --pp-schedule interleaved-1f1b --virtual-stages 2"}};
+  std::string from = testing::checkpointOf(full, 4);
+  for (const Layout& layout : layouts) {
+    SCOPED_TRACE(layout.flags);
+    TempDir saved("dtrain-pp-layout");
+    auto r = runCommand(testing::launchTrain(layout.ranks, kPipelineGpt2 + kPipelineLm + "--max-steps 4 --resume " +
+                                                               from + " --checkpoint-dir " + saved.path() + " " +
+                                                               layout.flags),
+                        300);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    testing::expectSameState(testing::checkpointOf(full, 4), testing::checkpointOf(saved, 4));
+    const std::string next = testing::makeTempDir("dtrain-pp-chain");
+    ASSERT_EQ(runCommand("cp -r " + testing::checkpointOf(saved, 4) + " " + next + "/", 10).exit_code, 0);
+    from = next + "/ckpt-000000004";
+  }
+}
+
+// A middle stage of four SIGKILLed after step 3 of 6: the launcher
+// restarts the group, which resumes from the step-3 checkpoint and ends
+// with the bits of a run that was never interrupted.
+TEST(PipelineRunsTest, KilledMiddleStageRestartsAndEndsAsUninterrupted) {
+  TempDir clean("dtrain-pp-clean"), killed("dtrain-pp-killed");
+  const std::string common = kPipelineLlama + kPipelineLm +
+                             "--pp 4 --microbatches 4 --max-steps 6 --checkpoint-every 3 --resume auto --checkpoint-dir ";
+  auto a = runCommand(testing::launchTrain(4, common + clean.path()), 300);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = runCommand("DTRAIN_FAULT_KILL_AT=2:3 " + testing::launchTrain(4, common + killed.path(), "--max-restarts 1"),
+                      300);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_TRUE(contains(b.output, "kills itself after step 3")) << b.output;
+  testing::expectSameState(testing::checkpointOf(clean, 6), testing::checkpointOf(killed, 6));
 }
 
 // The plan prints without a launcher: stages, each rank's actions, the
@@ -144,7 +204,6 @@ TEST(PipelineRunsTest, BadPipelinesExitTwoNamingThem) {
       {"--pp 2 --microbatches 3", "--batch-size 4 does not split into --microbatches 3 equal micro-batches"},
       {"--pp 2 --shard full", "--pp 2 with --shard full"},
       {"--pp 2 --shard gradients", "--pp 2 with --shard gradients and a tied head"},
-      {"--pp 2 --checkpoint-dir /tmp/x", "--checkpoint-dir with --pp 2"},
       {"--microbatches 4", "--microbatches, --virtual-stages and --pp-split shape a pipeline; with --pp 1 there is none"},
       {"--pp 2", "--pp 2 x --tp 1 x --dp-replicate 1 = 2 ranks does not divide the world of 1"},
   };
