@@ -284,6 +284,7 @@ std::vector<torch::Tensor> PipelineModel::noWeightDecayParameters() {
 }
 
 torch::Tensor PipelineModel::receive(int from, const char* kind) {
+  if (phase_) phase_("pipeline wait");
   const std::vector<int64_t> sizes = {rows_, positions_, whole_->config().dim};
   return channel(from, options_.rank, kind)
       .recv(sizes, torch::TensorOptions().dtype(torch::kFloat).device(device_), options_.timeout);
@@ -381,7 +382,12 @@ void PipelineModel::startBatch(const torch::Tensor& tokens, int microbatches) {
 }
 
 torch::Tensor PipelineModel::forwardBackward(const torch::Tensor& tokens, const torch::Tensor& targets,
-                                             DataParallel* dp) {
+                                             DataParallel* dp, const std::function<void(const char*)>& phase) {
+  phase_ = phase;
+  struct Forget {
+    std::function<void(const char*)>& phase;
+    ~Forget() { phase = nullptr; }
+  } forget{phase_};
   const PipelineSchedule& schedule = options_.schedule;
   const int microbatches = schedule.microbatches;
   startBatch(tokens, microbatches);
@@ -406,6 +412,7 @@ torch::Tensor PipelineModel::forwardBackward(const torch::Tensor& tokens, const 
       runBackward(a, stage);
     }
   }
+  if (phase_) phase_("pipeline wait");
   in_flight_.clear();
   finishSends();
   tiedGradientSum();
@@ -453,6 +460,7 @@ void PipelineModel::train(bool on) {
 }
 
 void PipelineModel::markStart(bool forward) {
+  if (phase_) phase_(forward ? "forward" : "backward");
   if (!marks_ || !torch::GradMode::is_enabled()) return;
   marks_->forward.push_back(forward);
   marks_->mark(device_);

@@ -92,7 +92,11 @@ class PipelineModel : public models::Model {
   std::vector<torch::Tensor> noWeightDecayParameters() override;
 
   // One step's forward and backward (see the contract); dp may be null.
-  torch::Tensor forwardBackward(const torch::Tensor& tokens, const torch::Tensor& targets, DataParallel* dp);
+  // `phase` (if given) hears "pipeline wait" before each receive, then
+  // "forward" or "backward" as the action computes (queued on the compute
+  // stream as StepObserver phases are), and "pipeline wait" after the last.
+  torch::Tensor forwardBackward(const torch::Tensor& tokens, const torch::Tensor& targets, DataParallel* dp,
+                                const std::function<void(const char*)>& phase = {});
 
   // Sums the tied head's gradient between the first and the last stage
   // (collective between those two ranks; nothing on the others or without
@@ -157,6 +161,7 @@ class PipelineModel : public models::Model {
   int64_t rows_ = 0;                                     // of a micro-batch's streams
   int64_t positions_ = 0;
   std::unique_ptr<Marks> marks_;  // while timing
+  std::function<void(const char*)> phase_;  // during forwardBackward
   Timing timing_;
 };
 

@@ -308,6 +308,21 @@ std::optional<MemoryInputs> benchMemoryInputs(const BenchTrainOptions& o, const 
   return in;
 }
 
+// The result's fields that say how the ranks were laid out.
+nlohmann::json meshFields(const ParallelPlan& p) {
+  nlohmann::json fields = {{"tp", p.tp},
+                           {"dp_replicate", p.dp_replicate},
+                           {"dp_shard", p.dp_shard},
+                           {"sequence_parallel", p.sequence_parallel},
+                           {"shard", shardStageName(p.shard)},
+                           {"pp", p.pp}};
+  if (p.pp > 1) {
+    fields.update({{"microbatches", p.microbatches}, {"pp_schedule", pipelineScheduleName(p.pp_schedule)},
+                   {"virtual_stages", p.virtual_stages}, {"pp_stages", formatPipelineStages(p.stages)}});
+  }
+  return fields;
+}
+
 // Seconds of `steps` steps, the device synchronised after them; with
 // profile_range on a CUDA device, inside cudaProfilerStart/Stop.
 double timedSteps(TrainStep& step, const torch::Tensor& inputs, const torch::Tensor& targets, int64_t steps,
@@ -367,13 +382,7 @@ int runThroughputBench(const BenchTrainOptions& o) {
   result["gpus"] = ctx.size();
   result["device_type"] = device.is_cuda() ? "cuda" : "cpu";
   result["backend"] = ctx.backend();
-  const ParallelPlan& p = job.plan();
-  result.update({{"tp", p.tp}, {"dp_replicate", p.dp_replicate}, {"dp_shard", p.dp_shard},
-                 {"sequence_parallel", p.sequence_parallel}, {"shard", shardStageName(p.shard)}, {"pp", p.pp}});
-  if (p.pp > 1) {
-    result.update({{"microbatches", p.microbatches}, {"pp_schedule", pipelineScheduleName(p.pp_schedule)},
-                   {"virtual_stages", p.virtual_stages}, {"pp_stages", formatPipelineStages(p.stages)}});
-  }
+  result.update(meshFields(job.plan()));
   result["step_ms"] = elapsed * 1e3 / static_cast<double>(o.steps);
   const double samples_per_s =
       static_cast<double>(o.input.batch_size * job.dataRanks() * o.steps) / std::max(elapsed, 1e-12);

@@ -7,7 +7,8 @@
 // Contract:
 // - One process row per rank ("rank N"), with three threads: "compute"
 //   (forward, backward and optimizer of an eager step, or the replayed CUDA
-//   graph as one span), "comm" (each gradient bucket's all-reduce, eager
+//   graph as one span; a pipeline stage's rank shows each of its actions'
+//   forward or backward and, between them, "pipeline wait": its bubble), "comm" (each gradient bucket's all-reduce, eager
 //   steps only: inside a graph the all-reduces are graph nodes) and "data"
 //   (the host waiting for the next batch).
 // - Only steps [first_step, first_step + steps) are recorded; each of them

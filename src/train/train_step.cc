@@ -99,9 +99,8 @@ std::string TrainStep::graphStatus() const {
 
 torch::Tensor TrainStep::forwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets) {
   const int64_t parts = options_.accumulation;
-  if (options_.forward_backward) {
-    mark("forward");  // the schedule interleaves forwards and backwards
-    return options_.forward_backward(inputs, targets);
+  if (options_.forward_backward) {  // the schedule interleaves forwards and backwards and names them
+    return options_.forward_backward(inputs, targets, [this](const char* phase) { mark(phase); });
   }
   if (parts == 1) {
     mark("forward");

@@ -104,7 +104,9 @@ struct TrainStepOptions {
   // accumulation loop (a pipeline's schedule, parallel/pipeline_model.h):
   // given the batch, it leaves the step's gradients reduced and returns
   // the batch's mean loss, detached. Accumulation stays 1 with it.
-  std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> forward_backward;
+  // It names its phases (StepObserver's) through the function it is given.
+  std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const std::function<void(const char*)>&)>
+      forward_backward;
   // Why CUDA graphs cannot capture this job's step ("": nothing known here).
   std::string graphs_unsupported;
 };

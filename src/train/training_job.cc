@@ -206,8 +206,9 @@ void TrainingJob::makeStep(const JobParts& parts, bool hybrid) {
   if (pipeline_) {
     PipelineModel* pipeline = pipeline_.get();
     DataParallel* dp = parallel_.data_parallel.get();
-    step_options.forward_backward = [pipeline, dp](const torch::Tensor& inputs, const torch::Tensor& targets) {
-      return pipeline->forwardBackward(inputs, targets, dp);
+    step_options.forward_backward = [pipeline, dp](const torch::Tensor& inputs, const torch::Tensor& targets,
+                                                   const std::function<void(const char*)>& phase) {
+      return pipeline->forwardBackward(inputs, targets, dp, phase);
     };
     step_options.graphs_unsupported = "a pipeline's stages wait on their neighbours' transfers, which a graph of "
                                       "one rank's step cannot hold";

@@ -134,9 +134,9 @@ TEST(ParallelizeTest, PlansItCannotApplyAreConfigErrors) {
   const auto model = tinyGpt2();
   EXPECT_THROW(parallelize(model, planOf(ShardStage::kNone, 2), solo, adamw()), ConfigError)
       << "a plan for 2 ranks over a group of 1";
-  ParallelPlan pipeline = planOf(ShardStage::kNone, 1);
+  ParallelPlan pipeline = planOf(ShardStage::kFull, 1);
   pipeline.pp = 2;
-  EXPECT_THROW(parallelize(model, pipeline, solo, adamw()), ConfigError) << "no pipeline piece yet";
+  EXPECT_THROW(parallelize(model, pipeline, solo, adamw()), ConfigError) << "ZeRO-3's units cover a whole model";
   // Hybrid sharding: the stage shards over the dp_shard group, which `comm` must be.
   ParallelPlan hybrid = planOf(ShardStage::kOptimizer, 1);
   hybrid.dp_replicate = 2;
