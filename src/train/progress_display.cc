@@ -63,6 +63,7 @@ void ProgressDisplay::intervalEnded(const StepReport& r, const BackwardTimeline*
                         {"elapsed_s", r.elapsed_s}};
   if (r.tokens_per_s > 0) record["tokens_per_s"] = r.tokens_per_s;
   if (r.mfu >= 0) record["mfu"] = r.mfu;
+  if (r.pp_bubble >= 0) record["pp_bubble"] = r.pp_bubble;
   writeMetrics(record.dump());
   const double fraction = r.total_steps > 0 ? static_cast<double>(r.step) / static_cast<double>(r.total_steps) : 0;
   const double eta = fraction > 0 ? r.elapsed_s * (1 - fraction) / fraction : NAN;
@@ -74,11 +75,13 @@ void ProgressDisplay::intervalEnded(const StepReport& r, const BackwardTimeline*
   }
   char mfu[32] = "";
   if (r.mfu >= 0) std::snprintf(mfu, sizeof(mfu), " MFU %.1f%%", r.mfu * 100);
-  char head[320];
-  std::snprintf(head, sizeof(head), "epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g %s%s eta %s",
+  char bubble[32] = "";
+  if (r.pp_bubble >= 0) std::snprintf(bubble, sizeof(bubble), " bubble %.1f%%", r.pp_bubble * 100);
+  char head[352];
+  std::snprintf(head, sizeof(head), "epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g %s%s%s eta %s",
                 static_cast<long long>(r.epoch + 1), static_cast<long long>(r.epochs),
                 static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss, r.lr, rate, mfu,
-                formatDuration(eta).c_str());
+                bubble, formatDuration(eta).c_str());
   if (bar_) {
     const int width = 24;
     const int filled = static_cast<int>(fraction * width);

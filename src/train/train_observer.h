@@ -34,6 +34,9 @@ struct StepReport {
   double mfu = -1;           // model FLOPs utilisation, 0..1 (-1: unknown peak or not a GPU)
   double elapsed_s = 0;
   int64_t steps_in_interval = 0;
+  // A pipeline's bubble in the interval's last step: idle over the span of
+  // its schedule, the mean over every rank (-1: not a pipeline).
+  double pp_bubble = -1;
 };
 
 struct EvalReport {

@@ -93,7 +93,12 @@ void TrainingLoop::trainStep(const TrainBatch& batch, int64_t epoch, Clock::time
   observers_.stepStarting(index, batch.samples);
   const double lr = learningRateAt(schedule_, index);
   job_.optimizer().setLr(lr);
+  // A pipeline times the step that ends an interval (one host wait for its events).
+  PipelineModel* pipeline = job_.pipeline();
+  const bool reported = (index + 1) % settings_.log_every == 0 || index + 1 == total_steps_;
+  if (pipeline != nullptr && reported) pipeline->startTiming();
   job_.step().run(batch.inputs, batch.targets);
+  if (pipeline != nullptr && reported) last_bubble_ = pipeline->takeTiming().bubble();
   observers_.stepFinished(index, job_.step().lastStepGraphed());
   ++step_;
   ++steps_in_interval_;
@@ -131,6 +136,11 @@ void TrainingLoop::endInterval(int64_t epoch, double lr) {
   train_seconds_ += seconds;
   r.elapsed_s = std::chrono::duration<double>(now - wall_start_).count();
   r.steps_in_interval = steps_in_interval_;
+  if (job_.pipeline() != nullptr) {
+    std::vector<double> bubble{last_bubble_};
+    job_.context().allreduceSum(bubble);  // every rank ends the interval
+    r.pp_bubble = bubble[0] / job_.context().size();
+  }
   const bool sampled = timer_ != nullptr && timer_->backwards() > 0 && !job_.step().lastStepGraphed();
   const BackwardTimeline backward = sampled ? timer_->last() : BackwardTimeline{};
   observers_.intervalEnded(r, sampled ? &backward : nullptr);

@@ -98,6 +98,7 @@ class TrainingLoop {
   Clock::time_point interval_start_;
   int64_t samples_trained_ = 0;
   double train_seconds_ = 0;  // summed over intervals: evaluations and checkpoints excluded
+  double last_bubble_ = 0;    // a pipeline's: this rank's bubble in the last timed step
   bool evaluated_last_ = false;
   // Where the next step starts; the final checkpoint's position (a run
   // stopped by --max-steps mid-epoch resumes there when given more steps).

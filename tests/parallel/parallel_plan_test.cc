@@ -203,12 +203,77 @@ TEST(ParallelPlanTest, EveryMeshThatDoesNotFitIsRefusedNamingTheNumbers) {
   EXPECT_EQ(refused(4, 1, 4, seq), "");
   seq.seq_len = 1022;
   EXPECT_EQ(refused(4, 1, 4, seq, false), "");
-  EXPECT_EQ(configErrorOf([&] { checkParallelOptions(ParallelOptions{.tp = 2}, gpt2Small()); }), "")
+  ParallelOptions two;
+  two.tp = 2;
+  EXPECT_EQ(configErrorOf([&] { checkParallelOptions(two, gpt2Small()); }), "")
       << "the world-free checks pass a tp that the heads take";
 }
 
 TEST(ParallelPlanTest, AWorldOfNoRanksIsRefused) {
   EXPECT_EQ(configErrorOf([] { planParallelism(ParallelOptions{}, 0); }), "a world of 0 ranks: expected at least 1");
+}
+
+// A tiny model of 4 blocks with a tied head, as the pipeline tests train.
+PlannedModel fourBlocks() {
+  PlannedModel model = gpt2Small();
+  model.layers = 4;
+  model.tied_head = true;
+  return model;
+}
+
+TEST(ParallelPlanTest, PipelinesThatCannotRunAreRefusedNamingTheNumbers) {
+  const auto refused = [](const std::string& what, PlannedModel model = fourBlocks()) {
+    ParallelOptions o;
+    o.pp = 2;
+    if (what == "pp 8") o.pp = 8;
+    if (what == "M 2 < pp 4") o.pp = 4, o.microbatches = 2;
+    if (what == "V 2 over 6 blocks") o.microbatches = 4, o.virtual_stages = 2, model.layers = 6;
+    if (what == "split 1,2") o.pp_split = "1,2";
+    if (what == "shard full") o.shard = ShardStage::kFull;
+    if (what == "shard gradients") o.shard = ShardStage::kGradients;
+    if (what == "M without pp") o.pp = 1, o.microbatches = 4;
+    o.pp_schedule = what == "V 2 over 6 blocks" ? PipelineScheduleKind::kInterleaved1F1B : PipelineScheduleKind::k1F1B;
+    return configErrorOf([&] { checkParallelOptions(o, model); });
+  };
+  EXPECT_EQ(refused("pp 8"),
+            "8 pipeline stages (--pp x --virtual-stages) for a model of 4 blocks: expected at most one stage per block");
+  EXPECT_EQ(refused("M 2 < pp 4"),
+            "--microbatches 2 with --pp 4 and --pp-schedule 1f1b: fewer micro-batches than stages never fill the "
+            "pipeline; expected --microbatches >= 4 (or --pp-schedule gpipe)");
+  EXPECT_EQ(refused("V 2 over 6 blocks"),
+            "--virtual-stages 2 x --pp 2 = 4 stages do not divide the model's 6 blocks equally; expected --layers a "
+            "multiple of 4 or a --pp-split");
+  EXPECT_EQ(refused("split 1,2"),
+            "--pp-split '1,2' lists 2 stages of 3 blocks; expected 2 comma-separated block counts of at least 1 that "
+            "add up to the model's 4 blocks");
+  EXPECT_EQ(refused("shard full"),
+            "--pp 2 with --shard full: a stage's parameters are not gathered unit by unit yet; use --shard gradients "
+            "or optimizer with a pipeline");
+  EXPECT_EQ(refused("shard gradients"),
+            "--pp 2 with --shard gradients and a tied head: the first and the last stage sum their gradients of it, "
+            "which sharded gradients do not hold whole; use --shard optimizer or none, or --tie-embeddings off");
+  PlannedModel untied = fourBlocks();
+  untied.tied_head = false;
+  EXPECT_EQ(refused("shard gradients", untied), "");
+  EXPECT_EQ(refused("M without pp"),
+            "--microbatches, --virtual-stages and --pp-split shape a pipeline; with --pp 1 there is none "
+            "(--tokens-per-step accumulates micro-batches without one)");
+  EXPECT_EQ(refused("cnn", PlannedModel{"cnn", false}),
+            "--pp 2 with --model cnn: pipeline parallelism splits the transformer language models' blocks (gpt2, "
+            "llama)");
+  EXPECT_EQ(refused("fine"), "");
+  // The plan: pp outermost, the stages and the schedule's sizes.
+  ParallelOptions o;
+  o.pp = 2;
+  o.tp = 2;
+  const ParallelPlan plan = planParallelism(o, 8, fourBlocks());
+  EXPECT_EQ(plan.pp, 2);
+  EXPECT_EQ(plan.dp_shard, 2);
+  EXPECT_EQ(plan.microbatches, 2) << "--microbatches defaults to --pp";
+  EXPECT_EQ(formatPipelineStages(plan.stages), "0-1 | 2-3");
+  EXPECT_EQ(configErrorOf([&] { planParallelism(o, 6, fourBlocks()); }),
+            "--pp 2 x --tp 2 x --dp-replicate 1 = 4 ranks does not divide the world of 6 ranks "
+            "(pp x dp_replicate x dp_shard x tp); expected a world that is a multiple of 4");
 }
 
 }  // namespace
