@@ -19,3 +19,18 @@ torch_prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_pa
 export LD_LIBRARY_PATH="$nccl_home/lib:${LD_LIBRARY_PATH:-}"
 dtrain=$PWD/build-gpu/src/cli/dtrain
 data=$PWD/.deps/fashion-mnist
+
+# The machine's GPUs (into $OUT/gpus.csv), then build-gpu/ built unless it
+# holds dtrain already; exits unless there are at least $1 GPUs.
+machine_and_build() {
+  log "machine"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$OUT/gpus.csv"
+  if [ ! -x "$dtrain" ]; then
+    log "build"
+    local t0; t0=$(date +%s)
+    SKIP_FUSED_TEST=1 bench/gpu/lm_acceptance.sh build > "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+    echo "built in $(( $(date +%s) - t0 )) s"
+  fi
+  [ "$ngpu" -lt "$1" ] && { echo "$suite: needs $1 GPUs, this machine has $ngpu"; exit 1; }
+  return 0
+}

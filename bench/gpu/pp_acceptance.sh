@@ -18,15 +18,7 @@ cd "$(dirname "$0")/../.." || exit 1
 phase=${1:-check}
 suite=pp-acceptance
 source bench/gpu/lib.sh
-log "machine"
-nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$OUT/gpus.csv"
-if [ ! -x "$dtrain" ]; then
-  log "build"
-  t0=$(date +%s)
-  SKIP_FUSED_TEST=1 bench/gpu/lm_acceptance.sh build > "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
-  echo "built in $(( $(date +%s) - t0 )) s"
-fi
-[ "$ngpu" -lt 2 ] && { echo "pp_acceptance: needs 2 GPUs, this machine has $ngpu"; exit 1; }
+machine_and_build 2
 
 bench() {  # bench NAME GPUS ARGS...: one bench run, its loss and step time in one line
   local name=$1 gpus=$2; shift 2

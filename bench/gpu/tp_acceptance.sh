@@ -25,15 +25,7 @@ cd "$(dirname "$0")/../.." || exit 1
 phase=${1:-check}
 suite=tp-acceptance
 source bench/gpu/lib.sh
-log "machine"
-nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$OUT/gpus.csv"
-if [ ! -x "$dtrain" ]; then
-  log "build"
-  t0=$(date +%s)
-  SKIP_FUSED_TEST=1 bench/gpu/lm_acceptance.sh build > "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
-  echo "built in $(( $(date +%s) - t0 )) s"
-fi
-[ "$ngpu" -lt 2 ] && { echo "tp_acceptance: needs 2 GPUs, this machine has $ngpu"; exit 1; }
+machine_and_build 2
 
 # One bench run: its loss and graph status in one line.
 bench() {  # bench NAME GPUS ARGS...

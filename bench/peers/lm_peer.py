@@ -132,6 +132,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     return a
 
 
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+    """The flags the parallel peers (lm_tp_peer.py, lm_pp_peer.py) share: device, MFU peak, seed, JSON file, --check."""
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
+    p.add_argument("--peak-tflops", type=float, default=None, help="peak bf16 TFLOP/s per GPU for MFU")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default="", metavar="FILE", help="also write the JSON line here")
+    p.add_argument("--check", action="store_true", help="2 steps, no warm-up, print each loss, no JSON")
+
+
+def parse_run_flags(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """Parses; --check means 2 steps and no warm-up."""
+    a = p.parse_args(argv)
+    if a.check:
+        a.steps, a.warmup_steps = 2, 0
+    return a
+
+
 def note(notes: List[str], rank: int, text: str) -> None:
     notes.append(text)
     if rank == 0:

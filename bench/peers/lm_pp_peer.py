@@ -63,14 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compile", default="default", choices=["none", "default", "max-autotune-no-cudagraphs"])
     p.add_argument("--no-compile", dest="compile", action="store_const", const="none", help="= --compile none")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute each block in backward")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
-    p.add_argument("--peak-tflops", type=float, default=None, help="peak bf16 TFLOP/s per GPU for MFU")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default="", metavar="FILE", help="also write the JSON line here")
-    p.add_argument("--check", action="store_true", help="2 steps, no warm-up, print each loss, no JSON")
-    a = p.parse_args(argv)
-    if a.check:
-        a.steps, a.warmup_steps = 2, 0
+    lm_peer.add_run_flags(p)
+    a = lm_peer.parse_run_flags(p, argv)
     a.microbatches = a.microbatches or a.pp
     if a.steps < 1 or a.warmup_steps < 0 or a.pp < 2 or a.batch_size % a.microbatches:
         p.error("--steps >= 1, --warmup-steps >= 0, --pp >= 2 and a --batch-size that --microbatches divides")

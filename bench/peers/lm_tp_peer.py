@@ -68,14 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--async-tp", action="store_true", help="Inductor's micro-pipelined TP (needs compile)")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute each block in backward")
     p.add_argument("--clip-grad-norm", type=float, default=0.0, help="clip to this global L2 norm (0: off)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
-    p.add_argument("--peak-tflops", type=float, default=None, help="peak bf16 TFLOP/s per GPU for MFU")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default="", metavar="FILE", help="also write the JSON line here")
-    p.add_argument("--check", action="store_true", help="2 steps, no warm-up, print each loss, no JSON")
-    a = p.parse_args(argv)
-    if a.check:
-        a.steps, a.warmup_steps = 2, 0
+    lm_peer.add_run_flags(p)
+    a = lm_peer.parse_run_flags(p, argv)
     if a.steps < 1 or a.warmup_steps < 0 or a.seq_len < 1 or a.batch_size < 1 or a.tp < 1:
         p.error("--steps, --seq-len, --batch-size and --tp must be >= 1, --warmup-steps >= 0")
     if a.async_tp and a.compile == "none":
