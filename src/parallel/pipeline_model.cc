@@ -159,13 +159,19 @@ void checkOptions(const models::LanguageModel& whole, const PipelineModelOptions
   if (!o.channel || !o.group) throw ConfigError("pipeline: no channels or group to reach the other stages");
 }
 
-// The last B or W of a rank's actions: its backwards before it are not
-// reduced over the data-parallel ranks.
-size_t lastWeightBackward(const std::vector<PipelineAction>& actions) {
+// The last action of a rank that computes weight gradients (a B, a W, or
+// the last stage's I, which does its whole backward): its backwards before
+// it are not reduced over the data-parallel ranks.
+size_t lastWeightBackward(const std::vector<PipelineAction>& actions, int last_stage_chunk) {
   size_t last = actions.size();
   for (size_t i = 0; i < actions.size(); ++i) {
-    const auto op = actions[i].op;
-    if (op == PipelineAction::Op::kBackward || op == PipelineAction::Op::kBackwardWeight) last = i;
+    using Op = PipelineAction::Op;
+    const PipelineAction& a = actions[i];
+    const bool on_last_stage = a.chunk == last_stage_chunk;
+    if (a.op == Op::kBackward || (a.op == Op::kBackwardWeight && !on_last_stage) ||
+        (a.op == Op::kBackwardInput && on_last_stage)) {
+      last = i;
+    }
   }
   return last;
 }
@@ -334,26 +340,30 @@ torch::Tensor PipelineModel::runForward(int stage, int microbatch, const torch::
 
 void PipelineModel::runBackward(const PipelineAction& action, int stage) {
   const int pp = options_.schedule.pp, stages = options_.schedule.stages();
+  const bool last = stage == stages - 1;
+  using Op = PipelineAction::Op;
+  // The last stage's I is its whole backward and its W nothing: the fused
+  // classifier + cross-entropy computes the head's gradients in its forward
+  // and hands them out once (a second walk through it is refused).
+  if (last && action.op == Op::kBackwardWeight) return;
   auto it = in_flight_.find({stage, action.microbatch});
   if (it == in_flight_.end()) {
     throw ConfigError("pipeline: " + actionText(action, options_.schedule.virtual_stages) + " on rank " +
                       std::to_string(options_.rank) + " before its forward");
   }
   MicroState& state = it->second;
-  const bool last = stage == stages - 1;
   if (!last && !state.grad.defined()) state.grad = receive((stage + 1) % pp, kGradients);
   markStart(false);
   std::vector<torch::Tensor> grads;
   if (!last) grads.push_back(state.grad);
-  using Op = PipelineAction::Op;
-  if (action.op == Op::kBackwardInput) {
+  if (action.op == Op::kBackwardInput && !last) {
     torch::Tensor g;  // stage 0: nothing waits for the tokens' gradient, W does it all
     if (stage > 0) g = torch::autograd::grad({state.output}, {state.input}, grads, /*retain_graph=*/true)[0].to(torch::kFloat);
     markEnd();
     if (stage > 0) sendTo((stage - 1) % pp, kGradients, g);
     return;
   }
-  if (action.op == Op::kBackwardWeight) {
+  if (action.op == Op::kBackwardWeight) {  // a stage before the last
     torch::autograd::backward({state.output}, grads, /*retain_graph=*/false, /*create_graph=*/false,
                               stageParameters(stage));
     markEnd();
@@ -394,7 +404,7 @@ torch::Tensor PipelineModel::forwardBackward(const torch::Tensor& tokens, const 
   const std::vector<torch::Tensor> token_parts = tokens.chunk(microbatches);
   const std::vector<torch::Tensor> target_parts = targets.chunk(microbatches);
   const std::vector<PipelineAction>& actions = schedule.ranks.at(options_.rank);
-  const size_t last_sync = lastWeightBackward(actions);
+  const size_t last_sync = lastWeightBackward(actions, holdsLoss() ? schedule.virtual_stages - 1 : -1);
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
   const int stages = schedule.stages();
   if (marks_) marks_->mark(device_);
@@ -482,7 +492,9 @@ void PipelineModel::collectMarks() {
     busy += ms;
     if (m.forward[k]) forward += ms;
   }
-  if (actions > 0) timing_.span_ms += m.between(1, 2 * actions);
+  // The span is the step's, from its start to its sends' end: a rank that
+  // waits for its first input or for the last backward counts that wait.
+  if (actions > 0) timing_.span_ms += m.between(0, m.size() - 1);
   timing_.busy_ms += busy;
   timing_.forward_ms += forward;
   ++timing_.steps;

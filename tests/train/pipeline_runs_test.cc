@@ -102,8 +102,8 @@ TEST(PipelineRunsTest, EveryScheduleTrainsAsOneRankForGpt2AndLlama) {
   }
 }
 
-// pp 2 x dp 2 (interleaved, ZeRO-2, untied: ZeRO-2 holds no whole tied
-// gradient to sum) against dp 2, and pp 2 x tp 2 against tp 2: the
+// pp 2 x dp 2 (interleaved and zb-h1, ZeRO-2, untied: ZeRO-2 holds no
+// whole tied gradient to sum) against dp 2, and pp 2 x tp 2 against tp 2: the
 // pipeline composes with the other two axes.
 TEST(PipelineRunsTest, PipelinesComposeWithDataAndTensorParallelism) {
   TempDir dir("dtrain-pp-compose");
@@ -115,6 +115,12 @@ TEST(PipelineRunsTest, PipelinesComposeWithDataAndTensorParallelism) {
                                "--pp 2 --microbatches 2 --pp-schedule interleaved-1f1b --virtual-stages 2",
                            dir, "pp-dp"),
                    2e-6, "pp 2 x dp 2 interleaved, --shard gradients");
+  // zb-h1, replicated: the data-parallel reduction rides on each rank's
+  // last weight gradient, which the last stage computes in its I.
+  expectSameLosses(dp,
+                   trained(4, kPipelineLlama + kPipelineLm + "--tie-embeddings off --pp 2 --microbatches 2 "
+                           "--pp-schedule zb-h1", dir, "pp-dp-zb"),
+                   2e-6, "pp 2 x dp 2 zb-h1, replicated");
   const RunLosses tp = trained(2, kPipelineGpt2 + kPipelineLm + "--tp 2", dir, "tp");
   expectSameLosses(tp, trained(4, kPipelineGpt2 + kPipelineLm + "--tp 2 --pp 2 --microbatches 2", dir, "pp-tp"), 2e-6,
                    "pp 2 x tp 2");
