@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <vector>
 
 #include "common/error.h"
+#include "models/lm_counts.h"
 
 namespace dtrain {
 namespace {
@@ -112,9 +114,8 @@ double parametersPerTpRank(const MemoryInputs& in) {
   return rank;
 }
 
-}  // namespace
-
-MemoryEstimate estimateMemory(const MemoryInputs& in) {
+// The model state (and, without a pipeline, the activations) of `in`.
+MemoryEstimate estimateWhole(const MemoryInputs& in) {
   MemoryEstimate e;
   const double p = parametersPerTpRank(in), n = static_cast<double>(std::max(1, in.ranks));
   const double state = in.optimizer_state_bytes;
@@ -140,6 +141,110 @@ MemoryEstimate estimateMemory(const MemoryInputs& in) {
   return e;
 }
 
+// One pipeline rank's share of the model: a config of its blocks and the
+// parameters it holds (the embedding with the first stage; the final norm
+// and the head, a tied one too, with the last).
+struct RankShare {
+  models::LanguageModelConfig config;
+  int64_t parameters = 0;
+};
+
+RankShare rankShare(const MemoryInputs& in, int rank) {
+  const models::LanguageModelConfig& c = *in.lm;
+  models::LanguageModelConfig none = c;
+  none.layers = 0;
+  const int64_t base = models::parameterCount(none);
+  const int64_t per_block = c.layers > 0 ? (models::parameterCount(c) - base) / c.layers : 0;
+  const int64_t embedding = c.vocab_size * c.dim + (c.family == models::LmFamily::kGpt2 ? c.max_seq_len * c.dim : 0);
+  const int64_t head = base - embedding + (c.tie_embeddings ? c.vocab_size * c.dim : 0);
+  RankShare share{c, 0};
+  share.config.layers = 0;
+  const int stages = static_cast<int>(in.stages.size());
+  for (int stage = rank; stage < stages; stage += in.schedule.pp) {
+    share.config.layers += in.stages[stage].count();
+    share.parameters += per_block * in.stages[stage].count();
+    if (stage == 0) share.parameters += embedding;
+    if (stage == stages - 1) share.parameters += head;
+  }
+  return share;
+}
+
+// The most activation bytes a pipeline rank's schedule keeps at once:
+// per token, each in-flight stage's blocks (the head at the last, the
+// stream sent on before it); per micro-batch, under autocast, the copies of
+// the stage's matrix weights in the compute dtype that its products saved
+// for backward (each forward casts them anew).
+int64_t pipelineActivationBytes(const MemoryInputs& in, int rank) {
+  if (in.lm == nullptr || in.tokens <= 0) return 0;
+  const models::LanguageModelConfig& c = *in.lm;
+  const BlockActivations block = blockActivations(in);
+  const double d = static_cast<double>(c.dim), tokens = static_cast<double>(in.tokens);
+  const double per_block = in.activation_checkpointing ? block.streams * d : block.full;
+  const double head = in.fused_head ? 2.0 * d : 10.0 * static_cast<double>(c.vocab_size) / std::max(1, in.tp);
+  const double sent = 4.0 * d / (in.sequence_parallel ? in.tp : 1);
+  const bool casts = in.precision != ComputePrecision::kFp32 && in.shard != ShardStage::kFull;
+  models::LanguageModelConfig none = c;
+  none.layers = 0;
+  const double block_weights = c.layers > 0 ? static_cast<double>(models::parameterCount(c) -
+                                                                  models::parameterCount(none)) / c.layers : 0;
+  const double tp = static_cast<double>(std::max(1, in.tp));
+  const double cast_bytes = casts ? static_cast<double>(computeBytes(in.precision)) / tp : 0;
+  const int stages = static_cast<int>(in.stages.size());
+  using Op = PipelineAction::Op;
+  std::map<std::pair<int, int>, double> live;  // (stage, micro-batch): its bytes
+  double held = 0, most = 0;
+  for (const PipelineAction& a : in.schedule.ranks.at(rank)) {
+    const int stage = in.schedule.stageOf(rank, a.chunk);
+    const bool last = stage == stages - 1;
+    const auto key = std::make_pair(stage, a.microbatch);
+    if (a.op == Op::kForward) {
+      const double blocks = static_cast<double>(in.stages[stage].count());
+      const double weights = blocks * block_weights + (last ? static_cast<double>(c.vocab_size) * d : 0);
+      const double bytes = tokens * (blocks * per_block + (last ? head : sent)) + cast_bytes * weights;
+      live[key] = bytes;
+      held += bytes;
+      most = std::max(most, held);
+    } else if (a.op == Op::kBackward || (a.op == Op::kBackwardWeight && !last) ||
+               (a.op == Op::kBackwardInput && last)) {
+      held -= live[key];
+      live.erase(key);
+    }
+  }
+  // One block's temporaries during its backward (and its recomputation).
+  return static_cast<int64_t>(most + tokens * block.full);
+}
+
+}  // namespace
+
+MemoryEstimate estimatePipelineRank(const MemoryInputs& in, int rank) {
+  const RankShare share = rankShare(in, rank);
+  MemoryInputs mine = in;
+  mine.lm = &share.config;
+  mine.parameters = share.parameters;
+  mine.tokens = 0;  // the activations are the schedule's, below
+  MemoryEstimate e = estimateWhole(mine);
+  e.pp_rank = rank;
+  e.activations = pipelineActivationBytes(in, rank);
+  return e;
+}
+
+void setPipeline(MemoryInputs& in, const ParallelPlan& plan, int64_t batch_size) {
+  if (plan.pp <= 1) return;
+  in.stages = plan.stages;
+  in.schedule = buildPipelineSchedule(plan.pp_schedule, plan.pp, plan.microbatches, plan.virtual_stages);
+  if (in.lm != nullptr) in.tokens = batch_size / plan.microbatches * in.lm->seq_len;
+}
+
+MemoryEstimate estimateMemory(const MemoryInputs& in) {
+  if (in.stages.empty() || in.lm == nullptr) return estimateWhole(in);
+  MemoryEstimate fullest;
+  for (int rank = 0; rank < in.schedule.pp; ++rank) {
+    const MemoryEstimate e = estimatePipelineRank(in, rank);
+    if (fullest.pp_rank < 0 || e.total() > fullest.total()) fullest = e;
+  }
+  return fullest;
+}
+
 double zeroPaperBytesPerParameter(ShardStage shard, int ranks) {
   const double n = static_cast<double>(std::max(1, ranks));
   switch (shard) {
@@ -162,8 +267,19 @@ std::string gibText(int64_t bytes) {
 }
 
 std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& e) {
-  const double paper = zeroPaperBytesPerParameter(in.shard, in.ranks) * parametersPerTpRank(in);
-  std::string text = "memory per rank (estimate): parameters " + gibText(e.parameters) + ", gradients " +
+  double paper = zeroPaperBytesPerParameter(in.shard, in.ranks);
+  std::string text = "memory per rank (estimate";
+  if (e.pp_rank >= 0) {
+    const RankShare share = rankShare(in, e.pp_rank);
+    MemoryInputs mine = in;
+    mine.lm = &share.config;
+    mine.parameters = share.parameters;
+    paper *= parametersPerTpRank(mine);
+    text += ", the fullest pipeline rank: " + std::to_string(e.pp_rank);
+  } else {
+    paper *= parametersPerTpRank(in);
+  }
+  text += "): parameters " + gibText(e.parameters) + ", gradients " +
                      gibText(e.gradients) + ", optimizer state " + gibText(e.optimizer);
   if (in.lm != nullptr) text += ", activations " + gibText(e.activations);
   char formula[128];
@@ -190,6 +306,7 @@ void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& 
     tries.push_back({ShardStage::kFull, true});
   }
   for (const auto& [shard, checkpointing] : tries) {
+    if (!in.stages.empty() && shard == ShardStage::kFull) continue;  // not with a pipeline yet
     MemoryInputs alt = in;
     alt.shard = shard;
     alt.activation_checkpointing = checkpointing;

@@ -45,13 +45,28 @@
 // parallelism a block keeps 1/tp of everything (Korthikanti et al. 2022);
 // without it the two streams stay whole and the rest is 1/tp. The fused
 // head keeps the whole normed hidden state; the unfused one 1/tp of the logits.
+//
+// Pipelines (pp > 1): a rank holds its stages' blocks, the embedding with
+// the first stage, the final norm and the head (a tied one too) with the
+// last, and the ZeRO stages above apply to that. Its activations are
+// those its schedule keeps at once: walking its actions, a forward adds
+// its stage's blocks (and the head at the last stage) for one micro-batch,
+// plus the stream it sends on (fp32, d per token), and, under autocast,
+// the compute-dtype copies of the stage's matrix weights its products saved
+// (each forward casts them anew: 2 bytes per weight per micro-batch in
+// flight); a B frees them, as does the W of a zero-bubble schedule (its I
+// keeps them). The estimate is the fullest rank's. `tokens` is then one
+// micro-batch's. (Without a pipeline the one such copy, 2 bytes per
+// parameter, is left to the margin.)
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "models/lm_config.h"
 #include "parallel/parallel_plan.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace dtrain {
 
@@ -71,9 +86,19 @@ struct MemoryInputs {
   bool activation_checkpointing = false;
   bool fused_head = true;       // the fused kernels (CUDA): classifier + cross-entropy, gpt2's MLP
   bool gpu = true;              // a GPU: checkFits leaves room for its context and workspaces
+  // Pipelines: the stages (pp x V of them) and the schedule; empty stages
+  // mean none.
+  std::vector<StageBlocks> stages;
+  PipelineSchedule schedule;
 };
 
+// A pipeline's memory inputs from a plan (pp > 1): its stages, the
+// schedule of its micro-batches, and the tokens of one micro-batch from a
+// batch of `batch_size` sequences per pipeline.
+void setPipeline(MemoryInputs& in, const ParallelPlan& plan, int64_t batch_size);
+
 struct MemoryEstimate {
+  int pp_rank = -1;  // pipelines: the fullest rank, whose estimate this is
   int64_t parameters = 0;
   int64_t gradients = 0;
   int64_t optimizer = 0;
@@ -82,6 +107,9 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate estimateMemory(const MemoryInputs& in);
+
+// A pipeline's rank `rank` (in.stages set; pp_rank says which).
+MemoryEstimate estimatePipelineRank(const MemoryInputs& in, int rank);
 
 // The ZeRO paper's model-state bytes per parameter for a stage on N ranks.
 double zeroPaperBytesPerParameter(ShardStage shard, int ranks);

@@ -291,12 +291,12 @@ void writeResult(const nlohmann::json& result, const std::string& path) {
 // A language model's memory needs per GPU (nullopt for image models).
 std::optional<MemoryInputs> benchMemoryInputs(const BenchTrainOptions& o, const models::LanguageModelConfig& config,
                                               const OptimizerOptions& optimizer, int ranks) {
-  if (!isLanguageModel(o.model) || o.parallel.pp > 1) return std::nullopt;  // no pipeline stages in the estimate yet
+  if (!isLanguageModel(o.model)) return std::nullopt;
   MemoryInputs in;
   in.lm = &config;
   in.parameters = models::parameterCount(config);
   in.tp = o.parallel.tp;
-  in.ranks = std::max(1, ranks / in.tp);  // the data-parallel ranks
+  in.ranks = std::max(1, ranks / (in.tp * o.parallel.pp));  // the data-parallel ranks
   in.sequence_parallel = in.tp > 1 && o.parallel.sequence_parallel;
   in.shard = o.parallel.shard;
   in.precision = o.execution.precision;
@@ -305,6 +305,7 @@ std::optional<MemoryInputs> benchMemoryInputs(const BenchTrainOptions& o, const 
   in.bucket_mb = o.parallel.bucket_mb;
   in.tokens = o.input.batch_size * config.seq_len;
   in.activation_checkpointing = o.model.lm.activation_checkpointing;
+  if (o.parallel.pp > 1) setPipeline(in, planParallelism(o.parallel, ranks, plannedModel(o.model)), o.input.batch_size);
   return in;
 }
 

@@ -112,28 +112,46 @@ LoopSettings loopSettings(const TrainOptions& o, TrainingJob& job) {
 }
 
 // What a language model's job needs per GPU (nullopt for other tasks: an
-// image model's size is known only once it is built, and they are small;
-// and for pipelines, which the estimate does not model yet).
-std::optional<MemoryInputs> memoryInputs(const TrainOptions& o, const Task& task, int ranks, bool cuda) {
-  const auto* lm = dynamic_cast<const LanguageModelTask*>(&task);
-  if (lm == nullptr) return std::nullopt;
-  if (o.parallel.pp > 1) return std::nullopt;  // the estimate does not model a pipeline's stages yet
+// image model's size is known only once it is built, and they are small).
+MemoryInputs lmMemoryInputs(const TrainOptions& o, const models::LanguageModelConfig& config, int ranks, bool cuda) {
   MemoryInputs in;
-  in.lm = &lm->config();
-  in.parameters = models::parameterCount(lm->config());
+  in.lm = &config;
+  in.parameters = models::parameterCount(config);
   in.tp = o.parallel.tp;
-  in.ranks = std::max(1, ranks / in.tp);  // the data-parallel ranks
+  in.ranks = std::max(1, ranks / (in.tp * o.parallel.pp));  // the data-parallel ranks
   in.sequence_parallel = in.tp > 1 && o.parallel.sequence_parallel;
   in.shard = o.parallel.shard;
   in.precision = o.execution.precision;
   in.reduce_dtype = o.parallel.reduce_dtype;
   in.optimizer_state_bytes = optimizerStateBytes(o.optimizer);
   in.bucket_mb = o.parallel.bucket_mb;
-  in.tokens = o.data.batch_size * lm->config().seq_len;
+  in.tokens = o.data.batch_size * config.seq_len;
   in.activation_checkpointing = o.model.lm.activation_checkpointing;
   in.fused_head = cuda;
   in.gpu = cuda;
+  if (o.parallel.pp > 1) setPipeline(in, planParallelism(o.parallel, ranks, plannedModel(o.model)), o.data.batch_size);
   return in;
+}
+
+std::optional<MemoryInputs> memoryInputs(const TrainOptions& o, const Task& task, int ranks, bool cuda) {
+  const auto* lm = dynamic_cast<const LanguageModelTask*>(&task);
+  if (lm == nullptr) return std::nullopt;
+  return lmMemoryInputs(o, lm->config(), ranks, cuda);
+}
+
+// --pp-print-schedule's last lines: each pipeline rank's memory on a GPU.
+std::string pipelineMemoryText(const TrainOptions& o) {
+  const models::LanguageModelConfig config = languageModelConfig(o.model);
+  const int ranks = o.parallel.pp * o.parallel.tp * o.parallel.dp_replicate;
+  const MemoryInputs in = lmMemoryInputs(o, config, ranks, /*cuda=*/true);
+  std::string text;
+  for (int rank = 0; rank < o.parallel.pp; ++rank) {
+    const MemoryEstimate e = estimatePipelineRank(in, rank);
+    text += "# memory of pipeline rank " + std::to_string(rank) + " (estimate, one GPU): " + gibText(e.total()) +
+            " = parameters " + gibText(e.parameters) + ", gradients " + gibText(e.gradients) + ", optimizer " +
+            gibText(e.optimizer) + ", activations " + gibText(e.activations) + "\n";
+  }
+  return text;
 }
 
 // What --shard splits, for the start line.
@@ -224,7 +242,7 @@ int stopAfterSignal(const TrainOptions& o, TrainingJob& job, TrainingLoop& loop,
 
 int runTraining(const TrainOptions& o) {
   if (o.parallel.pp_print_schedule) {
-    std::cout << describePipeline(o.parallel, plannedModel(o.model)) << std::flush;
+    std::cout << describePipeline(o.parallel, plannedModel(o.model)) << pipelineMemoryText(o) << std::flush;
     return 0;
   }
   checkTrainOptions(o);

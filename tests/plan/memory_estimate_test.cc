@@ -18,13 +18,14 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-MemoryInputs inputs(const models::LanguageModelConfig& config, ShardStage shard, int ranks, int64_t batch) {
+MemoryInputs inputs(const models::LanguageModelConfig& config, ShardStage shard, int ranks, int64_t batch,
+                    ComputePrecision precision = ComputePrecision::kBf16) {
   MemoryInputs in;
   in.lm = &config;
   in.parameters = models::parameterCount(config);
   in.ranks = ranks;
   in.shard = shard;
-  in.precision = ComputePrecision::kBf16;
+  in.precision = precision;
   in.tokens = batch * config.seq_len;
   return in;
 }
@@ -128,6 +129,50 @@ TEST(MemoryEstimateTest, TensorParallelismSplitsTheStateAndTheActivations) {
   const double per16 = static_cast<double>(estimateMemory(replicated).parameters);
   const double per8 = static_cast<double>(estimateMemory(split).parameters);
   EXPECT_GT(per16, per8 / 2) << "the replicated key/value projections do not halve";
+}
+
+// A pipeline rank holds its stages' share of the model and the
+// activations its schedule keeps at once: 1F1B's first rank pp micro-batches
+// of its blocks, GPipe's every micro-batch; the estimate is the fullest
+// rank's.
+TEST(MemoryEstimateTest, PipelineRanksHoldTheirStagesAndTheScheduleInFlight) {
+  const models::LanguageModelConfig config = models::namedLanguageModel("llama-8b");
+  const auto fp32 = ComputePrecision::kFp32;  // no autocast copies of the weights, below
+  const MemoryInputs whole = inputs(config, ShardStage::kNone, 1, 1, fp32);  // one micro-batch of one sequence
+  ParallelPlan plan;
+  plan.pp = 2;
+  plan.microbatches = 8;
+  plan.stages = {{0, 17}, {17, 32}};
+  MemoryInputs one_f_one_b = inputs(config, ShardStage::kNone, 1, 8, fp32);
+  setPipeline(one_f_one_b, plan, 8);
+  EXPECT_EQ(one_f_one_b.tokens, config.seq_len);
+  EXPECT_EQ(estimateMemory(whole).pp_rank, -1);
+  const MemoryEstimate a = estimateMemory(one_f_one_b);
+  EXPECT_EQ(a.pp_rank, 0) << "the first rank: more blocks, and two micro-batches in flight";
+  // 17 blocks and the embedding of 32 blocks, the embedding and the head.
+  const double blocks = 17.0 / 32;
+  const double p = static_cast<double>(models::parameterCount(config));
+  const double table = static_cast<double>(config.vocab_size * config.dim);
+  EXPECT_NEAR(static_cast<double>(a.parameters), 4 * (blocks * (p - 2 * table) + table), 4e6);
+  const MemoryEstimate w = estimateMemory(whole);
+  const double per_block_tokens = static_cast<double>(w.activations) / 34;  // 32 blocks, the head's few, one more
+  EXPECT_NEAR(static_cast<double>(a.activations), per_block_tokens * (2 * 17 + 1), 0.05 * a.activations);
+  plan.pp_schedule = PipelineScheduleKind::kGpipe;
+  MemoryInputs gpipe = inputs(config, ShardStage::kNone, 1, 8, fp32);
+  setPipeline(gpipe, plan, 8);
+  const MemoryEstimate g = estimateMemory(gpipe);
+  EXPECT_NEAR(static_cast<double>(g.activations), per_block_tokens * (8 * 17 + 1), 0.05 * g.activations);
+  EXPECT_EQ(g.parameters, a.parameters);
+  // Under autocast each forward in flight keeps bf16 copies of its blocks' weights.
+  MemoryInputs bf16 = one_f_one_b;
+  bf16.precision = ComputePrecision::kBf16;
+  const double block_weights = (p - 2 * table) / 32;
+  const MemoryEstimate b = estimateMemory(bf16);
+  const MemoryInputs whole_bf16 = inputs(config, ShardStage::kNone, 1, 1);
+  const double tokens_part = static_cast<double>(estimateMemory(whole_bf16).activations) / 34 * 35;
+  EXPECT_NEAR(static_cast<double>(b.activations), tokens_part + 2 * 2 * 17 * block_weights, 0.05 * b.activations);
+  EXPECT_NE(describeEstimate(gpipe, g).find("the fullest pipeline rank: 0"), std::string::npos)
+      << describeEstimate(gpipe, g);
 }
 
 TEST(MemoryEstimateTest, AJobThatCannotFitIsRefusedWithTheFlagThatWould) {
