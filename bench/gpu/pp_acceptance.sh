@@ -10,13 +10,19 @@
 #                                      of SCHEDULES ("1f1b interleaved-1f1b"), by bench/lm_compare.py
 #   bench/gpu/pp_acceptance.sh bubble  the same dtrain runs with --breakdown: each schedule's measured
 #                                      bubble (pp_bubble_mean) beside (p - 1) / (V M + p - 1), zb-h1 too
+#   bench/gpu/pp_acceptance.sh slice70 4 GPUs, pp 2 x tp 2 on LAYERS (8) blocks of Llama 3 70B's shape
+#                                      (dim 8192, ffn 28672, 64 heads, 8 kv heads), seq 4096, M 8, 1F1B:
+#                                      dtrain against the pipelining peer with torchtitan's TP per
+#                                      stage (loss_parallel, or gathered logits when a 1-step check of
+#                                      it fails), each rank's memory estimate printed first
 # Knobs: MODEL (llama-8b), SEQ (4096), BATCH (8), M (8), STEPS (10), WARMUP (4), SCHEDULES,
-# DTRAIN_ARGS, PEER_ARGS, BUDGET_S (540). Results: $OUT/<phase>.tgz.
+# CHECK_SCHEDULES, PEER_CHECK (1), LAYERS, DTRAIN_ARGS, PEER_ARGS, BUDGET_S (540), TAG (a suffix
+# of the work folder, for two phases of one name at once). Results: $OUT/<phase>.tgz.
 set -uo pipefail
 started=$(date +%s)
 cd "$(dirname "$0")/../.." || exit 1
 phase=${1:-check}
-suite=pp-acceptance
+suite=pp-acceptance${TAG:+-$TAG}
 source bench/gpu/lib.sh
 machine_and_build 2
 
@@ -32,8 +38,9 @@ schedule_flags() {  # the flags of a schedule word
   esac
 }
 big="--model ${MODEL:-llama-8b} --seq-len ${SEQ:-4096}"
-split_of() {  # the stages dtrain balances for a schedule, as --pp-split counts
-  "$dtrain" train $big --pp 2 --microbatches "${M:-8}" $(schedule_flags "$1") --pp-print-schedule |
+split_of() {  # split_of SCHEDULE [FLAGS...]: the stages dtrain balances, as --pp-split counts
+  local s=$1; shift
+  "$dtrain" train $big --pp 2 --microbatches "${M:-8}" $(schedule_flags "$s") "$@" --pp-print-schedule |
     sed -n 's/^# stages (blocks): //p' | tr '|' '\n' |
     awk -F- '{gsub(/ /, ""); if (NF == 2) printf "%s%d", (n++ ? "," : ""), $2 - $1 + 1}'
 }
@@ -43,12 +50,13 @@ case "$phase" in
     log "correctness: pp 2 (2 GPUs) vs pp 1 (1 GPU), fp32, eager, the same batch"
     tiny="--model llama --layers 4 --dim 128 --heads 4 --kv-heads 2 --seq-len 128 --vocab-size 512 --batch-size 8 --precision fp32 --clip-grad-norm 1.0 --steps 6 --warmup 4 --no-cuda-graphs"
     bench "pp1" 1 $tiny
-    for s in 1f1b gpipe zb-h1 interleaved-1f1b; do
+    for s in ${CHECK_SCHEDULES:-1f1b gpipe zb-h1 interleaved-1f1b}; do
       bench "pp2-$s" 2 $tiny --pp 2 --microbatches 4 $(schedule_flags $s)
     done
     bench "pp2-bf16" 2 --model llama --layers 4 --dim 256 --heads 8 --kv-heads 2 --seq-len 256 --vocab-size 1024 \
       --batch-size 8 --precision bf16 --steps 6 --warmup 4 --pp 2 --microbatches 4
     grep -h -B2 -A8 "Error\|error:" "$OUT"/*.log | head -40
+    [ "${PEER_CHECK:-1}" = 1 ] || { echo "pp_acceptance check done after $(( $(date +%s) - started )) s"; exit 0; }
     log "the pipelining peer, 2 steps (--check, no compile)"
     (cd bench/peers && timeout 240 python3 -m torch.distributed.run --standalone --nproc_per_node 2 lm_pp_peer.py \
       --check --no-compile --model llama-8b --layers 4 --dim 256 --heads 8 --kv-heads 2 --vocab-size 1024 \
@@ -82,8 +90,8 @@ case "$phase" in
     done
     python3 - "$OUT" <<'PY'
 import glob, json, os, sys
-print("| schedule | step ms | span ms (rank 0) | busy ms (rank 0) | bubble rank 0 | bubble mean | theory |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| schedule | step ms | span ms (rank 0) | busy ms (rank 0) | optimizer ms (rank 0) | bubble rank 0 | bubble mean | theory |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "bubble-*.json"))):
     try:
         r = json.load(open(path))["results"][0]
@@ -91,10 +99,41 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "bubble-*.json"))):
         continue
     b = r.get("breakdown", {})
     print(f"| {r.get('pp_schedule')} | {r.get('step_ms', 0):.1f} | {b.get('pp_span_ms', 0):.1f} | "
-          f"{b.get('pp_busy_ms', 0):.1f} | {b.get('pp_bubble', 0):.3f} | {b.get('pp_bubble_mean', 0):.3f} | "
+          f"{b.get('pp_busy_ms', 0):.1f} | {b.get('optimizer_ms', 0):.1f} | {b.get('pp_bubble', 0):.3f} | "
+          f"{b.get('pp_bubble_mean', 0):.3f} | "
           f"{b.get('pp_bubble_theory', 0):.3f} |")
 PY
     ;;
-  *) echo "unknown phase $phase (check | speed | bubble)"; exit 2 ;;
+  slice70)
+    [ "$ngpu" -lt 4 ] && { echo "slice70: needs 4 GPUs, this machine has $ngpu"; exit 1; }
+    shape="--dim 8192 --ffn-dim 28672 --heads 64 --kv-heads 8"
+    dims="$shape --layers ${LAYERS:-8}"
+    "$dtrain" train $big $dims --batch-size "${BATCH:-8}" --precision bf16 --tp 2 --pp 2 --microbatches "${M:-8}" \
+      --pp-print-schedule | grep -E "stages|memory" | tee "$OUT/plan.txt"
+    split=$(split_of 1f1b $dims --tp 2)
+    log "the peer's loss_parallel under the pipeline: one step, 2 blocks, eager"
+    lp=""
+    (cd bench/peers && timeout 150 python3 -m torch.distributed.run --standalone --nproc_per_node 4 lm_pp_peer.py \
+      --check --no-compile --model llama-8b $shape --layers 2 --seq-len "${SEQ:-4096}" --batch-size 2 --steps 1 \
+      --pp 2 --tp 2 --microbatches 2) > "$OUT/peer-check.log" 2>&1 || lp="--no-loss-parallel"
+    echo "peer check exit: ${lp:-ok (loss_parallel)}"; tail -2 "$OUT/peer-check.log"
+    flags="$dims --tp 2 --pp 2 --microbatches ${M:-8} --pp-split $split"
+    left=$(( ${BUDGET_S:-540} - ($(date +%s) - started) ))
+    log "70B slice: dtrain vs the pipelining peer, $flags ($left s left)"
+    python3 bench/lm_compare.py --dtrain "$dtrain" --config "${MODEL:-llama-8b}" "${SEQ:-4096}" "${BATCH:-8}" 4 \
+      --steps "${STEPS:-10}" --warmup "${WARMUP:-4}" --rounds 1 --deadline-s "$left" --parallel pp \
+      --dtrain-args "$flags ${DTRAIN_ARGS:-}" --peer-args "$flags $lp ${PEER_ARGS:-}" \
+      --out "$OUT/lm_compare-slice70.json" 2> "$OUT/lm_compare-slice70.log" | tee "$OUT/lm_compare-slice70.md"
+    grep -E "FAILED|^failed|timed out|Error" "$OUT/lm_compare-slice70.log" | tail -10
+    python3 - "$OUT/lm_compare-slice70.json" <<'PY'
+import json, sys
+for run in json.load(open(sys.argv[1])).get("runs", []):
+    row = run.get("row") or {}
+    est = (row.get("memory_estimate_bytes") or {}).get("total")
+    print(run["impl"], "peak GiB", round((row.get("peak_memory_bytes") or 0) / 2**30, 2),
+          "estimate GiB", round(est / 2**30, 2) if est else None)
+PY
+    ;;
+  *) echo "unknown phase $phase (check | speed | bubble | slice70)"; exit 2 ;;
 esac
 echo "pp_acceptance $phase done after $(( $(date +%s) - started )) s"

@@ -9,6 +9,11 @@ it, run by torch.distributed.pipelining's schedules on PyTorch 2.11.
            on rank s % pp (the pipelining library's interleaved placement, Megatron's too).
   schedule --pp-schedule 1f1b: Schedule1F1B; interleaved-1f1b: ScheduleInterleaved1F1B;
            gpipe: ScheduleGPipe; --microbatches per step, the batch split along its rows.
+  tp       --tp N: each stage tensor-parallel as torchtitan's apply_tp with sequence parallelism
+           (lm_tp_peer's plans: the blocks, the embedding with the first stage, the norm and the
+           head with the last, loss_parallel unless --no-loss-parallel), before the pipeline, as
+           torchtitan composes them; the mesh is (pp, dp 1, tp), tp innermost as dtrain's. Stages
+           send their sequence shard.
   compile  torch.compile(block, fullgraph=True) per block (--no-compile: eager).
   fsdp     fully_shard per block and per stage over a dp mesh of one rank with
            MixedPrecisionPolicy(bf16 params, fp32 reduce), as torchtitan makes its compute bf16.
@@ -36,10 +41,14 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel, loss_parallel,
+                                               parallelize_module)
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import lm_models  # beside this script
 import lm_peer    # its flags' meanings, timing, optimizer and FLOP accounting are reused
+import lm_tp_peer  # torchtitan's tensor-parallel block plan
 
 SCHEDULES = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe, "interleaved-1f1b": ScheduleInterleaved1F1B}
 
@@ -54,7 +63,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8, help="sequences per step (all micro-batches)")
     p.add_argument("--steps", type=int, default=20, help="timed steps")
     p.add_argument("--warmup-steps", "--warmup", dest="warmup_steps", type=int, default=5)
-    p.add_argument("--pp", type=int, default=2, help="pipeline ranks (the world)")
+    p.add_argument("--pp", type=int, default=2, help="pipeline ranks (the world over --tp)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per stage (innermost)")
+    p.add_argument("--no-loss-parallel", dest="loss_parallel", action="store_false",
+                   help="with --tp: gather the logits instead of loss_parallel's vocab-sharded cross-entropy")
     p.add_argument("--microbatches", type=int, default=0, help="micro-batches per step (default: pp)")
     p.add_argument("--pp-schedule", default="1f1b", choices=sorted(SCHEDULES))
     p.add_argument("--virtual-stages", type=int, default=1, help="stages per rank (interleaved-1f1b)")
@@ -66,8 +78,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     lm_peer.add_run_flags(p)
     a = lm_peer.parse_run_flags(p, argv)
     a.microbatches = a.microbatches or a.pp
-    if a.steps < 1 or a.warmup_steps < 0 or a.pp < 2 or a.batch_size % a.microbatches:
-        p.error("--steps >= 1, --warmup-steps >= 0, --pp >= 2 and a --batch-size that --microbatches divides")
+    if a.steps < 1 or a.warmup_steps < 0 or a.pp < 2 or a.tp < 1 or a.batch_size % a.microbatches:
+        p.error("--steps >= 1, --warmup-steps >= 0, --pp >= 2, --tp >= 1 and a --batch-size that --microbatches "
+                "divides")
+    a.loss_parallel = a.loss_parallel and a.tp > 1
     if a.virtual_stages > 1 and a.pp_schedule != "interleaved-1f1b":
         p.error("--virtual-stages > 1 needs --pp-schedule interleaved-1f1b")
     return a
@@ -114,9 +128,28 @@ def stage_blocks(a: argparse.Namespace, layers: int) -> List[range]:
     return [range(starts[s], starts[s] + counts[s]) for s in range(stages)]
 
 
-def build_stage(cfg, blocks: range, s: int, stages: int, a, device, dp_mesh) -> nn.Module:
+def apply_stage_tp(stage: Stage, tp_mesh, use_loss_parallel: bool) -> None:
+    """torchtitan's apply_tp on the modules this stage holds."""
+    plan = {}
+    if stage.tok_embeddings is not None:
+        plan["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))
+    if stage.norm is not None:
+        plan["norm"] = SequenceParallel()
+        plan["output"] = ColwiseParallel(input_layouts=Shard(1), use_local_output=not use_loss_parallel,
+                                         output_layouts=Shard(-1) if use_loss_parallel else Replicate())
+    if plan:
+        parallelize_module(stage, tp_mesh, plan)
+    for block in stage.layers.values():
+        lm_tp_peer.localize_heads(block, "llama", tp_mesh.size())
+        parallelize_module(block, tp_mesh, lm_tp_peer.block_plan("llama"))
+
+
+def build_stage(cfg, blocks: range, s: int, stages: int, a, device, mesh) -> nn.Module:
     with torch.device("meta"):
         stage = Stage(cfg, blocks.start, blocks.stop, s == 0, s == stages - 1)
+    if a.tp > 1:
+        apply_stage_tp(stage, mesh["tp"], a.loss_parallel)
+    dp_mesh = mesh["dp"]
     if a.activation_checkpointing:
         lm_peer.apply_activation_checkpointing(stage.layers)
     if a.compile != "none":
@@ -144,21 +177,26 @@ def main(argv=None) -> None:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
-    if world != a.pp:
-        fail(f"--pp {a.pp} must equal the world size {world}")
-    mesh = init_device_mesh(device.type, (a.pp, 1), mesh_dim_names=("pp", "dp"))
+    if world != a.pp * a.tp:
+        fail(f"--pp {a.pp} x --tp {a.tp} must equal the world size {world}")
+    mesh = init_device_mesh(device.type, (a.pp, 1, a.tp), mesh_dim_names=("pp", "dp", "tp"))
+    pp_rank = mesh["pp"].get_local_rank()
     group = lm_peer.Group(rank, world, local, device, True)
     overrides = {f: getattr(a, f) for f in lm_peer.SIZE_OVERRIDES if getattr(a, f) is not None}
     cfg = lm_models.named_config(a.model, seq_len=a.seq_len, **overrides)
     if cfg.family != "llama" or cfg.tie_embeddings:
         fail("the peer cuts untied Llamas (llama-8b and its slices)")
+    for what, n in (("heads", cfg.heads), ("kv_heads", cfg.kv_heads), ("ffn_dim", cfg.ffn_dim),
+                    ("vocab_size", cfg.vocab_size), ("seq_len", cfg.seq_len)):
+        if n % a.tp:
+            fail(f"--tp {a.tp} must divide {what} {n}")
     tf32 = lm_peer.configure_math(device)
     notes: List[str] = []
     torch.manual_seed(a.seed + rank)
     stages = a.pp * a.virtual_stages
     blocks = stage_blocks(a, cfg.layers)
-    mine = list(range(rank, stages, a.pp))  # stage s on rank s % pp
-    modules = [build_stage(cfg, blocks[s], s, stages, a, device, mesh["dp"]) for s in mine]
+    mine = list(range(pp_rank, stages, a.pp))  # stage s on pipeline rank s % pp
+    modules = [build_stage(cfg, blocks[s], s, stages, a, device, mesh) for s in mine]
     pipeline_stages = [PipelineStage(m, s, stages, device, group=mesh["pp"].get_group()) for m, s in zip(modules, mine)]
     trainable = [p for m in modules for p in m.parameters() if p.requires_grad]
     optimizer, optimizer_impl = lm_peer.make_optimizer(trainable, device, notes, rank)
@@ -176,11 +214,12 @@ def main(argv=None) -> None:
     tokens, targets = lm_peer.synthetic_tokens(cfg.vocab_size, a.batch_size, a.seq_len, device, a.seed + 1)
     backends = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
     attention = (lambda: sdpa_kernel(backends, set_priority=True)) if device.type == "cuda" else contextlib.nullcontext
+    vocab_sharded_loss = loss_parallel if a.loss_parallel else contextlib.nullcontext  # torchtitan's train context
     loss_sum = torch.zeros((), device=device)
 
     def step():
         losses: List[torch.Tensor] = []
-        with attention():
+        with vocab_sharded_loss(), attention():
             if has_first:
                 schedule.step(tokens, target=targets if has_last else None, losses=losses if has_last else None)
             elif has_last:
@@ -190,7 +229,7 @@ def main(argv=None) -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if losses:
-            loss_sum.add_(torch.stack([l.detach().float() for l in losses]).sum())
+            loss_sum.add_(torch.stack([lm_tp_peer.local(l.detach()).float() for l in losses]).sum())
         return losses
 
     if a.check:
@@ -198,7 +237,8 @@ def main(argv=None) -> None:
             loss_sum.zero_()
             step()
             if has_last:
-                print(f"lm_pp_peer: check step {i + 1} loss {loss_sum.item():.6f} (pp {a.pp})", flush=True)
+                print(f"lm_pp_peer: check step {i + 1} loss {loss_sum.item():.6f} (pp {a.pp}, tp {a.tp})",
+                      flush=True)
         dist.destroy_process_group()
         return
     warmup_s = lm_peer.warm_up(step, a.warmup_steps, group)
@@ -218,7 +258,7 @@ def main(argv=None) -> None:
     tokens_per_s = a.batch_size * a.seq_len * a.steps / elapsed
     peak = lm_peer.peak_flops(device, a.peak_tflops)
     result = {
-        "peer": "torch-pp", "bench": "train", "model": a.model, "gpus": world, "pp": a.pp,
+        "peer": "torch-pp", "bench": "train", "model": a.model, "gpus": world, "pp": a.pp, "tp": a.tp,
         "microbatches": a.microbatches, "pp_schedule": a.pp_schedule, "virtual_stages": a.virtual_stages,
         "pp_stages": " | ".join(f"{b.start}-{b.stop - 1}" for b in blocks),
         "device_type": device.type, "backend": dist.get_backend(),
@@ -232,7 +272,8 @@ def main(argv=None) -> None:
         "peak_memory_reserved_bytes": int(reserved) if reserved >= 0 else None,
         "params_this_rank": params, "params_flops": params_flops, "loss": loss, "warmup_s": warmup_s,
         "config": {**vars(a), "layers": cfg.layers, "dim": cfg.dim, "vocab_size": cfg.vocab_size,
-                   "model_config": dataclasses.asdict(cfg), "parallel": "pipelining+fsdp2(dp 1)",
+                   "model_config": dataclasses.asdict(cfg),
+                   "parallel": "pipelining+fsdp2(dp 1)" + (f"+tp {a.tp} (sp)" if a.tp > 1 else ""),
                    "optimizer": "adamw", "optimizer_impl": optimizer_impl, "tf32": tf32},
         "notes": notes, "versions": lm_peer.versions(device),
     }
