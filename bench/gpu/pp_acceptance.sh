@@ -48,7 +48,7 @@ split_of() {  # split_of SCHEDULE [FLAGS...]: the stages dtrain balances, as --p
 case "$phase" in
   check)
     log "correctness: pp 2 (2 GPUs) vs pp 1 (1 GPU), fp32, eager, the same batch"
-    tiny="--model llama --layers 4 --dim 128 --heads 4 --kv-heads 2 --seq-len 128 --vocab-size 512 --batch-size 8 --precision fp32 --clip-grad-norm 1.0 --steps 6 --warmup 4 --no-cuda-graphs"
+    tiny="--model llama --layers 4 --dim 128 --heads 4 --kv-heads 2 --seq-len 128 --vocab-size 512 --batch-size 8 --precision fp32 --clip-grad-norm 1.0 --steps 6 --warmup 4 --no-cuda-graphs --timeout 60"
     bench "pp1" 1 $tiny
     for s in ${CHECK_SCHEDULES:-1f1b gpipe zb-h1 interleaved-1f1b}; do
       bench "pp2-$s" 2 $tiny --pp 2 --microbatches 4 $(schedule_flags $s)
