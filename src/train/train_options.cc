@@ -455,7 +455,8 @@ void checkBenchTrainOptions(const BenchTrainOptions& options) {
   set.checkAll();
   checkModelAndData(options.model, DatasetKind::kSynthetic);
   checkParallelOptions(options.parallel, plannedModel(options.model));
-  if (options.execution.cuda_graphs && options.warmup <= options.execution.graph_warmup) {
+  // A pipeline runs eagerly (its stages wait on their neighbours), so no capture needs room.
+  if (options.execution.cuda_graphs && options.parallel.pp <= 1 && options.warmup <= options.execution.graph_warmup) {
     throw ConfigError("--warmup " + std::to_string(options.warmup) +
                       " leaves no room to capture the CUDA graph after " +
                       std::to_string(options.execution.graph_warmup) +

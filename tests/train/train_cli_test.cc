@@ -480,6 +480,11 @@ TEST(BenchTrainCliTest, BadInputIsAClearError) {
   auto warmup = runCommand(dtrainBin() + " bench train --warmup 2 --graph-warmup 3", 60);
   EXPECT_EQ(warmup.exit_code, 2) << warmup.output;
   EXPECT_NE(warmup.output.find("expected --warmup > --graph-warmup"), std::string::npos) << warmup.output;
+  // A pipeline runs eagerly: its warm-up needs no room for a capture.
+  auto pipeline = runCommand(dtrainBin() + " bench train --gpus 2 --model llama --layers 2 --dim 32 --heads 4 "
+                             "--kv-heads 2 --seq-len 32 --vocab-size 320 --batch-size 4 --pp 2 --microbatches 2 "
+                             "--steps 1 --warmup 1 --graph-warmup 3", 120);
+  EXPECT_EQ(pipeline.exit_code, 0) << pipeline.output;
   auto model = runCommand(dtrainBin() + " bench train --model vgg --steps 1 --warmup 0 --no-cuda-graphs", 60);
   EXPECT_NE(model.exit_code, 0) << model.output;
   EXPECT_NE(model.output.find("vgg"), std::string::npos) << model.output;
