@@ -166,6 +166,8 @@ void addGpuChecks(std::vector<CheckSpec>& checks) {
   checks.push_back({"gpu.processes", "Processes already running on the GPUs", false, checkProcesses});
   checks.push_back({"gpu.allreduce", "A quick all-reduce across the local GPUs (dtrain bench allreduce)", true,
                     checkAllreduce});
+  checks.push_back({"gpu.sendrecv", "Every pair of local GPUs' send/recv bandwidth; names the slowest pair "
+                    "(dtrain bench sendrecv)", true, checkSendRecvPairs});
 }
 
 }  // namespace dtrain::doctor

@@ -1,6 +1,7 @@
 // The GPU checks of `dtrain doctor` (doctor/gpu_checks.h) as functions: a
 // DoctorContext over a fixture root, an environment map, and NVML opened from
 // the fake library (tests/gpu/fake_nvml.cc) in one of its scenarios.
+#include "doctor/gpu_allreduce.h"
 #include "doctor/gpu_checks.h"
 
 #include <gmock/gmock.h>
@@ -43,7 +44,8 @@ void writeFile(const fs::path& path, const std::string& text, bool executable = 
 
 const std::vector<std::string> kCheckNames = {
     "gpu.driver",   "gpu.cuda",     "gpu.nccl",     "gpu.count",      "gpu.persistence", "gpu.memory_health",
-    "gpu.clocks",   "gpu.pcie",     "gpu.topology", "gpu.fabric",     "gpu.processes",   "gpu.allreduce"};
+    "gpu.clocks",   "gpu.pcie",     "gpu.topology", "gpu.fabric",     "gpu.processes",   "gpu.allreduce",
+    "gpu.sendrecv"};
 
 class GpuChecksTest : public ::testing::Test {
  protected:
@@ -115,7 +117,7 @@ TEST_F(GpuChecksTest, ChecksAreListedInTableOrderAndOnlyTheAllreduceIsActive) {
   for (const CheckSpec& spec : checks_) {
     names.push_back(spec.name);
     EXPECT_FALSE(spec.description.empty()) << spec.name;
-    EXPECT_EQ(spec.active, spec.name == "gpu.allreduce") << spec.name;
+    EXPECT_EQ(spec.active, spec.name == "gpu.allreduce" || spec.name == "gpu.sendrecv") << spec.name;
   }
   EXPECT_EQ(names, kCheckNames);
 }
@@ -402,7 +404,7 @@ TEST_F(GpuChecksTest, NcclMissingWarnsWhereThereAreGpus) {
 
 TEST_F(GpuChecksTest, NoGpusSkipsThePerGpuChecks) {
   for (const char* name : {"gpu.persistence", "gpu.memory_health", "gpu.clocks", "gpu.pcie", "gpu.topology",
-                           "gpu.fabric", "gpu.processes", "gpu.allreduce"}) {
+                           "gpu.fabric", "gpu.processes", "gpu.allreduce", "gpu.sendrecv"}) {
     CheckResult r = run(name, "no_gpus");
     EXPECT_EQ(r.status, Status::kSkip) << name;
     EXPECT_EQ(r.reason, "no GPUs") << name;
@@ -481,6 +483,57 @@ TEST_F(GpuAllreduceTest, UnrunnableBinaryFails) {
 TEST_F(GpuAllreduceTest, SkipsWithoutNvml) {
   useScript("exit 0\n");
   EXPECT_EQ(runWithoutNvml("gpu.allreduce").reason, "NVML not available");
+}
+
+// gpu.sendrecv runs `<dtrain> bench sendrecv` on each pair of GPUs with
+// CUDA_VISIBLE_DEVICES set to the pair (the fake NVML has two GPUs).
+TEST_F(GpuAllreduceTest, SendRecvNamesTheSlowestPairAndRunsEachPairOnItsGpus) {
+  const fs::path seen = dir_ / "seen";
+  useScript("echo \"$CUDA_VISIBLE_DEVICES $@\" >> " + seen.string() + "\necho '{\"avg_busbw_gbps\": 301.25,'\n");
+  CheckResult r = run("gpu.sendrecv");
+  EXPECT_EQ(r.status, Status::kPass) << r.reason << "\n" << r.detail;
+  EXPECT_EQ(r.reason, "slowest pair GPU0-GPU1 busbw 301.2 GB/s, median 301.2 GB/s over 1 pair (64 MiB)");
+  EXPECT_THAT(r.detail, HasSubstr("GPU0-GPU1: busbw 301.2 GB/s"));
+  env_["CUDA_VISIBLE_DEVICES"] = "3,5";
+  EXPECT_EQ(run("gpu.sendrecv").status, Status::kPass);
+  std::ifstream in(seen);
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  EXPECT_THAT(first, HasSubstr("0,1 launch --standalone --nproc-per-node 2 " + options_.dtrain_binary +
+                               " bench sendrecv --backend nccl -b 64M -e 64M"));
+  EXPECT_THAT(second, HasSubstr("3,5 launch"));
+  env_["CUDA_VISIBLE_DEVICES"] = "1";
+  EXPECT_EQ(run("gpu.sendrecv").reason, "one GPU: no pairs");
+}
+
+TEST_F(GpuAllreduceTest, SendRecvPairThatFailsIsNamed) {
+  useScript("echo 'NCCL WARN peer access' >&2\nexit 3\n");
+  CheckResult r = run("gpu.sendrecv");
+  EXPECT_EQ(r.status, Status::kFail);
+  EXPECT_EQ(r.reason, "GPU0-GPU1: the send/recv failed (exit code 3)");
+  EXPECT_THAT(r.detail, HasSubstr("CUDA_VISIBLE_DEVICES=0,1 "));
+  EXPECT_THAT(r.detail, HasSubstr("NCCL WARN peer access"));
+  useScript("echo done\n");
+  EXPECT_EQ(run("gpu.sendrecv").reason, "GPU0-GPU1: no bus bandwidth in the output of the send/recv");
+  EXPECT_EQ(runWithoutNvml("gpu.sendrecv").reason, "NVML not available");
+}
+
+// Over four GPUs' six pairs: the slowest is named, and it fails the check
+// only below half the median.
+TEST(JudgePairsTest, TheSlowestPairIsDegradedBelowHalfTheMedian) {
+  std::vector<PairRate> rates = {{"GPU0-GPU1", 300}, {"GPU0-GPU2", 310}, {"GPU0-GPU3", 305},
+                                 {"GPU1-GPU2", 298}, {"GPU1-GPU3", 140}, {"GPU2-GPU3", 302}};
+  PairVerdict v = judgePairs(rates);
+  EXPECT_EQ(rates[v.slowest].pair, "GPU1-GPU3");
+  EXPECT_DOUBLE_EQ(v.median_gbps, (300 + 302) / 2.0);
+  EXPECT_TRUE(v.degraded);
+  rates[4].busbw_gbps = 160;  // above half the median: slow, not failed
+  v = judgePairs(rates);
+  EXPECT_EQ(rates[v.slowest].pair, "GPU1-GPU3");
+  EXPECT_FALSE(v.degraded);
+  rates.resize(3);
+  EXPECT_DOUBLE_EQ(judgePairs(rates).median_gbps, 305);
 }
 
 }  // namespace
