@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "comm/bootstrap.h"
@@ -132,7 +133,11 @@ NcclCommunicator::~NcclCommunicator() {
     CudaDeviceGuard guard(device_);
     watchdog_->stop();
     // A broken communicator was aborted already; finalizing it would fail.
-    const bool flushed = !watchdog_->broken() && comm_->finalizeAndDestroy(teardown_timeout_);
+    // One destroyed while an error unwinds the stack is aborted too: its
+    // finalize would wait, up to the teardown timeout, for peers that are
+    // stuck on the work this rank will now never do.
+    const bool unwinding = std::uncaught_exceptions() > 0;
+    const bool flushed = !unwinding && !watchdog_->broken() && comm_->finalizeAndDestroy(teardown_timeout_);
     watchdog_->settleOutstanding(flushed, "the communicator was destroyed before it finished");
     // Free the CUDA objects while this communicator's device is current.
     watchdog_.reset();

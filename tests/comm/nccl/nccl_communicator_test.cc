@@ -165,5 +165,41 @@ TEST(NcclCommunicatorTest, KilledRankFailsSurvivorsWithinTheTimeoutNamingIt) {
   }
 }
 
+// A rank fails (an exception) while its peer waits on a transfer from it.
+// The failing rank's communicator, destroyed as the error unwinds, aborts at
+// once instead of finalizing, which would wait for the peer up to the
+// teardown timeout (here 60 s); the peer's receive fails by its own timeout.
+TEST(NcclCommunicatorTest, ACommunicatorDestroyedByAnErrorAbortsWithoutWaitingForItsPeer) {
+  SKIP_WITHOUT_TWO_GPUS();
+  constexpr auto kReceiveTimeout = std::chrono::seconds(8);
+  RankProcesses ranks(2, [=](int rank, std::shared_ptr<Store> store) {
+    DeviceBuffer buffer(DType::kFloat32, size_t{1} << 20, rank);
+    SendRecvOptions options;
+    options.timeout = kReceiveTimeout;
+    if (rank == 0) {
+      auto comm = createNcclCommunicator(store, rank, 2, optionsFor(rank, "comm/unwind"));
+      comm->recv(buffer.all(), 1, options)->wait(std::chrono::seconds(60));  // the first arrives
+      try {
+        comm->recv(buffer.all(), 1, options)->wait(std::chrono::seconds(60));  // the second never does
+      } catch (const CommError&) {
+        return;
+      }
+      throw std::runtime_error("a receive from the failed rank did not fail");
+    }
+    int64_t thrown_at = 0;
+    try {
+      auto comm = createNcclCommunicator(store, rank, 2, optionsFor(rank, "comm/unwind"));
+      comm->send(buffer.all(), 0, options)->wait(std::chrono::seconds(60));
+      thrown_at = monotonicNanos();
+      throw std::runtime_error("this stage failed");
+    } catch (const std::runtime_error&) {
+      const double unwound_s = (monotonicNanos() - thrown_at) / 1e9;
+      expectThat(unwound_s < 5, "destroying the communicator while unwinding took " + std::to_string(unwound_s) +
+                                    " s (it waited for its peer)");
+    }
+  });
+  expectAllExitedCleanly(ranks.waitAll(std::chrono::seconds(120)), "an error unwinding past a communicator");
+}
+
 }  // namespace
 }  // namespace dtrain::testing
