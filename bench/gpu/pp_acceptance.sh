@@ -45,6 +45,15 @@ split_of() {  # split_of SCHEDULE [FLAGS...]: the stages dtrain balances, as --p
     awk -F- '{gsub(/ /, ""); if (NF == 2) printf "%s%d", (n++ ? "," : ""), $2 - $1 + 1}'
 }
 
+compare() {  # compare NAME GPUS LEFT_S FLAGS [PEER_FLAGS]: dtrain vs the pipelining peer, by lm_compare
+  local name=$1 gpus=$2 left=$3 flags=$4 peer_flags=${5:-}
+  python3 bench/lm_compare.py --dtrain "$dtrain" --config "${MODEL:-llama-8b}" "${SEQ:-4096}" "${BATCH:-8}" "$gpus" \
+    --steps "${STEPS:-10}" --warmup "${WARMUP:-4}" --rounds 1 --deadline-s "$left" --parallel pp \
+    --dtrain-args "$flags ${DTRAIN_ARGS:-}" --peer-args "$flags $peer_flags ${PEER_ARGS:-}" \
+    --out "$OUT/lm_compare-$name.json" 2> "$OUT/lm_compare-$name.log" | tee "$OUT/lm_compare-$name.md"
+  grep -E "FAILED|^failed|timed out|Error" "$OUT/lm_compare-$name.log" | tail -10
+}
+
 case "$phase" in
   check)
     log "correctness: pp 2 (2 GPUs) vs pp 1 (1 GPU), fp32, eager, the same batch"
@@ -75,11 +84,7 @@ case "$phase" in
       split=$(split_of "$s")
       flags="--pp 2 --microbatches ${M:-8} $(schedule_flags "$s") --pp-split $split"
       log "${MODEL:-llama-8b} seq ${SEQ:-4096}: dtrain vs the pipelining peer, $flags (${left} s left)"
-      python3 bench/lm_compare.py --dtrain "$dtrain" --config "${MODEL:-llama-8b}" "${SEQ:-4096}" "${BATCH:-8}" 2 \
-        --steps "${STEPS:-10}" --warmup "${WARMUP:-4}" --rounds 1 --deadline-s "$left" --parallel pp \
-        --dtrain-args "$flags ${DTRAIN_ARGS:-}" --peer-args "$flags ${PEER_ARGS:-}" \
-        --out "$OUT/lm_compare-$s.json" 2> "$OUT/lm_compare-$s.log" | tee "$OUT/lm_compare-$s.md"
-      grep -E "FAILED|^failed|timed out|Error" "$OUT/lm_compare-$s.log" | tail -10
+      compare "$s" 2 "$left" "$flags"
     done
     ;;
   bubble)
@@ -120,11 +125,7 @@ PY
     flags="$dims --tp 2 --pp 2 --microbatches ${M:-8} --pp-split $split"
     left=$(( ${BUDGET_S:-540} - ($(date +%s) - started) ))
     log "70B slice: dtrain vs the pipelining peer, $flags ($left s left)"
-    python3 bench/lm_compare.py --dtrain "$dtrain" --config "${MODEL:-llama-8b}" "${SEQ:-4096}" "${BATCH:-8}" 4 \
-      --steps "${STEPS:-10}" --warmup "${WARMUP:-4}" --rounds 1 --deadline-s "$left" --parallel pp \
-      --dtrain-args "$flags ${DTRAIN_ARGS:-}" --peer-args "$flags $lp ${PEER_ARGS:-}" \
-      --out "$OUT/lm_compare-slice70.json" 2> "$OUT/lm_compare-slice70.log" | tee "$OUT/lm_compare-slice70.md"
-    grep -E "FAILED|^failed|timed out|Error" "$OUT/lm_compare-slice70.log" | tail -10
+    compare slice70 4 "$left" "$flags" "$lp"
     python3 - "$OUT/lm_compare-slice70.json" <<'PY'
 import json, sys
 for run in json.load(open(sys.argv[1])).get("runs", []):
