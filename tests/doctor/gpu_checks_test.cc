@@ -421,6 +421,16 @@ class GpuAllreduceTest : public GpuChecksTest {
     writeFile(script, "#!/bin/sh\n" + body, true);
     options_.dtrain_binary = script.string();
   }
+  // `check` with `script` standing in for dtrain fails for `reason`, its
+  // detail holding `detail`.
+  void expectFailure(const std::string& check, const std::string& script, const std::string& reason,
+                     const std::string& detail) {
+    useScript(script);
+    CheckResult r = run(check);
+    EXPECT_EQ(r.status, Status::kFail) << check;
+    EXPECT_EQ(r.reason, reason) << check;
+    EXPECT_THAT(r.detail, HasSubstr(detail)) << check;
+  }
 };
 
 TEST_F(GpuAllreduceTest, ReportsTheBusBandwidthOfTheBench) {
@@ -440,19 +450,13 @@ TEST_F(GpuAllreduceTest, ReportsTheBusBandwidthOfTheBench) {
 }
 
 TEST_F(GpuAllreduceTest, NonZeroExitFailsWithTheLastOutputLines) {
-  useScript("echo 'rank 0: ncclCommInitRank'\necho 'NCCL error: unhandled system error' >&2\nexit 1\n");
-  CheckResult r = run("gpu.allreduce");
-  EXPECT_EQ(r.status, Status::kFail);
-  EXPECT_EQ(r.reason, "the all-reduce failed (exit code 1)");
-  EXPECT_THAT(r.detail, HasSubstr("rank 0: ncclCommInitRank\nNCCL error: unhandled system error"));
+  expectFailure("gpu.allreduce",
+                "echo 'rank 0: ncclCommInitRank'\necho 'NCCL error: unhandled system error' >&2\nexit 1\n",
+                "the all-reduce failed (exit code 1)", "rank 0: ncclCommInitRank\nNCCL error: unhandled system error");
 }
 
 TEST_F(GpuAllreduceTest, OutputWithoutBandwidthFails) {
-  useScript("echo 'all done'\n");
-  CheckResult r = run("gpu.allreduce");
-  EXPECT_EQ(r.status, Status::kFail);
-  EXPECT_EQ(r.reason, "no bus bandwidth in the output of the all-reduce");
-  EXPECT_THAT(r.detail, HasSubstr("all done"));
+  expectFailure("gpu.allreduce", "echo 'all done'\n", "no bus bandwidth in the output of the all-reduce", "all done");
 }
 
 TEST_F(GpuAllreduceTest, TimeoutKillsTheWholeProcessGroup) {
@@ -508,14 +512,10 @@ TEST_F(GpuAllreduceTest, SendRecvNamesTheSlowestPairAndRunsEachPairOnItsGpus) {
 }
 
 TEST_F(GpuAllreduceTest, SendRecvPairThatFailsIsNamed) {
-  useScript("echo 'NCCL WARN peer access' >&2\nexit 3\n");
-  CheckResult r = run("gpu.sendrecv");
-  EXPECT_EQ(r.status, Status::kFail);
-  EXPECT_EQ(r.reason, "GPU0-GPU1: the send/recv failed (exit code 3)");
-  EXPECT_THAT(r.detail, HasSubstr("CUDA_VISIBLE_DEVICES=0,1 "));
-  EXPECT_THAT(r.detail, HasSubstr("NCCL WARN peer access"));
-  useScript("echo done\n");
-  EXPECT_EQ(run("gpu.sendrecv").reason, "GPU0-GPU1: no bus bandwidth in the output of the send/recv");
+  expectFailure("gpu.sendrecv", "echo 'NCCL WARN peer access' >&2\nexit 3\n",
+                "GPU0-GPU1: the send/recv failed (exit code 3)", "NCCL WARN peer access");
+  EXPECT_THAT(run("gpu.sendrecv").detail, HasSubstr("CUDA_VISIBLE_DEVICES=0,1 "));
+  expectFailure("gpu.sendrecv", "echo done\n", "GPU0-GPU1: no bus bandwidth in the output of the send/recv", "done");
   EXPECT_EQ(runWithoutNvml("gpu.sendrecv").reason, "NVML not available");
 }
 
