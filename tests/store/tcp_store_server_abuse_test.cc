@@ -97,8 +97,10 @@ TEST(TcpStoreServerAbuseTest, QuietConnectionsHoldAlmostNoMemoryAndGiveItBack) {
   big.clear();
   ASSERT_TRUE(eventually([&] { return server.numClients() == 1; }));
   // 24 MiB were held; glibc keeps some freed memory of the loop thread's
-  // arena whatever malloc_trim() does, so the bound leaves it room.
-  EXPECT_TRUE(eventually([&] { return residentBytes() < before + (size_t{12} << 20); }, milliseconds(3000)))
+  // arena whatever malloc_trim() does, so the bound leaves it room: up to
+  // 12.3 MiB stayed in a clean-clone CI run, and a server that gave nothing
+  // back would keep all 24 and more.
+  EXPECT_TRUE(eventually([&] { return residentBytes() < before + (size_t{16} << 20); }, milliseconds(3000)))
       << "resident memory stays " << ((residentBytes() - before) >> 10) << " KiB above where it was";
 }
 
