@@ -29,15 +29,34 @@ done
 rc=0
 remaining=$nproc
 while ((remaining > 0)); do
+  done_pid=
   set +e
   wait -n -p done_pid
   status=$?
   set -e
+  if [ -z "$done_pid" ]; then
+    # No rank reported: none left that bash has not already reaped (127; the
+    # sweep below reads their statuses), or a signal interrupted the wait.
+    ((status == 127)) && break
+    continue
+  fi
   remaining=$((remaining - 1))
   if ((status != 0 && rc == 0)); then
     rc=$status
     echo "$0: rank with pid $done_pid exited with $status; stopping the others" >&2
     kill -TERM "${pids[@]}" 2>/dev/null || true
+  fi
+done
+# The ranks reaped without `wait -n` naming them: their statuses by pid (127
+# for those already waited for above).
+for pid in "${pids[@]}"; do
+  set +e
+  wait "$pid" 2>/dev/null
+  status=$?
+  set -e
+  if ((status != 0 && status != 127 && rc == 0)); then
+    rc=$status
+    echo "$0: rank with pid $pid exited with $status" >&2
   fi
 done
 exit $rc
