@@ -190,12 +190,16 @@ job_done() {
 }
 
 # submit NAME [VAR=VALUE...]: the template for 1 node x 2 CPU ranks; prints the job id.
+# --time=30: the template asks for SIGUSR1 300 s before the time limit
+# (--signal=B:USR1@300); a job whose limit is under 300 s gets that warning at
+# slurmctld's next periodic check, whenever it falls. A requeued run got it
+# mid-training so, and was requeued a second time (a CI run failed so).
 submit() {
   local name=$1
   shift
   env "$@" DTRAIN="$DTRAIN" DTRAIN_NPROC_PER_NODE=2 DTRAIN_RDZV_PORT="$(free_port)" DTRAIN_MAX_RESTARTS=0 \
     DTRAIN_LAUNCH_ARGS=--no-python \
-    sbatch --parsable --job-name="$name" --nodes=1 --gpus-per-node=0 --time=5 --chdir="$T/jobs" \
+    sbatch --parsable --job-name="$name" --nodes=1 --gpus-per-node=0 --time=30 --chdir="$T/jobs" \
     --output="$T/jobs/$name-%j.out" "$SBATCH_TEMPLATE" "$WORKER"
 }
 
@@ -289,6 +293,12 @@ if wait_until 120 "job $job training" training; then
     fail "job $job: no 'stopped by SIGUSR1 after step N of 600; checkpoint of step N written' line:"$'\n'"$(cat "$out")"
   fi
   expect_line "$out" "dtrain.sbatch: requeueing job $job after SIGUSR1" "the batch script requeued the job"
+  signals=$(grep -c "dtrain.sbatch: SIGUSR1 received" "$out")
+  if ((signals == 1)); then
+    pass "job $job got SIGUSR1 once, the test's"
+  else
+    fail "job $job got SIGUSR1 $signals times; only the test sends one (a time-limit warning?)"
+  fi
   if [[ -n $stopped ]]; then
     expect_line "$out" "resumed at step $stopped" "the requeued job resumed at step $stopped: no step lost"
   fi
