@@ -94,15 +94,11 @@ void checkPipeline(const ParallelOptions& options, const PlannedModel& model) {
     throw ConfigError(pp + " with --model " + model.name +
                       ": pipeline parallelism splits the transformer language models' blocks (gpt2, llama)");
   }
-  if (options.shard == ShardStage::kFull) {
-    throw ConfigError(pp + " with --shard full: a stage's parameters are not gathered unit by unit yet; use "
-                      "--shard gradients or optimizer with a pipeline");
-  }
-  const bool shards_gradients = options.shard == ShardStage::kGradients;
+  const bool shards_gradients = options.shard == ShardStage::kGradients || options.shard == ShardStage::kFull;
   if (model.tied_head && shards_gradients) {
-    throw ConfigError(pp + " with --shard gradients and a tied head: the first and the last stage sum their "
-                      "gradients of it, which sharded gradients do not hold whole; use --shard optimizer or none, "
-                      "or --tie-embeddings off");
+    throw ConfigError(pp + " with --shard " + shardStageName(options.shard) + " and a tied head: the first and the "
+                      "last stage sum their gradients of it, which sharded gradients do not hold whole; use --shard "
+                      "optimizer or none, or --tie-embeddings off");
   }
   const int microbatches = options.microbatches > 0 ? options.microbatches : options.pp;
   buildPipelineSchedule(options.pp_schedule, options.pp, microbatches, options.virtual_stages);  // its ConfigErrors

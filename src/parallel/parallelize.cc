@@ -11,10 +11,6 @@ namespace dtrain {
 namespace {
 
 void checkPlan(const ParallelPlan& plan, const Communicator& comm, const ParallelizeOptions& options) {
-  if (plan.pp != 1 && plan.shardsParameters()) {
-    throw ConfigError("parallelize: the plan has pp=" + std::to_string(plan.pp) +
-                      " with ZeRO-3, whose unit gathers cover a whole model, not a stage");
-  }
   const bool hybrid = plan.dp_replicate > 1 && plan.shard != ShardStage::kNone;
   const int expected = hybrid ? plan.dp_shard : plan.dp_replicate * plan.dp_shard;
   if (expected != comm.size()) {
@@ -40,7 +36,10 @@ std::unique_ptr<ShardedParameters> shardedParametersFor(const ParallelPlan& plan
                                                         const ParallelizeOptions& options) {
   if (plan.shard != ShardStage::kFull) return nullptr;
   std::shared_ptr<Communicator> gather = options.gather_communicator ? options.gather_communicator() : nullptr;
-  return std::make_unique<ShardedParameters>(model.shardingUnits(), options.param_dtype, std::move(gather));
+  // A pipeline stage's units stay gathered through the step: its
+  // micro-batches' forwards and backwards interleave.
+  return std::make_unique<ShardedParameters>(model.shardingUnits(), options.param_dtype, std::move(gather),
+                                             /*kept_units=*/plan.pp > 1);
 }
 
 }  // namespace

@@ -132,6 +132,26 @@ struct PipelineModel::MicroState {
   torch::Tensor grad;    // the gradient of output, received (kept from I to W)
 };
 
+// The whole model's unit numbers (0 the root, b + 1 block b) to this
+// rank's (shardingUnits()), passed on to the hooks DataParallel set.
+class PipelineModel::LocalUnits : public models::UnitHooks {
+ public:
+  models::UnitHooks* hooks = nullptr;
+  std::map<int, int> local;
+
+  int of(int unit) const {
+    auto it = local.find(unit);
+    if (it == local.end()) {
+      throw ConfigError("pipeline: the model's unit " + std::to_string(unit) + " is not on this rank's stages");
+    }
+    return it->second;
+  }
+  void beforeForward(int unit) override { hooks->beforeForward(of(unit)); }
+  std::vector<torch::Tensor> afterForward(int unit, std::vector<torch::Tensor> outputs) override {
+    return hooks->afterForward(of(unit), std::move(outputs));
+  }
+};
+
 namespace {
 
 constexpr const char* kActivations = "activations";
@@ -184,9 +204,45 @@ PipelineModel::PipelineModel(std::shared_ptr<models::LanguageModel> whole, Pipel
   forward_flops_ = whole_->trainingFlopsPerSample() / 3;  // the whole model's, as MFU counts a sample
   registerStage();
   openChannels();
+  local_units_ = std::make_unique<LocalUnits>();
+  local_units_->local[0] = 0;
+  int next = 1;
+  for (int chunk = 0; chunk < options_.schedule.virtual_stages; ++chunk) {
+    const StageBlocks& blocks = options_.stages[stageOf(chunk)];
+    for (int b = blocks.first; b < blocks.end; ++b) local_units_->local[b + 1] = next++;
+  }
 }
 
-PipelineModel::~PipelineModel() = default;
+PipelineModel::~PipelineModel() {
+  if (whole_->unitHooks() == local_units_.get()) whole_->setUnitHooks(nullptr);
+}
+
+std::vector<std::vector<torch::Tensor>> PipelineModel::shardingUnits() {
+  std::vector<std::vector<torch::Tensor>> units(1);
+  std::set<const void*> seen;
+  const auto add = [&seen](std::vector<torch::Tensor>& unit, const torch::Tensor& p) {
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) unit.push_back(p);
+  };
+  if (options_.rank == 0) {
+    for (const torch::Tensor& p : whole_->embeddingParameters()) add(units[0], p);
+  }
+  if (holdsLoss()) {
+    for (const torch::Tensor& p : whole_->headParameters()) add(units[0], p);
+  }
+  for (int chunk = 0; chunk < options_.schedule.virtual_stages; ++chunk) {
+    const StageBlocks& blocks = options_.stages[stageOf(chunk)];
+    for (int b = blocks.first; b < blocks.end; ++b) {
+      units.emplace_back();
+      for (const torch::Tensor& p : whole_->blocks()[b]->parameters()) add(units.back(), p);
+    }
+  }
+  return units;
+}
+
+void PipelineModel::hookWhole() {
+  local_units_->hooks = unitHooks();
+  whole_->setUnitHooks(unitHooks() != nullptr ? local_units_.get() : nullptr);
+}
 
 bool PipelineModel::holdsLoss() const { return (options_.schedule.stages() - 1) % options_.schedule.pp == options_.rank; }
 
@@ -315,6 +371,7 @@ torch::Tensor PipelineModel::runForward(int stage, int microbatch, const torch::
   MicroState state;
   models::ResidualStream in;
   AutocastGuard autocast(device_, options_.precision);
+  if (models::UnitHooks* hooks = unitHooks()) hooks->beforeForward(0);
   if (stage == 0) {
     markStart(true);
     in = whole_->embedStream(tokens);
@@ -394,6 +451,7 @@ void PipelineModel::startBatch(const torch::Tensor& tokens, int microbatches) {
 torch::Tensor PipelineModel::forwardBackward(const torch::Tensor& tokens, const torch::Tensor& targets,
                                              DataParallel* dp, const std::function<void(const char*)>& phase) {
   phase_ = phase;
+  hookWhole();
   struct Forget {
     std::function<void(const char*)>& phase;
     ~Forget() { phase = nullptr; }
@@ -431,6 +489,7 @@ torch::Tensor PipelineModel::forwardBackward(const torch::Tensor& tokens, const 
 }
 
 torch::Tensor PipelineModel::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  hookWhole();
   startBatch(tokens, 1);
   torch::Tensor loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
   {

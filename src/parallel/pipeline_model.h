@@ -39,6 +39,12 @@
 //   stream waits, not the host); the step's end waits for every send.
 //   With sends that never block, the schedule's simulator proves the
 //   lists deadlock-free.
+// - Units (models::UnitHooks, for DataParallel: ZeRO-3's gathers, the start
+//   of backward at the loss): shardingUnits() lists this rank's, unit 0
+//   its root parameters (the embedding with stage 0, the final norm and
+//   head with the last stage; none on a rank between) and then its blocks,
+//   chunk by chunk. The hooks DataParallel sets on this model are called
+//   with these numbers: each forward starts with unit 0's.
 // - loss() is the pipelined forward of one batch (no backward, one
 //   micro-batch) whose loss every pipeline rank returns (broadcast from the
 //   last stage over options.group): evaluation works unchanged. forward()
@@ -90,6 +96,7 @@ class PipelineModel : public models::Model {
   void train(bool on = true) override;
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets) override;
   std::vector<torch::Tensor> noWeightDecayParameters() override;
+  std::vector<std::vector<torch::Tensor>> shardingUnits() override;
 
   // One step's forward and backward (see the contract); dp may be null.
   // `phase` (if given) hears "pipeline wait" before each receive, then
@@ -129,6 +136,10 @@ class PipelineModel : public models::Model {
   struct Channel;
   struct MicroState;
   struct Marks;
+  class LocalUnits;
+  // The whole model calls this rank's hooks (unitHooks()) through
+  // local_units_, which renumbers its units as shardingUnits() does.
+  void hookWhole();
   void registerStage();
   void openChannels();
   Channel& channel(int from, int to, const std::string& kind);
@@ -160,6 +171,7 @@ class PipelineModel : public models::Model {
   torch::Device device_ = torch::kCPU;                   // of the batch's tokens
   int64_t rows_ = 0;                                     // of a micro-batch's streams
   int64_t positions_ = 0;
+  std::unique_ptr<LocalUnits> local_units_;
   std::unique_ptr<Marks> marks_;  // while timing
   std::function<void(const char*)> phase_;  // during forwardBackward
   Timing timing_;

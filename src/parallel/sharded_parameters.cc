@@ -12,8 +12,11 @@
 namespace dtrain {
 
 ShardedParameters::ShardedParameters(std::vector<std::vector<torch::Tensor>> units, torch::ScalarType param_dtype,
-                                     std::shared_ptr<Communicator> gather_comm)
-    : units_(std::move(units)), param_dtype_(param_dtype), gather_comm_(std::move(gather_comm)) {
+                                     std::shared_ptr<Communicator> gather_comm, bool kept_units)
+    : units_(std::move(units)),
+      kept_units_(kept_units),
+      param_dtype_(param_dtype),
+      gather_comm_(std::move(gather_comm)) {
   if (param_dtype != torch::kFloat && param_dtype != torch::kBFloat16 && param_dtype != torch::kHalf) {
     throw ConfigError(std::string("DataParallel: param_dtype ") + c10::toString(param_dtype) +
                       "; expected Float, BFloat16 or Half");
@@ -85,18 +88,25 @@ void ShardedParameters::take(const SlabPlan& plan, FlatLayout& layout, const Syn
   fillSlots(layout, device);
 
   std::vector<UnitGather::Unit> units(units_.size());
-  const int block_slots = std::min(2, static_cast<int>(units_.size()) - 1);
-  for (size_t u = 0; u < units.size(); ++u) units[u].slot = u == 0 ? 0 : 1 + static_cast<int>(u - 1) % block_slots;
+  for (size_t u = 0; u < units.size(); ++u) units[u].slot = slotOf(static_cast<int>(u));
   for (size_t b = 0; b < layout.buckets.size(); ++b) {
     UnitGather::Unit& unit = units[static_cast<size_t>(unit_of_bucket_[b])];
     unit.parts.push_back({layout.master_slices[b],
                           slots_[static_cast<size_t>(unit.slot)].narrow(0, place_[b], layout.buckets[b].numel)});
   }
   gather_ = UnitGather::create(std::move(units), gather_comm_ ? gather_comm_ : context.comm, context.timeout,
-                               std::move(on_backward_start));
+                               std::move(on_backward_start),
+                               kept_units_ ? UnitGather::Residency::kKept : UnitGather::Residency::kPerUse);
 }
 
-// Slot 0: the root's buckets; slots 1 and 2: the blocks', alternating.
+int ShardedParameters::slotOf(int unit) const {
+  if (kept_units_ || unit == 0) return unit;
+  const int block_slots = std::min(2, static_cast<int>(units_.size()) - 1);
+  return 1 + (unit - 1) % block_slots;
+}
+
+// Slot 0: the root's buckets; slots 1 and 2: the blocks', alternating (or
+// a slot per unit, kept).
 // Each unit's buckets get their place in its slot, and the parameters
 // become views into the slots.
 void ShardedParameters::fillSlots(const FlatLayout& layout, torch::Device device) {
@@ -110,11 +120,11 @@ void ShardedParameters::fillSlots(const FlatLayout& layout, torch::Device device
     place_[b] = numel;
     numel += layout.buckets[b].numel;
   }
-  const int block_slots = std::min(2, unit_count - 1);
-  const auto slot_of = [block_slots](int unit) { return unit == 0 ? 0 : 1 + (unit - 1) % block_slots; };
-  std::vector<int64_t> slot_numel(static_cast<size_t>(1 + block_slots), 0);
+  int slot_count = 0;
+  for (int u = 0; u < unit_count; ++u) slot_count = std::max(slot_count, slotOf(u) + 1);
+  std::vector<int64_t> slot_numel(static_cast<size_t>(slot_count), 0);
   for (int u = 0; u < unit_count; ++u) {
-    int64_t& numel = slot_numel[static_cast<size_t>(slot_of(u))];
+    int64_t& numel = slot_numel[static_cast<size_t>(slotOf(u))];
     numel = std::max(numel, unit_numel[static_cast<size_t>(u)]);
   }
   for (int64_t numel : slot_numel) {
@@ -124,7 +134,7 @@ void ShardedParameters::fillSlots(const FlatLayout& layout, torch::Device device
     torch::Tensor p = layout.params[i];
     const size_t b = static_cast<size_t>(layout.bucket_of_param[i]);
     const int64_t offset = place_[b] + layout.param_offset[i] - layout.buckets[b].offset;
-    p.set_data(slots_[static_cast<size_t>(slot_of(unit_of_param_[i]))].as_strided(p.sizes(), p.strides(), offset));
+    p.set_data(slots_[static_cast<size_t>(slotOf(unit_of_param_[i]))].as_strided(p.sizes(), p.strides(), offset));
     p.mutable_grad() = torch::Tensor();
   }
 }

@@ -17,8 +17,9 @@
 //   master copy (one master shard per slab, in the slab's dtype;
 //   FlatLayout::master_slices are its views per bucket). The parameters
 //   become views into preallocated slots of param_dtype (unit 0 has a slot
-//   of its own, the blocks share two), their .grad undefined; the slabs
-//   keep neither parameters nor gradients.
+//   of its own, the blocks share two; with kept units every unit has its
+//   own), their .grad undefined; the slabs keep neither parameters nor
+//   gradients.
 // - hooks() (UnitGather, unit_gather.h) is what the model calls around its
 //   units: a unit's slot is all-gathered from the master slices just
 //   before its forward and its backward, the next unit's issued ahead, on
@@ -53,8 +54,10 @@ struct SlabPlan;
 class ShardedParameters {
  public:
   // ConfigError unless param_dtype is float32, bfloat16 or float16.
+  // kept_units: every unit has a slot of its own and stays gathered until
+  // the shards change (UnitGather's kKept: a pipeline stage's units).
   ShardedParameters(std::vector<std::vector<torch::Tensor>> units, torch::ScalarType param_dtype,
-                    std::shared_ptr<Communicator> gather_comm);
+                    std::shared_ptr<Communicator> gather_comm, bool kept_units = false);
   ~ShardedParameters();
 
   // Which unit each of `params` is in (see the contract).
@@ -73,7 +76,9 @@ class ShardedParameters {
 
  private:
   void fillSlots(const FlatLayout& layout, torch::Device device);
+  int slotOf(int unit) const;
   std::vector<std::vector<torch::Tensor>> units_;
+  bool kept_units_ = false;
   torch::ScalarType param_dtype_;
   std::shared_ptr<Communicator> gather_comm_;
   std::vector<int> unit_of_param_;

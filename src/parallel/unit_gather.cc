@@ -1,5 +1,6 @@
 #include "parallel/unit_gather.h"
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -130,19 +131,20 @@ struct UnitGather::Streams {
 
 std::shared_ptr<UnitGather> UnitGather::create(std::vector<Unit> units, std::shared_ptr<Communicator> comm,
                                                std::chrono::milliseconds timeout,
-                                               std::function<void()> on_backward_start) {
+                                               std::function<void()> on_backward_start, Residency residency) {
   std::shared_ptr<UnitGather> gather(
-      new UnitGather(std::move(units), std::move(comm), timeout, std::move(on_backward_start)));
+      new UnitGather(std::move(units), std::move(comm), timeout, std::move(on_backward_start), residency));
   gather->listen(gather);
   return gather;
 }
 
 UnitGather::UnitGather(std::vector<Unit> units, std::shared_ptr<Communicator> comm, std::chrono::milliseconds timeout,
-                       std::function<void()> on_backward_start)
+                       std::function<void()> on_backward_start, Residency residency)
     : units_(std::move(units)),
       comm_(std::move(comm)),
       timeout_(timeout),
       on_backward_start_(std::move(on_backward_start)),
+      kept_(residency == Residency::kKept),
       streams_(std::make_unique<Streams>()) {
   if (!comm_) throw ConfigError("UnitGather: no communicator");
   if (units_.empty() || units_[0].slot != 0) throw ConfigError("UnitGather: unit 0 (the root) must use slot 0");
@@ -153,7 +155,13 @@ UnitGather::UnitGather(std::vector<Unit> units, std::shared_ptr<Communicator> co
       throw ConfigError("UnitGather: unit " + std::to_string(u) + " uses slot " + std::to_string(unit.slot) +
                         "; blocks use slots 1..");
     }
-    if (unit.parts.empty()) throw ConfigError("UnitGather: unit " + std::to_string(u) + " has no parameters");
+    if (kept_ && u > 0 && unit.slot != static_cast<int>(u)) {
+      throw ConfigError("UnitGather: unit " + std::to_string(u) + " uses slot " + std::to_string(unit.slot) +
+                        "; kept units have a slot each");
+    }
+    if (unit.parts.empty() && (u > 0 || !kept_)) {
+      throw ConfigError("UnitGather: unit " + std::to_string(u) + " has no parameters");
+    }
     for (const Part& part : unit.parts) {
       if (part.whole.numel() != part.source.numel() * comm_->size() || part.whole.dim() != 1 ||
           !part.source.is_floating_point() || !part.whole.is_floating_point()) {
@@ -167,10 +175,13 @@ UnitGather::UnitGather(std::vector<Unit> units, std::shared_ptr<Communicator> co
   }
   resident_.assign(static_cast<size_t>(slots), -1);
   streams_->waited.assign(units_.size(), 1);
-  streams_->cuda = units_[0].parts[0].whole.is_cuda();
+  const auto with_parts = std::find_if(units_.begin(), units_.end(), [](const Unit& u) { return !u.parts.empty(); });
+  if (with_parts == units_.end()) throw ConfigError("UnitGather: no unit has parameters");
+  const torch::Tensor& some = with_parts->parts[0].whole;
+  streams_->cuda = some.is_cuda();
 #if DTRAIN_TORCH_CUDA
   if (streams_->cuda) {
-    streams_->device = units_[0].parts[0].whole.device().index();
+    streams_->device = some.device().index();
     streams_->gather =
         c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(streams_->device));
     const auto make = [] {
@@ -196,6 +207,11 @@ void UnitGather::checkUnit(int unit) const {
 void UnitGather::beforeForward(int unit) {
   checkUnit(unit);
   if (unit == 0) {
+    if (kept_) {  // the units gathered in this step are still there
+      ensure(0);
+      if (units_.size() > 1) prefetch(1);
+      return;
+    }
     // A new forward: whatever ran before (the last backward, an optimizer
     // step) is queued, every slot may be refilled, and the shards may have
     // changed since the slots were filled.
@@ -205,7 +221,7 @@ void UnitGather::beforeForward(int unit) {
     if (units_.size() > 1) prefetch(1);
     return;
   }
-  if (unit >= 2) releaseSlot(units_[static_cast<size_t>(unit) - 1].slot);
+  if (unit >= 2 && !kept_) releaseSlot(units_[static_cast<size_t>(unit) - 1].slot);
   ensure(unit);
   if (unit + 1 < static_cast<int>(units_.size())) prefetch(unit + 1);
 }
@@ -223,7 +239,7 @@ void UnitGather::beforeBackward(int unit) {
     return;
   }
   // Unit + 1's backward has read its parameters (its inputs' gradient is here).
-  if (unit + 1 < static_cast<int>(units_.size())) releaseSlot(units_[static_cast<size_t>(unit) + 1].slot);
+  if (unit + 1 < static_cast<int>(units_.size()) && !kept_) releaseSlot(units_[static_cast<size_t>(unit) + 1].slot);
   ensure(unit);
   if (unit >= 2) prefetch(unit - 1);
 }
@@ -253,7 +269,9 @@ void UnitGather::issue(int unit) {
 #if DTRAIN_TORCH_CUDA
   if (s.cuda) {
     // After the slot's last readers and the shards' last update (both
-    // queued on the compute stream before the slot's release was recorded).
+    // queued on the compute stream before the slot's release was recorded;
+    // a kept slot is released here, after the optimizer step that queued).
+    if (kept_) releaseSlot(u.slot);
     stream = s.gather->stream();
     DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(s.gather->stream(), s.released[static_cast<size_t>(u.slot)], 0));
   }

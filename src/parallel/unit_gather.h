@@ -34,6 +34,12 @@
 //   checkpoint); every unit is gathered again at its next use.
 // - Gathers are issued in the same order on every rank (the model's unit
 //   order forward, its reverse backward), as collectives must be.
+// - Kept (a pipeline stage's units, whose micro-batches' forwards and
+//   backwards interleave): every unit has a slot of its own and stays
+//   gathered from its first use until invalidate(), so a step gathers each
+//   unit once, not once per micro-batch (torchtitan's default for FSDP
+//   under pipelining: no reshard after forward). Unit 0 may then be empty
+//   (a middle stage holds no root parameters).
 #pragma once
 
 #include <chrono>
@@ -100,11 +106,14 @@ class UnitGather : public models::UnitHooks, public BackwardListener {
     std::vector<Part> parts;
   };
 
+  enum class Residency { kPerUse, kKept };
   // ConfigError unless units[0] uses slot 0, the others slots 1.., and
-  // every part's whole is world-size times its source.
+  // every part's whole is world-size times its source; kKept: every unit a
+  // slot of its own.
   static std::shared_ptr<UnitGather> create(std::vector<Unit> units, std::shared_ptr<Communicator> comm,
                                             std::chrono::milliseconds timeout,
-                                            std::function<void()> on_backward_start);
+                                            std::function<void()> on_backward_start,
+                                            Residency residency = Residency::kPerUse);
   ~UnitGather() override;
 
   void beforeForward(int unit) override;
@@ -118,7 +127,7 @@ class UnitGather : public models::UnitHooks, public BackwardListener {
 
  private:
   UnitGather(std::vector<Unit> units, std::shared_ptr<Communicator> comm, std::chrono::milliseconds timeout,
-             std::function<void()> on_backward_start);
+             std::function<void()> on_backward_start, Residency residency);
   // Makes unit u's parameters valid for the compute stream.
   void ensure(int unit);
   // Issues unit u's gather unless its slot holds it already.
@@ -133,6 +142,7 @@ class UnitGather : public models::UnitHooks, public BackwardListener {
   std::shared_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   std::function<void()> on_backward_start_;
+  bool kept_ = false;
   std::vector<int> resident_;  // per slot: the unit it holds (valid values), or -1
   int64_t gathers_issued_ = 0;
   std::unique_ptr<Streams> streams_;

@@ -127,7 +127,10 @@ MemoryEstimate estimateWhole(const MemoryInputs& in) {
   const double largest_bucket = static_cast<double>(units.largest_bucket);
   if (in.shard == ShardStage::kFull) {
     const double c = static_cast<double>(computeBytes(in.precision));
-    e.parameters = static_cast<int64_t>(4 * p / n + c * static_cast<double>(units.root + 2 * units.block));
+    // A pipeline stage keeps every unit it holds gathered through the step;
+    // otherwise the root and two blocks' slots.
+    const double slots = in.stages.empty() ? static_cast<double>(units.root + 2 * units.block) : p;
+    e.parameters = static_cast<int64_t>(4 * p / n + c * slots);
     e.gradients = static_cast<int64_t>(4 * p / n + 2 * reduce * largest_bucket);
     e.optimizer = static_cast<int64_t>(state * p / n);
   } else {
@@ -306,7 +309,6 @@ void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& 
     tries.push_back({ShardStage::kFull, true});
   }
   for (const auto& [shard, checkpointing] : tries) {
-    if (!in.stages.empty() && shard == ShardStage::kFull) continue;  // not with a pipeline yet
     MemoryInputs alt = in;
     alt.shard = shard;
     alt.activation_checkpointing = checkpointing;

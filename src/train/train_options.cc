@@ -158,7 +158,8 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
              "updates 1/N of the optimizer state, then the parameters are all-gathered), gradients (ZeRO-2: "
              "also 1/N of the gradients, reduce-scattered bucket by bucket during backward) or full (ZeRO-3, "
              "FSDP's FULL_SHARD: also 1/N of the parameters, each transformer block all-gathered just before "
-             "its forward and its backward; with --precision bf16 the gathered parameters are bf16)");
+             "its forward and its backward, or under --pp once a step, kept until the optimizer step; with "
+             "--precision bf16 the gathered parameters are bf16)");
   set.choice("--reduce-dtype", o.reduce_dtype, {{"fp32", ReduceDtype::kFp32}, {"bf16", ReduceDtype::kBf16}},
              "The dtype gradients are reduce-scattered in with --shard gradients or full (bf16: half the bytes; "
              "each rank's gradient shard stays fp32)");

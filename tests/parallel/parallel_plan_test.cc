@@ -247,14 +247,15 @@ TEST(ParallelPlanTest, PipelinesThatCannotRunAreRefusedNamingTheNumbers) {
             "--pp-split '1,2' lists 2 stages of 3 blocks; expected 2 comma-separated block counts of at least 1 that "
             "add up to the model's 4 blocks");
   EXPECT_EQ(refused("shard full"),
-            "--pp 2 with --shard full: a stage's parameters are not gathered unit by unit yet; use --shard gradients "
-            "or optimizer with a pipeline");
+            "--pp 2 with --shard full and a tied head: the first and the last stage sum their gradients of it, "
+            "which sharded gradients do not hold whole; use --shard optimizer or none, or --tie-embeddings off");
   EXPECT_EQ(refused("shard gradients"),
             "--pp 2 with --shard gradients and a tied head: the first and the last stage sum their gradients of it, "
             "which sharded gradients do not hold whole; use --shard optimizer or none, or --tie-embeddings off");
   PlannedModel untied = fourBlocks();
   untied.tied_head = false;
   EXPECT_EQ(refused("shard gradients", untied), "");
+  EXPECT_EQ(refused("shard full", untied), "");
   EXPECT_EQ(refused("M without pp"),
             "--microbatches, --virtual-stages and --pp-split shape a pipeline; with --pp 1 there is none "
             "(--tokens-per-step accumulates micro-batches without one)");

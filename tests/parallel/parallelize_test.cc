@@ -21,9 +21,9 @@
 namespace dtrain {
 namespace {
 
-std::shared_ptr<models::LanguageModel> tinyGpt2() {
+std::shared_ptr<models::LanguageModel> tinyGpt2(int layers = 2) {
   models::LanguageModelOverrides o;
-  o.layers = 2;
+  o.layers = layers;
   o.dim = 32;
   o.heads = 4;
   o.seq_len = 16;
@@ -134,9 +134,6 @@ TEST(ParallelizeTest, PlansItCannotApplyAreConfigErrors) {
   const auto model = tinyGpt2();
   EXPECT_THROW(parallelize(model, planOf(ShardStage::kNone, 2), solo, adamw()), ConfigError)
       << "a plan for 2 ranks over a group of 1";
-  ParallelPlan pipeline = planOf(ShardStage::kFull, 1);
-  pipeline.pp = 2;
-  EXPECT_THROW(parallelize(model, pipeline, solo, adamw()), ConfigError) << "ZeRO-3's units cover a whole model";
   // Hybrid sharding: the stage shards over the dp_shard group, which `comm` must be.
   ParallelPlan hybrid = planOf(ShardStage::kOptimizer, 1);
   hybrid.dp_replicate = 2;
@@ -152,6 +149,37 @@ TEST(ParallelizeTest, PlansItCannotApplyAreConfigErrors) {
       << "no optimizer factory";
   EXPECT_THROW(parallelize(nullptr, planOf(ShardStage::kNone, 1), solo, adamw()), ConfigError);
   EXPECT_EQ(model->unitHooks(), nullptr);
+}
+
+// ZeRO-3 under a pipeline (plan.pp > 1) keeps every unit gathered through
+// the step, each in a slot of its own, where without one the blocks take
+// turns in two slots; both train to the same parameters.
+TEST(ParallelizeTest, PipelineStagesKeepEachUnitInASlotOfItsOwn) {
+  std::shared_ptr<Communicator> solo = createCommunicator("gloo", std::make_shared<HashStore>(), 0, 1);
+  torch::manual_seed(9);
+  const torch::Tensor tokens = torch::randint(96, {2, 16}, torch::kLong);
+  std::vector<std::vector<torch::Tensor>> trained;
+  for (int pp : {1, 2}) {
+    SCOPED_TRACE("pp " + std::to_string(pp));
+    const auto model = tinyGpt2(3);
+    ParallelPlan plan = planOf(ShardStage::kFull, 1);
+    plan.pp = pp;
+    ParallelModel parallel = parallelize(model, plan, solo, adamw());
+    const auto storage = [&model](int block) {
+      return model->blocks()[static_cast<size_t>(block)]->parameters()[0].storage().unsafeGetStorageImpl();
+    };
+    EXPECT_NE(storage(0), storage(1));
+    EXPECT_EQ(storage(0) == storage(2), pp == 1) << "blocks 0 and 2 share a slot only without a pipeline";
+    for (int step = 0; step < 2; ++step) {
+      parallel.optimizer->zeroGrad();
+      model->loss(tokens, tokens).backward();
+      parallel.optimizer->step();
+    }
+    trained.emplace_back();
+    for (const torch::Tensor& p : parallel.data_parallel->fullParameters()) trained.back().push_back(p.clone());
+  }
+  ASSERT_EQ(trained[0].size(), trained[1].size());
+  for (size_t i = 0; i < trained[0].size(); ++i) EXPECT_TRUE(torch::equal(trained[0][i], trained[1][i])) << i;
 }
 
 }  // namespace

@@ -173,6 +173,16 @@ TEST(MemoryEstimateTest, PipelineRanksHoldTheirStagesAndTheScheduleInFlight) {
   EXPECT_NEAR(static_cast<double>(b.activations), tokens_part + 2 * 2 * 17 * block_weights, 0.05 * b.activations);
   EXPECT_NE(describeEstimate(gpipe, g).find("the fullest pipeline rank: 0"), std::string::npos)
       << describeEstimate(gpipe, g);
+  // ZeRO-3 over 4 data-parallel ranks: the float32 master shard, and every
+  // unit of the rank's stage kept gathered in bf16 through the step (no
+  // autocast copies: the parameters are bf16 already).
+  plan.pp_schedule = PipelineScheduleKind::k1F1B;
+  MemoryInputs full = inputs(config, ShardStage::kFull, 4, 8);
+  setPipeline(full, plan, 8);
+  const MemoryEstimate f = estimatePipelineRank(full, 0);
+  const double held = blocks * (p - 2 * table) + table;
+  EXPECT_NEAR(static_cast<double>(f.parameters), 4 * held / 4 + 2 * held, 4e6);
+  EXPECT_NEAR(static_cast<double>(f.activations), tokens_part, 0.05 * f.activations);
 }
 
 TEST(MemoryEstimateTest, AJobThatCannotFitIsRefusedWithTheFlagThatWould) {

@@ -102,8 +102,9 @@ TEST(PipelineRunsTest, EveryScheduleTrainsAsOneRankForGpt2AndLlama) {
   }
 }
 
-// pp 2 x dp 2 (interleaved and zb-h1, ZeRO-2, untied: ZeRO-2 holds no
-// whole tied gradient to sum) against dp 2, and pp 2 x tp 2 against tp 2: the
+// pp 2 x dp 2 (interleaved with ZeRO-2, interleaved and zb-h1 with ZeRO-3,
+// zb-h1 replicated; untied: sharded gradients hold no whole tied gradient
+// to sum) against dp 2, and pp 2 x tp 2 against tp 2: the
 // pipeline composes with the other two axes.
 TEST(PipelineRunsTest, PipelinesComposeWithDataAndTensorParallelism) {
   TempDir dir("dtrain-pp-compose");
@@ -115,6 +116,16 @@ TEST(PipelineRunsTest, PipelinesComposeWithDataAndTensorParallelism) {
                                "--pp 2 --microbatches 2 --pp-schedule interleaved-1f1b --virtual-stages 2",
                            dir, "pp-dp"),
                    2e-6, "pp 2 x dp 2 interleaved, --shard gradients");
+  // ZeRO-3: each stage's units gathered once a step and kept (interleaved:
+  // two chunks' blocks on each rank; zb-h1: I and W through kept units).
+  for (const std::string& schedule : {std::string("interleaved-1f1b --virtual-stages 2"), std::string("zb-h1")}) {
+    expectSameLosses(dp,
+                     trained(4,
+                             kPipelineLlama + kPipelineLm + "--tie-embeddings off --shard full --pp 2 "
+                                                            "--microbatches 2 --pp-schedule " + schedule,
+                             dir, "pp-dp-full"),
+                     2e-6, "pp 2 x dp 2 " + schedule + ", --shard full");
+  }
   // zb-h1, replicated: the data-parallel reduction rides on each rank's
   // last weight gradient, which the last stage computes in its I.
   expectSameLosses(dp,
