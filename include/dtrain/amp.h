@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,18 @@
 
 namespace dtrain {
 
-enum class Precision { kFp32, kBf16, kFp16 };
+namespace models {
+class Fp8Scope;
+}
 
-// "fp32" | "bf16" | "fp16", or "float32" | "bfloat16" | "float16", any case.
-// ConfigError listing the valid names otherwise.
+// kFp8: bf16 autocast, and the transformer blocks' linear layers in FP8
+// (models/fp8_linear.h; CUDA GPUs of compute capability 8.9 and newer).
+enum class Precision { kFp32, kBf16, kFp16, kFp8 };
+
+// "fp32" | "bf16" | "fp16" | "fp8", or "float32" | "bfloat16" | "float16",
+// any case. ConfigError listing the valid names otherwise.
 Precision parsePrecision(const std::string& text);
-const char* precisionName(Precision precision);  // "fp32" / "bf16" / "fp16"
+const char* precisionName(Precision precision);  // "fp32" / "bf16" / "fp16" / "fp8"
 
 // RAII autocast scope, as torch.autocast(device.type(), dtype): enables
 // autocast for the device's type with the precision's dtype (nothing at all
@@ -34,6 +41,8 @@ const char* precisionName(Precision precision);  // "fp32" / "bf16" / "fp16"
 // ConfigError for a device other than CPU or CUDA, and for fp16 on the CPU
 // with libtorch older than 2.4 (whose CPU autocast knows bf16 only).
 // Thread-local, like autocast itself: destroy it on the creating thread.
+// fp8: bf16 autocast and an FP8 product scope (models::Fp8Scope); a
+// ConfigError on a device FP8 cannot run on.
 class AutocastGuard {
  public:
   AutocastGuard(torch::Device device, Precision precision);
@@ -46,6 +55,7 @@ class AutocastGuard {
   c10::DeviceType device_type_ = c10::DeviceType::CPU;
   bool previous_enabled_ = false;
   at::ScalarType previous_dtype_ = at::kFloat;
+  std::unique_ptr<models::Fp8Scope> fp8_;
 };
 
 struct GradScalerOptions {

@@ -25,6 +25,8 @@ static_assert(DTRAIN_TORCH_AT_LEAST(1, 13),
 #include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
 
+#include <optional>
+
 namespace dtrain::compat {
 
 inline bool isAutocastEnabled(c10::DeviceType device_type) {
@@ -134,3 +136,46 @@ inline void beginGraphCapture(at::cuda::CUDAGraph& graph) {
 
 }  // namespace dtrain::compat
 #endif
+
+// FP8 (e4m3 and e5m2) tensors and cuBLASLt's scaled matrix product. The
+// float8 types came in libtorch 2.1; _scaled_mm took its present form
+// (required scales, one tensor out) in 2.5, which is the floor here. Older
+// libtorch: kHasScaledMm is false, and the shims must not be called.
+namespace dtrain::compat {
+
+inline constexpr bool kHasScaledMm = DTRAIN_TORCH_AT_LEAST(2, 5);
+
+inline at::ScalarType float8E4m3() {
+#if DTRAIN_TORCH_AT_LEAST(2, 5)
+  return at::kFloat8_e4m3fn;
+#else
+  TORCH_CHECK(false, "float8 needs libtorch 2.5 or newer");
+#endif
+}
+
+inline at::ScalarType float8E5m2() {
+#if DTRAIN_TORCH_AT_LEAST(2, 5)
+  return at::kFloat8_e5m2;
+#else
+  TORCH_CHECK(false, "float8 needs libtorch 2.5 or newer");
+#endif
+}
+
+// (a · scale_a) x (b · scale_b) (+ bias) in out_dtype: a row-major [M, K],
+// b column-major [K, N], both float8, the scales float32 scalars (the
+// inverses of the casts' scales), bias [N] of out_dtype or undefined;
+// fast_accum: cuBLASLt's faster, less exact FP8 accumulation.
+inline at::Tensor scaledMm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                           const at::Tensor& scale_b, const at::Tensor& bias, at::ScalarType out_dtype,
+                           bool fast_accum) {
+#if DTRAIN_TORCH_AT_LEAST(2, 5)
+  std::optional<at::Tensor> with_bias;
+  if (bias.defined()) with_bias = bias;
+  return at::_scaled_mm(a, b, scale_a, scale_b, with_bias, /*scale_result=*/std::nullopt, out_dtype, fast_accum);
+#else
+  (void)a, (void)b, (void)scale_a, (void)scale_b, (void)bias, (void)out_dtype, (void)fast_accum;
+  TORCH_CHECK(false, "scaled matrix products need libtorch 2.5 or newer");
+#endif
+}
+
+}  // namespace dtrain::compat

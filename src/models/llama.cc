@@ -42,7 +42,8 @@ class LlamaAttention : public nn::Module {
     TensorSplit* split = split_->split;
     const std::vector<torch::Tensor> products =
         split != nullptr ? split->columnLinears(x, {wq->weight, wk->weight, wv->weight}, {})
-                         : std::vector<torch::Tensor>{wq->forward(x), wk->forward(x), wv->forward(x)};
+                         : std::vector<torch::Tensor>{ops::linear(x, wq->weight, {}), ops::linear(x, wk->weight, {}),
+                                                      ops::linear(x, wv->weight, {})};
     const std::vector<torch::Tensor> qkv = byHead(products, rotary_->tableFor(x));
     return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), products[0]);
   }
@@ -95,7 +96,8 @@ class LlamaFeedForward : public nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     TensorSplit* split = split_->split;
     const std::vector<torch::Tensor> products = split != nullptr ? split->columnLinears(x, {w1->weight, w3->weight}, {})
-                                                                 : std::vector<torch::Tensor>{w1->forward(x), w3->forward(x)};
+                                                                 : std::vector<torch::Tensor>{ops::linear(x, w1->weight, {}),
+                                                                                              ops::linear(x, w3->weight, {})};
     return rowSplitLinear(*split_, ops::swiglu(products[0], products[1]), w2->weight, torch::Tensor());
   }
 

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "libtorch/compat.h"
+#include "models/fp8_linear.h"
 #include "models/fused_ops_cuda.h"
 
 namespace dtrain::models::ops {
@@ -103,6 +104,7 @@ ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor&
 }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (fp8Takes(x, weight)) return fp8Linear(x, weight, bias);
   if (!bias.defined() || x.dim() == 2) return torch::linear(x, weight, bias);
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
@@ -120,6 +122,7 @@ torch::ScalarType matmulType(const torch::Tensor& x) {
 
 torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   Observed observed(OpKind::kMlpActivation, x);
+  if (fp8Takes(x, weight)) return torch::gelu(linear(x, weight, bias), "tanh");  // the product in FP8
   if (auto result = fused::linearGelu(x, weight, bias)) return *result;
   return torch::gelu(linear(x, weight, bias), "tanh");
 }
@@ -129,6 +132,7 @@ torch::Tensor geluMlp(const torch::Tensor& x, const torch::Tensor& fc_weight, co
   // One report for the whole MLP, fused or not (linearGelu inside is not
   // reported again).
   Observed observed(OpKind::kMlpActivation, x);
+  if (fp8Takes(x, fc_weight)) return linear(linearGelu(x, fc_weight, fc_bias), proj_weight, proj_bias);
   if (auto result = fused::geluMlp(x, fc_weight, fc_bias, proj_weight, proj_bias)) return *result;
   return linear(linearGelu(x, fc_weight, fc_bias), proj_weight, proj_bias);
 }

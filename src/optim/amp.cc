@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/text.h"
 #include "libtorch/compat.h"
+#include "models/fp8_linear.h"
 
 namespace dtrain {
 Precision parsePrecision(const std::string& text) {
@@ -16,8 +17,9 @@ Precision parsePrecision(const std::string& text) {
   if (name == "fp32" || name == "float32") return Precision::kFp32;
   if (name == "bf16" || name == "bfloat16") return Precision::kBf16;
   if (name == "fp16" || name == "float16") return Precision::kFp16;
+  if (name == "fp8") return Precision::kFp8;
   throw ConfigError("precision '" + text +
-                    "' is not known (expected fp32, bf16 or fp16; also float32, bfloat16, float16)");
+                    "' is not known (expected fp32, bf16, fp16 or fp8; also float32, bfloat16, float16)");
 }
 
 const char* precisionName(Precision precision) {
@@ -25,6 +27,7 @@ const char* precisionName(Precision precision) {
     case Precision::kFp32: return "fp32";
     case Precision::kBf16: return "bf16";
     case Precision::kFp16: return "fp16";
+    case Precision::kFp8: return "fp8";
   }
   return "unknown";
 }
@@ -38,10 +41,15 @@ AutocastGuard::AutocastGuard(torch::Device device, Precision precision) {
     throw ConfigError("precision fp16 on the CPU needs libtorch 2.4 or newer (this libtorch's CPU autocast "
                       "supports bf16 only); use bf16 or fp32");
   }
+  if (precision == Precision::kFp8) {
+    const std::string why = models::fp8Unsupported(device);
+    if (!why.empty()) throw ConfigError("precision fp8: " + why + "; use bf16");
+    fp8_ = std::make_unique<models::Fp8Scope>();
+  }
   device_type_ = device.type();
   previous_enabled_ = compat::isAutocastEnabled(device_type_);
   previous_dtype_ = compat::autocastDtype(device_type_);
-  compat::setAutocastDtype(device_type_, precision == Precision::kBf16 ? at::kBFloat16 : at::kHalf);
+  compat::setAutocastDtype(device_type_, precision == Precision::kFp16 ? at::kHalf : at::kBFloat16);
   compat::setAutocastEnabled(device_type_, true);
   at::autocast::increment_nesting();
   active_ = true;

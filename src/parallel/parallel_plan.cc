@@ -27,6 +27,7 @@ const char* computePrecisionName(ComputePrecision precision) {
     case ComputePrecision::kFp32: return "fp32";
     case ComputePrecision::kBf16: return "bf16";
     case ComputePrecision::kFp16: return "fp16";
+    case ComputePrecision::kFp8: return "fp8";
   }
   return "fp32";
 }

@@ -41,7 +41,7 @@ enum class ReduceDtype { kFp32, kBf16 };
 
 // --precision: what a step computes in (autocast's dtype; fp16 with loss
 // scaling). The runtime turns it into dtrain::Precision (dtrain/amp.h).
-enum class ComputePrecision { kFp32, kBf16, kFp16 };
+enum class ComputePrecision { kFp32, kBf16, kFp16, kFp8 };
 
 // --backend: the collectives' backend (auto: $DTRAIN_BACKEND, else nccl
 // when a GPU is visible).

@@ -88,15 +88,20 @@ void declareModel(OptionSet& set, ModelSpec& o, bool with_stem) {
 
 void declareExecution(OptionSet& set, ExecutionOptions& o, bool bench) {
   if (bench) {
-    set.choice("--precision", o.precision, {{"fp32", ComputePrecision::kFp32}, {"bf16", ComputePrecision::kBf16}},
-               "fp32 | bf16 (autocast)");
+    set.choice("--precision", o.precision,
+               {{"fp32", ComputePrecision::kFp32}, {"bf16", ComputePrecision::kBf16}, {"fp8", ComputePrecision::kFp8}},
+               "fp32 | bf16 (autocast) | fp8 (bf16 autocast, the transformer blocks' linear layers in FP8: "
+               "tensorwise dynamic scaling, e4m3 forward, e5m2 gradients; GPUs of compute capability 8.9+)");
     set.negatedToggle("--no-cuda-graphs", o.cuda_graphs, "Run every step eagerly instead of replaying a CUDA graph");
   } else {
     set.choice("--precision", o.precision,
                {{"fp32", ComputePrecision::kFp32},
                 {"bf16", ComputePrecision::kBf16},
-                {"fp16", ComputePrecision::kFp16}},
-               "fp32 | bf16 (autocast) | fp16 (autocast + loss scaling)");
+                {"fp16", ComputePrecision::kFp16},
+                {"fp8", ComputePrecision::kFp8}},
+               "fp32 | bf16 (autocast) | fp16 (autocast + loss scaling) | fp8 (bf16 autocast, the transformer "
+               "blocks' linear layers in FP8: tensorwise dynamic scaling, e4m3 forward, e5m2 gradients; GPUs of "
+               "compute capability 8.9+)");
     set.toggle("--cuda-graphs", o.cuda_graphs,
                "Capture forward, backward, all-reduce and optimizer step into one CUDA graph after warm-up and "
                "replay it (fp32/bf16, NCCL; otherwise says why and runs eagerly)");

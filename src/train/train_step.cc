@@ -347,6 +347,7 @@ Precision autocastPrecision(ComputePrecision precision) {
     case ComputePrecision::kFp32: return Precision::kFp32;
     case ComputePrecision::kBf16: return Precision::kBf16;
     case ComputePrecision::kFp16: return Precision::kFp16;
+    case ComputePrecision::kFp8: return Precision::kFp8;
   }
   return Precision::kFp32;
 }

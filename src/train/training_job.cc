@@ -10,6 +10,7 @@
 #include "comm/communicator.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "models/fp8_linear.h"
 #include "models/language_model.h"
 #include "parallel/tensor_buffer.h"
 
@@ -40,7 +41,7 @@ void configureKernels(const ExecutionOptions& execution) {
 ParallelizeOptions parallelizeOptions(const JobParts& parts, std::shared_ptr<Context> ctx, Precision precision) {
   ParallelizeOptions options;
   options.timeout = ctx->collectiveTimeout();
-  options.param_dtype = precision == Precision::kBf16   ? torch::kBFloat16
+  options.param_dtype = precision == Precision::kBf16 || precision == Precision::kFp8 ? torch::kBFloat16
                         : precision == Precision::kFp16 ? torch::kHalf
                                                         : torch::kFloat;
   options.gather_communicator = [ctx]() -> std::shared_ptr<Communicator> {
@@ -125,6 +126,19 @@ std::unique_ptr<Optimizer> makeOptimizer(const OptimizerOptions& options, const 
   return makeAdamW(slabs, o);
 }
 
+// What FP8 cannot run with, said before any rank connects.
+void TrainingJob::checkFp8(const JobParts& parts) {
+  const PlannedModel& model = parts.planned_model;
+  if (!model.splits_by_tensor) {
+    throw ConfigError("--precision fp8 with --model " + model.name +
+                      ": FP8 computes the transformer blocks' linear layers (gpt2, llama); use --precision bf16");
+  }
+  if (plan_.tp > 1 && plan_.tp_overlap > 0) {
+    throw ConfigError("--precision fp8 with --tp-overlap: the overlapped tensor-parallel products run in bf16; "
+                      "drop --tp-overlap or use --precision bf16");
+  }
+}
+
 TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
     : precision_(autocastPrecision(parts.execution.precision)) {
   configureKernels(parts.execution);
@@ -132,11 +146,17 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   // combination exits 2 on every rank with nothing in flight between them.
   plan_ = planParallelism(parts.parallel, static_cast<int>(envInt("WORLD_SIZE", 1, 1 << 20).value_or(1)),
                           parts.planned_model);
+  if (precision_ == Precision::kFp8) checkFp8(parts);
   InitOptions init_options;
   init_options.backend = commBackendName(parts.parallel.backend);  // the library API takes the word
   init_options.collective_timeout = std::chrono::seconds(parts.parallel.timeout_s);
   ctx_ = init(init_options);
   shareCores(*ctx_);
+  if (precision_ == Precision::kFp8) {
+    // Every rank has the same kind of device: all of them exit 2 here.
+    const std::string why = models::fp8Unsupported(ctx_->device());
+    if (!why.empty()) throw ConfigError("--precision fp8: " + why + "; use --precision bf16");
+  }
   stream_ = std::make_unique<JobStreamGuard>(ctx_->device());  // a capturable stream for the whole job
   if (parts.preflight) parts.preflight(*ctx_, deviceName());
   if (ctx_->size() != plan_.worldSize()) {

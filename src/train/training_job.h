@@ -94,6 +94,7 @@ class TrainingJob {
   void splitTensors();                           // --tp: tp_model_ over the whole model
   std::shared_ptr<models::Model> cutPipeline();  // --pp: this rank's stages
   void makeStep(const JobParts& parts, bool hybrid);
+  void checkFp8(const JobParts& parts);        // --precision fp8: what it cannot run with
 
   std::shared_ptr<Context> ctx_;
   std::unique_ptr<JobStreamGuard> stream_;

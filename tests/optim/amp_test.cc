@@ -20,11 +20,21 @@ TEST(PrecisionTest, ParsesNamesAndAliases) {
   EXPECT_EQ(parsePrecision("BFloat16"), Precision::kBf16);
   EXPECT_EQ(parsePrecision("fp16"), Precision::kFp16);
   EXPECT_EQ(parsePrecision("float16"), Precision::kFp16);
-  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+  EXPECT_EQ(parsePrecision("FP8"), Precision::kFp8);
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16, Precision::kFp8}) {
     EXPECT_EQ(parsePrecision(precisionName(p)), p);
   }
-  EXPECT_NE(configErrorOf([] { parsePrecision("fp8"); }).find("'fp8' is not known (expected fp32, bf16 or fp16"),
+  EXPECT_NE(configErrorOf([] { parsePrecision("fp4"); })
+                .find("'fp4' is not known (expected fp32, bf16, fp16 or fp8"),
             std::string::npos);
+}
+
+// fp8 on a device that cannot run it: the reason, at the scope's start.
+TEST(AutocastGuardTest, Fp8WhereItCannotRunSaysWhy) {
+  const std::string why = configErrorOf([] { AutocastGuard fp8(torch::kCPU, Precision::kFp8); });
+  EXPECT_EQ(why.rfind("precision fp8: FP8 products need", 0), 0u) << why;
+  EXPECT_NE(why.find("; use bf16"), std::string::npos) << why;
+  EXPECT_FALSE(compat::isAutocastEnabled(c10::DeviceType::CPU)) << "nothing left enabled";
 }
 
 TEST(AutocastGuardTest, CpuBf16CastsInsideAndRestoresOutside) {

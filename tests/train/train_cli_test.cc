@@ -244,7 +244,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadCommandLine{"metrics_port_high", "--metrics-port 70000",
                  "--metrics-port '70000': out of range; expected a port from 1 to 65535, or 0 (off)"},
         BadCommandLine{"metrics_port_negative", "--metrics-port -1", "--metrics-port '-1': out of range"},
-        BadCommandLine{"unknown_precision", "--precision fp8", "--precision 'fp8': unknown; expected one of fp32, bf16"},
+        BadCommandLine{"unknown_precision", "--precision fp4",
+                       "--precision 'fp4': unknown; expected one of fp32, bf16, fp16 or fp8"},
+        BadCommandLine{"fp8_for_a_cnn", "--precision fp8",
+                       "--precision fp8 with --model cnn: FP8 computes the transformer blocks' linear layers (gpt2, "
+                       "llama); use --precision bf16"},
+        // This machine has no FP8 GPU (and its libtorch may lack float8): the reason, then the way out.
+        BadCommandLine{"fp8_without_an_fp8_gpu",
+                       "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text "
+                       "--tokenizer byte --precision fp8 --max-steps 1",
+                       "--precision fp8: FP8 products need"},
         BadCommandLine{"unknown_progress", "--progress fancy", "--progress 'fancy': unknown"},
         BadCommandLine{"timeline_dir_missing", "--timeline /nonexistent/dir/t.json",
                  "--timeline '/nonexistent/dir/t.json': its directory '/nonexistent/dir' does not exist"},

@@ -1,0 +1,121 @@
+#include "models/fp8_linear.h"
+
+#include "common/error.h"
+#include "libtorch/compat.h"
+
+#if DTRAIN_TORCH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace dtrain::models {
+namespace {
+
+thread_local int scope_depth = 0;
+
+// A tensor cast to float8 with its scale: value = data / scale.
+struct Cast {
+  torch::Tensor data;
+  torch::Tensor scale;  // float32 scalar
+};
+
+Cast castFp8(const torch::Tensor& t, at::ScalarType type, double max) {
+  const torch::Tensor wide = t.to(torch::kFloat);
+  const torch::Tensor scale = fp8Scale(wide.abs().max(), max);
+  return {(wide * scale).clamp(-max, max).to(type), scale};
+}
+
+// a row-major [M, K] x b [K, N] column-major: the product, dequantized.
+// Fast accumulation in forward only (torchao's float8 default).
+torch::Tensor product(const Cast& a, const torch::Tensor& b_data, const torch::Tensor& b_scale,
+                      const torch::Tensor& bias, at::ScalarType out, bool fast_accum = false) {
+  return compat::scaledMm(a.data, b_data, a.scale.reciprocal(), b_scale.reciprocal(), bias, out, fast_accum);
+}
+
+// Column-major [rows, cols] storage of a row-major matrix.
+torch::Tensor columnMajor(const torch::Tensor& m) { return m.t().contiguous().t(); }
+
+class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& bias) {
+    const torch::Tensor flat = x.reshape({-1, x.size(-1)});
+    const Cast x8 = castFp8(flat, compat::float8E4m3(), kFp8E4m3Max);
+    const Cast w8 = castFp8(weight, compat::float8E4m3(), kFp8E4m3Max);
+    const at::ScalarType out = x.scalar_type();
+    const torch::Tensor b = bias.defined() ? bias.to(out) : torch::Tensor();
+    // Wᵀ of a row-major W [N, K] is the column-major [K, N] cuBLASLt wants.
+    const torch::Tensor y = product(x8, w8.data.t(), w8.scale, b, out, /*fast_accum=*/true);
+    ctx->save_for_backward({x8.data, x8.scale, w8.data, w8.scale});
+    ctx->saved_data["has_bias"] = bias.defined();
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : out);
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = weight.size(0);
+    return y.view(sizes);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Cast x8{saved[0], saved[1]}, w8{saved[2], saved[3]};
+    const torch::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
+    const Cast g8 = castFp8(g, compat::float8E5m2(), kFp8E5m2Max);
+    // g [M, N] x W [N, K] and gᵀ [N, M] x x [M, K].
+    const torch::Tensor dx = product(g8, columnMajor(w8.data), w8.scale, {}, grads[0].scalar_type());
+    const Cast gt{g8.data.t().contiguous(), g8.scale};
+    const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    const torch::Tensor dw = product(gt, columnMajor(x8.data), x8.scale, {}, weight_dtype);
+    torch::Tensor db;
+    if (ctx->saved_data["has_bias"].toBool()) {
+      db = g.sum(0, /*keepdim=*/false, torch::kFloat)
+               .to(static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
+    }
+    std::vector<int64_t> sizes = grads[0].sizes().vec();
+    sizes.back() = w8.data.size(1);
+    return {dx.view(sizes), dw, db};
+  }
+};
+
+}  // namespace
+
+Fp8Scope::Fp8Scope() { ++scope_depth; }
+Fp8Scope::~Fp8Scope() { --scope_depth; }
+bool Fp8Scope::active() { return scope_depth > 0; }
+
+torch::Tensor fp8Scale(const torch::Tensor& amax, double max) {
+  return max / amax.to(torch::kFloat).clamp_min(1e-12);
+}
+
+bool fp8Takes(const torch::Tensor& x, const torch::Tensor& weight) {
+  if (!Fp8Scope::active() || !compat::kHasScaledMm || !x.is_cuda() || weight.dim() != 2 || x.dim() < 2) return false;
+  const int64_t rows = x.numel() / std::max<int64_t>(1, x.size(-1));
+  return rows % 16 == 0 && weight.size(0) % 16 == 0 && weight.size(1) % 16 == 0 && x.size(-1) == weight.size(1);
+}
+
+torch::Tensor fp8Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (!compat::kHasScaledMm) throw ConfigError("fp8: " + fp8Unsupported(x.device()));
+  return Fp8LinearFunction::apply(x, weight, bias);
+}
+
+std::string fp8Unsupported(torch::Device device) {
+  if (!compat::kHasScaledMm) {
+    return "FP8 products need libtorch 2.5 or newer; this dtrain is built against libtorch " +
+           std::string(TORCH_VERSION);
+  }
+  if (!device.is_cuda()) {
+    return "FP8 products need an NVIDIA GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell); this run "
+           "is on the " + device.str();
+  }
+#if DTRAIN_TORCH_CUDA
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
+  if (p->major * 10 + p->minor < 89) {
+    return "FP8 products need compute capability 8.9 or newer (Ada, Hopper, Blackwell); " + std::string(p->name) +
+           " has " + std::to_string(p->major) + "." + std::to_string(p->minor);
+  }
+  return "";
+#else
+  return "this dtrain was built without CUDA support";
+#endif
+}
+
+}  // namespace dtrain::models

@@ -1,0 +1,55 @@
+// FP8 products for the transformer blocks' linear layers (--precision fp8):
+// tensorwise dynamic ("current") scaling, as torchao's float8 training and
+// Transformer Engine's current scaling do. The head, the embeddings, the
+// norms, attention and the loss stay in bf16.
+//
+// Contract:
+// - Fp8Scope opens a thread-local scope (scopes nest; AutocastGuard opens
+//   one for Precision::kFp8 beside bf16 autocast). Inside it ops::linear
+//   (and the tensor-parallel products built on it) computes x Wᵀ through
+//   fp8Linear for CUDA tensors whose three dimensions are multiples of 16
+//   (cuBLASLt's condition); other products are unchanged.
+// - fp8Linear(x, W, bias): forward casts x and W to e4m3, each with the
+//   scale fp8Scale(amax, 448) of its own absolute maximum at the time, and
+//   multiplies them (cuBLASLt; its fast accumulation in forward, as
+//   torchao's default) into x's dtype, bias added. Backward casts the output's gradient to e5m2 (scale from its
+//   amax, 57344) and computes x's gradient (g W) and W's (gᵀ x) from the
+//   saved e4m3 copies, W's in W's dtype; the bias's gradient is g's column
+//   sums. Nothing waits on the host: a step stays capturable.
+// - fp8Scale(amax, max) = max / max(amax, 1e-12) in float32: the largest
+//   value maps to the format's largest; an all-zero tensor gets a finite
+//   scale (and casts to zeros); an infinite or NaN amax gives a scale of 0
+//   or NaN, so the product is non-finite and the step's loss says so.
+// - fp8Unsupported(device) is why FP8 cannot run on `device` (empty when it
+//   can): a CPU, a GPU below compute capability 8.9 (its name and
+//   capability), or a libtorch without float8 products (below 2.5), or a
+//   build without CUDA.
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+namespace dtrain::models {
+
+inline constexpr double kFp8E4m3Max = 448.0;
+inline constexpr double kFp8E5m2Max = 57344.0;
+
+class Fp8Scope {
+ public:
+  Fp8Scope();
+  ~Fp8Scope();
+  Fp8Scope(const Fp8Scope&) = delete;
+  Fp8Scope& operator=(const Fp8Scope&) = delete;
+  static bool active();
+};
+
+torch::Tensor fp8Scale(const torch::Tensor& amax, double max);
+
+// Whether fp8Linear takes this product (inside a scope, CUDA, sizes).
+bool fp8Takes(const torch::Tensor& x, const torch::Tensor& weight);
+torch::Tensor fp8Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+std::string fp8Unsupported(torch::Device device);
+
+}  // namespace dtrain::models

@@ -1,0 +1,138 @@
+// FP8 products (models/fp8_linear.h): the scale from an absolute maximum,
+// the scope, and why FP8 cannot run here, on any machine; on a GPU of
+// compute capability 8.9 or newer with libtorch 2.5+, the product and its
+// gradients against float32 ones, zeros, saturation and NaN, and a language
+// model's loss under FP8 against bf16 (skipped elsewhere, saying why).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "models/fp8_linear.h"
+#include "models/language_model.h"
+#include "tests/models/fused_test_util.h"
+
+namespace dtrain::models {
+namespace {
+
+#define DTRAIN_SKIP_WITHOUT_FP8()                                                                  \
+  do {                                                                                             \
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "FP8 not testable: no CUDA device";          \
+    const std::string dtrain_why_ = fp8Unsupported(torch::Device(torch::kCUDA, 0));                \
+    if (!dtrain_why_.empty()) GTEST_SKIP() << "FP8 not testable: " << dtrain_why_;                 \
+  } while (0)
+
+double relativeError(const torch::Tensor& got, const torch::Tensor& want) {
+  return (got.to(torch::kDouble) - want.to(torch::kDouble)).norm().item<double>() /
+         want.to(torch::kDouble).norm().item<double>();
+}
+
+TEST(Fp8Test, TheScaleMapsTheAbsoluteMaximumToTheFormatsLargest) {
+  EXPECT_FLOAT_EQ(fp8Scale(torch::tensor(2.0f), kFp8E4m3Max).item<float>(), 224.0f);
+  EXPECT_FLOAT_EQ(fp8Scale(torch::tensor(57344.0f), kFp8E5m2Max).item<float>(), 1.0f);
+  const float zero = fp8Scale(torch::tensor(0.0f), kFp8E4m3Max).item<float>();
+  EXPECT_TRUE(std::isfinite(zero) && zero > 0) << "an all-zero tensor scales finitely: " << zero;
+  EXPECT_EQ(fp8Scale(torch::tensor(std::numeric_limits<float>::infinity()), kFp8E4m3Max).item<float>(), 0.0f);
+  EXPECT_TRUE(std::isnan(fp8Scale(torch::tensor(std::nanf("")), kFp8E4m3Max).item<float>()));
+  EXPECT_EQ(fp8Scale(torch::tensor(2.0, torch::kDouble), kFp8E4m3Max).scalar_type(), torch::kFloat);
+}
+
+TEST(Fp8Test, TheScopeNestsAndTakesOnlyCudaProductsOfSixteens) {
+  const torch::Tensor x = torch::randn({32, 64}), w = torch::randn({16, 64});
+  EXPECT_FALSE(Fp8Scope::active());
+  {
+    Fp8Scope outer;
+    {
+      Fp8Scope inner;
+      EXPECT_TRUE(Fp8Scope::active());
+    }
+    EXPECT_TRUE(Fp8Scope::active());
+    EXPECT_FALSE(fp8Takes(x, w)) << "a CPU product stays as it is";
+  }
+  EXPECT_FALSE(Fp8Scope::active());
+  const std::string why = fp8Unsupported(torch::kCPU);
+  EXPECT_TRUE(why.find("libtorch 2.5 or newer") != std::string::npos ||
+              why.find("compute capability 8.9 or newer") != std::string::npos)
+      << why;
+}
+
+TEST(Fp8Test, TheProductAndItsGradientsFollowFloat32) {
+  DTRAIN_SKIP_WITHOUT_FP8();
+  torch::manual_seed(1);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const torch::Tensor x0 = torch::randn({4, 32, 128}, cuda.dtype(torch::kBFloat16));
+  const torch::Tensor w0 = torch::randn({96, 128}, cuda) / 10, b0 = torch::randn({96}, cuda);
+  const torch::Tensor g = torch::randn({4, 32, 96}, cuda.dtype(torch::kBFloat16));
+  const torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+  const torch::Tensor b = b0.clone().requires_grad_(true);
+  torch::Tensor y;
+  {
+    Fp8Scope fp8;
+    ASSERT_TRUE(fp8Takes(x, w));
+    y = fp8Linear(x, w, b);
+  }
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{4, 32, 96}));
+  y.backward(g);
+  const torch::Tensor xr = x0.to(torch::kFloat).requires_grad_(true), wr = w0.clone().requires_grad_(true);
+  const torch::Tensor br = b0.clone().requires_grad_(true);
+  const torch::Tensor yr = torch::linear(xr, wr, br);
+  yr.backward(g.to(torch::kFloat));
+  // e4m3 keeps 3 mantissa bits, e5m2 2: a few percent, averaged over the sums.
+  EXPECT_LT(relativeError(y, yr), 0.05);
+  EXPECT_LT(relativeError(x.grad(), xr.grad()), 0.1);
+  EXPECT_LT(relativeError(w.grad(), wr.grad()), 0.1);
+  EXPECT_EQ(w.grad().scalar_type(), torch::kFloat) << "W's gradient in W's dtype";
+  EXPECT_LT(relativeError(b.grad(), br.grad()), 0.01) << "the bias's gradient is summed in float32";
+}
+
+TEST(Fp8Test, ZerosLargeValuesAndNanBehave) {
+  DTRAIN_SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const torch::Tensor w = torch::randn({32, 64}, cuda);
+  Fp8Scope fp8;
+  const torch::Tensor zeros = torch::zeros({16, 64}, cuda.dtype(torch::kBFloat16));
+  EXPECT_EQ(fp8Linear(zeros, w, {}).abs().max().item<float>(), 0.0f) << "zeros in, zeros out";
+  torch::Tensor huge = torch::randn({16, 64}, cuda.dtype(torch::kBFloat16));
+  huge[3][5] = 1e30;
+  EXPECT_TRUE(torch::isfinite(fp8Linear(huge, w, {})).all().item<bool>()) << "the scale keeps 1e30 in range";
+  torch::Tensor nan = torch::randn({16, 64}, cuda.dtype(torch::kBFloat16));
+  nan[0][0] = std::nanf("");
+  EXPECT_FALSE(torch::isfinite(fp8Linear(nan, w, {})).all().item<bool>()) << "a NaN is not hidden";
+}
+
+TEST(Fp8Test, ALanguageModelsLossUnderFp8FollowsBf16) {
+  DTRAIN_SKIP_WITHOUT_FP8();
+  LanguageModelOverrides o;
+  o.layers = 2;
+  o.dim = 128;
+  o.heads = 4;
+  o.ffn_dim = 256;
+  o.seq_len = 64;
+  o.vocab_size = 512;
+  for (const char* family : {"llama", "gpt2"}) {
+    SCOPED_TRACE(family);
+    o.kv_heads = std::string(family) == "llama" ? std::optional<int64_t>(2) : std::nullopt;
+    torch::manual_seed(3);
+    const auto model = createLanguageModel(namedLanguageModel(family, o));
+    model->to(torch::kCUDA);
+    const torch::Tensor tokens = torch::randint(512, {4, 64}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
+    torch::Tensor bf16, fp8;
+    {
+      testing::Bf16Autocast autocast;
+      bf16 = model->loss(tokens, tokens).detach();
+      Fp8Scope scope;
+      fp8 = model->loss(tokens, tokens);
+    }
+    fp8.backward();
+    EXPECT_NEAR(fp8.item<double>(), bf16.item<double>(), 0.03 * bf16.item<double>());
+    for (const torch::Tensor& p : model->parameters()) {
+      ASSERT_TRUE(p.grad().defined());
+      EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::models
