@@ -100,7 +100,8 @@ def parse_args() -> argparse.Namespace:
                         "(comma list); default gpt2-124m 1024 16 1,2")
     p.add_argument("--steps", type=int, default=40, help="timed steps, both sides (default 40)")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first, both sides (default 10)")
-    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp32", "fp8"],
+                   help="fp8: dtrain --precision fp8, the peer bf16 with --float8 (the blocks' linear layers)")
     p.add_argument("--compile", default="default", choices=["none", "default", "max-autotune-no-cudagraphs"],
                    help="the peer's torch.compile mode (default: default)")
     p.add_argument("--parallel", default="ddp", choices=["ddp", "fsdp2", "tp", "pp"],
@@ -135,7 +136,8 @@ def peer_command(a: argparse.Namespace, cfg: Config, gpus: int, result_file: str
     script, parallel = {"tp": (PEER_TP, []), "pp": (PEER_PP, [])}.get(a.parallel, (PEER, ["--parallel", a.parallel]))
     return (launch + [shown_path(script), "--model", cfg.model, "--seq-len", str(cfg.seq_len),
                       "--batch-size", str(cfg.batch_size), "--steps", str(a.steps), "--warmup-steps", str(a.warmup),
-                      "--precision", a.precision, "--compile", a.compile] + parallel +
+                      "--precision", "bf16" if a.precision == "fp8" else a.precision, "--compile", a.compile] +
+            (["--float8"] if a.precision == "fp8" else []) + parallel +
             ["--json", result_file] + shlex.split(a.peer_args))
 
 

@@ -60,6 +60,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+import float8_peer  # bench/peers/float8_peer.py: --float8
 import lm_models  # bench/peers/lm_models.py, found beside this script
 
 # Dense bf16 tensor-core peak per GPU, FLOP/s; the first name that occurs in
@@ -117,6 +118,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="torch.compile mode, or none (eager)")
     p.add_argument("--parallel", default="ddp", choices=["none", "ddp", "fsdp2"])
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute each block in backward")
+    p.add_argument("--float8", action="store_true",
+                   help="the blocks' linear layers in float8 (torchao's tensorwise recipe, or float8_peer.py's own "
+                        "Float8Linear over torch._scaled_mm where torchao is absent)")
     p.add_argument("--no-static-graph", dest="static_graph", action="store_false",
                    help="DDP without static_graph=True")
     p.add_argument("--clip-grad-norm", type=float, default=0.0, help="clip gradients to this L2 norm (0: off)")
@@ -326,9 +330,15 @@ def build_model(cfg, device: torch.device) -> nn.Module:
 
 
 def parallelize(model: nn.Module, a: argparse.Namespace, group: Group, notes: List[str]) -> Callable:
-    """Applies activation checkpointing, compilation and data parallelism in
-    the order the chosen recipe wants; returns forward(tokens, targets) -> loss."""
+    """Applies float8, activation checkpointing, compilation and data
+    parallelism in the order the chosen recipe wants; returns
+    forward(tokens, targets) -> loss (and sets a.after_step: what runs after
+    each optimizer step, or None)."""
     blocks = transformer_blocks(model)
+    a.after_step = None
+    if getattr(a, "float8", False):
+        a.after_step = float8_peer.apply_float8(model, blocks, a.parallel == "fsdp2",
+                                                lambda text: note(notes, group.rank, text))
     if a.activation_checkpointing:
         apply_activation_checkpointing(blocks)
     compile_mode = None if a.compile == "none" else a.compile
@@ -496,6 +506,8 @@ def measure(a: argparse.Namespace, group: Group, notes: List[str]) -> Measuremen
         if a.clip_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(trainable, a.clip_grad_norm)
         optimizer.step()
+        if a.after_step is not None:
+            a.after_step()
         optimizer.zero_grad(set_to_none=True)
         loss_sum.add_(loss.detach())  # on the device: no synchronisation per step
 
@@ -544,7 +556,8 @@ def result_record(a: argparse.Namespace, group: Group, m: Measurement, tf32: str
         "config": {"model": a.model, "layers": cfg.layers, "dim": cfg.dim, "vocab_size": cfg.vocab_size,
                    "model_config": dataclasses.asdict(cfg),
                    "seq_len": a.seq_len, "batch_size": a.batch_size, "steps": a.steps, "warmup": a.warmup_steps,
-                   "precision": a.precision, "compile": a.compile, "parallel": a.parallel,
+                   "precision": ("fp8" if getattr(a, "float8", False) else a.precision), "compile": a.compile,
+                   "parallel": a.parallel,
                    "activation_checkpointing": a.activation_checkpointing,
                    "static_graph": a.static_graph if a.parallel == "ddp" else None,
                    "optimizer": "adamw", "optimizer_impl": m.optimizer_impl, "clip_grad_norm": a.clip_grad_norm,

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# GPU acceptance of --precision fp8, in device calls of at most 10 minutes
+# (build-gpu/ from bench/gpu/lm_acceptance.sh build is reused when present):
+#   bench/gpu/fp8_acceptance.sh check     models_test's Fp8* tests (the product, its gradients, zeros,
+#                                         saturation, NaN, a model's loss against bf16); a tiny llama and
+#                                         gpt2 on 2 GPUs, fp8 beside bf16, losses side by side
+#   bench/gpu/fp8_acceptance.sh converge  gpt2-124m on the embedded text, the same data order, fp8 and bf16:
+#                                         STEPS_CONVERGE (1000) steps each, validation losses side by side
+#                                         (goal: fp8 within 1% of bf16, no non-finite loss)
+#   bench/gpu/fp8_acceptance.sh speed     llama-8b seq 2048 --shard full on GPUS (2): dtrain bf16 and fp8
+#                                         beside the FSDP2 peer in bf16 and with --float8
+#                                         (bench/lm_compare.py --precision bf16, then fp8)
+# Knobs: GPUS (2), LLAMA_BATCH (2), STEPS (20), WARMUP (8), ROUNDS (1), DTRAIN_ARGS, PEER_ARGS,
+# BUDGET_S (540). Results: $OUT/<phase>.tgz.
+set -uo pipefail
+started=$(date +%s)
+cd "$(dirname "$0")/../.." || exit 1
+phase=${1:-check}
+suite=fp8-acceptance
+source bench/gpu/lib.sh
+gpus=${GPUS:-2}
+machine_and_build "$gpus"
+left() { echo $(( ${BUDGET_S:-540} - ($(date +%s) - started) )); }
+
+tiny_pair() {  # family: fp8 and bf16 on $gpus GPUs, the losses
+  local tiny="--model $1 --layers 4 --dim 256 --heads 4 --seq-len 256 --vocab-size 1024 --batch-size 8"
+  [ "$1" = llama ] && tiny+=" --kv-heads 2 --ffn-dim 512"
+  for precision in bf16 fp8; do
+    "$dtrain" bench train --gpus "$gpus" $tiny --precision $precision --steps 10 --warmup 4 --json \
+      > "$OUT/tiny-$1-$precision.json" 2> "$OUT/tiny-$1-$precision.log"
+    echo "$1 $precision: exit $? $(grep -o '"loss":[^,]*' "$OUT/tiny-$1-$precision.json" | head -1)" \
+      "$(grep -o '"tokens_per_s":[^,]*' "$OUT/tiny-$1-$precision.json" | head -1)"
+  done
+}
+
+case "$phase" in
+  check)
+    log "models_test Fp8*"
+    timeout 120 build-gpu/tests/models/models_test --gtest_brief=1 --gtest_filter='Fp8*' > "$OUT/fp8_test.log" 2>&1
+    echo "fp8 tests exit $?"
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Skipped" -A3 "$OUT/fp8_test.log" | head -40
+    log "tiny models, fp8 beside bf16"
+    for family in llama gpt2; do tiny_pair "$family"; done
+    grep -h -B2 -A8 "Error\|error:" "$OUT"/tiny-*.log | head -30
+    ;;
+  converge)
+    steps=${STEPS_CONVERGE:-1000}
+    for precision in bf16 fp8; do
+      log "gpt2-124m $precision, $steps steps ($(left) s left)"
+      "$dtrain" launch --nproc-per-node "$gpus" "$dtrain" train --model gpt2-124m --dataset text --seq-len 1024 \
+        --batch-size 16 --optimizer adamw --lr 6e-4 --warmup 0.02 --schedule cosine --clip-grad-norm 1.0 --seed 7 \
+        --precision $precision --max-steps "$steps" --eval-batches 20 --log-every 100 --progress lines \
+        --metrics-jsonl "$OUT/converge-$precision.jsonl" ${DTRAIN_ARGS:-} > "$OUT/converge-$precision.txt" 2>&1
+      echo "exit $?"; grep -E "val loss|nan|inf" "$OUT/converge-$precision.txt" | tail -3
+    done
+    python3 - "$OUT" <<'EOF'
+import json, math, sys
+out = sys.argv[1]
+val = {}
+for precision in ("bf16", "fp8"):
+    steps = []
+    for line in open(f"{out}/converge-{precision}.jsonl"):
+        r = json.loads(line)
+        if r.get("event") == "step":
+            steps.append(r["loss"])
+        if r.get("event") == "summary":
+            val[precision] = r.get("val_loss")
+    bad = sum(1 for x in steps if not math.isfinite(x))
+    print(f"{precision}: {len(steps)} step records, {bad} non-finite, val loss {val.get(precision)}")
+if val.get("bf16") and val.get("fp8"):
+    print(f"fp8 / bf16 validation loss: {val['fp8'] / val['bf16']:.4f} (goal <= 1.01)")
+EOF
+    ;;
+  speed)
+    for precision in bf16 fp8; do
+      log "llama-8b seq 2048, --shard full, $precision ($(left) s left)"
+      python3 bench/lm_compare.py --dtrain "$dtrain" --config llama-8b 2048 "${LLAMA_BATCH:-2}" "$gpus" \
+        --steps "${STEPS:-20}" --warmup "${WARMUP:-8}" --rounds "${ROUNDS:-1}" --deadline-s "$(left)" \
+        --parallel fsdp2 --precision $precision --dtrain-args "--shard full ${DTRAIN_ARGS:-}" \
+        --peer-args "${PEER_ARGS:-}" --out "$OUT/lm_compare-$precision.json" 2> "$OUT/lm_compare-$precision.log" \
+        | tee "$OUT/lm_compare-$precision.md"
+      grep -E "FAILED|^failed|timed out|Error|note" "$OUT/lm_compare-$precision.log" | tail -10
+    done
+    ;;
+  *) echo "unknown phase $phase (check | converge | speed)"; exit 2 ;;
+esac
+echo "fp8_acceptance $phase done after $(( $(date +%s) - started )) s"
