@@ -111,6 +111,10 @@ void printTable(const BenchTrainOptions& c, const std::vector<nlohmann::json>& r
   }
   if (isLanguageModel(c.model)) {
     printLanguageModelRows(rows);
+    if (!rows.empty() && rows.front().contains("fp8_flops_share")) {
+      std::printf("# fp8: %.1f%% of the FLOPs ran in FP8 products (the blocks' linear layers); MFU is against the "
+                  "GPU's bf16 peak\n", 100.0 * rows.front()["fp8_flops_share"].get<double>());
+    }
   } else {
     std::printf("#%6s %12s %10s %9s %10s  %s\n", "gpus", "samples/s", "step_ms", "scaling", "loss", "graphs");
     for (const auto& r : rows) {

@@ -37,6 +37,16 @@ int64_t flopParameterCount(const LanguageModelConfig& c) {
   return parameterCount(c) - lookups_only;
 }
 
+double fp8FlopShare(const LanguageModelConfig& c, int64_t seq_len) {
+  const double d = static_cast<double>(c.dim), f = static_cast<double>(c.ffn_dim);
+  const double q = static_cast<double>(c.heads * c.headDim()), kv = static_cast<double>(c.kvDim());
+  // gpt2: c_attn (3 d x d), c_proj, c_fc and the MLP's c_proj; llama: wq, wk,
+  // wv, wo, w1, w2, w3.
+  const double per_block = c.family == LmFamily::kGpt2 ? 4 * d * d + 2 * d * f : 2 * d * q + 2 * d * kv + 3 * d * f;
+  const double total = trainingFlopsPerToken(c, seq_len);
+  return total > 0 ? 6.0 * per_block * static_cast<double>(c.layers) / total : 0;
+}
+
 double trainingFlopsPerToken(const LanguageModelConfig& c, int64_t seq_len) {
   const double attention = 12.0 * static_cast<double>(c.layers) * static_cast<double>(c.heads * c.headDim()) *
                            static_cast<double>(seq_len);

@@ -32,4 +32,10 @@ int64_t flopParameterCount(const LanguageModelConfig& config);
 // codebases.
 double trainingFlopsPerToken(const LanguageModelConfig& config, int64_t seq_len);
 
+// The share of trainingFlopsPerToken that --precision fp8 computes in FP8:
+// the blocks' linear layers (6 x their weights per token), not attention's
+// products, nor the head. MFU stays on the bf16 peak; this says how much of
+// the work ran at FP8's (torchtitan likewise reports MFU against bf16).
+double fp8FlopShare(const LanguageModelConfig& config, int64_t seq_len);
+
 }  // namespace dtrain::models

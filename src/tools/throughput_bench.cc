@@ -392,6 +392,9 @@ int runThroughputBench(const BenchTrainOptions& o) {
   const double peak = gpu::peakDenseFlops(job.deviceName(), computePrecisionName(o.execution.precision));
   const double mfu = gpu::modelFlopsUtilisation(samples_per_s, job.model().trainingFlopsPerSample(), ctx.size(), peak);
   if (mfu >= 0) result["mfu"] = mfu;
+  if (o.execution.precision == ComputePrecision::kFp8 && lm.layers > 0 && batch.tokens_per_sample > 0) {
+    result["fp8_flops_share"] = models::fp8FlopShare(lm, batch.tokens_per_sample);  // MFU stays on the bf16 peak
+  }
   if (batch.tokens_per_sample > 0) {
     result["tokens_per_s"] = samples_per_s * static_cast<double>(batch.tokens_per_sample);
     result["seq_len"] = batch.tokens_per_sample;

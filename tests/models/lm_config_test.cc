@@ -133,6 +133,12 @@ TEST(LmConfigTest, TrainingFlopsPerToken) {
                    6.0 * (8'030'261'248 - 128256.0 * 4096) + 12.0 * 32 * 4096 * 8192);
   // A tied head does the output matmul: the embedding counts.
   EXPECT_EQ(flopParameterCount(namedLanguageModel("llama-1b")), 1'235'814'400);
+  // FP8's share: the blocks' matrices, not attention's products or the head.
+  const double llama_blocks = 32.0 * (2 * 4096.0 * 4096 + 2 * 4096.0 * 1024 + 3 * 4096.0 * 14336);
+  EXPECT_DOUBLE_EQ(fp8FlopShare(llama8b, 2048), 6 * llama_blocks / trainingFlopsPerToken(llama8b, 2048));
+  EXPECT_NEAR(fp8FlopShare(llama8b, 2048), 0.85, 0.02);
+  EXPECT_DOUBLE_EQ(fp8FlopShare(gpt2, 1024), 6 * 12.0 * (4 * 768.0 * 768 + 2 * 768.0 * 3072) /
+                                                 trainingFlopsPerToken(gpt2, 1024));
 }
 
 TEST(LmConfigTest, UnknownModelListsTheValidNames) {
