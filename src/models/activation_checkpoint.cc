@@ -4,7 +4,10 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include <optional>
+
 #include "libtorch/compat.h"
+#include "models/fp8_linear.h"
 
 namespace dtrain::models {
 namespace {
@@ -15,9 +18,11 @@ namespace {
 struct AutocastState {
   bool cpu = false, cuda = false;
   at::ScalarType cpu_dtype = at::kBFloat16, cuda_dtype = at::kHalf;
+  bool fp8 = false;  // an Fp8Scope was open: the recomputation's products are FP8 too
 
   static AutocastState current() {
     AutocastState s;
+    s.fp8 = Fp8Scope::active();
     s.cpu = compat::isAutocastEnabled(c10::DeviceType::CPU);
     s.cuda = compat::isAutocastEnabled(c10::DeviceType::CUDA);
     s.cpu_dtype = compat::autocastDtype(c10::DeviceType::CPU);
@@ -37,7 +42,10 @@ struct AutocastState {
 // cached cast would outlive the weights' next update.
 class AutocastScope {
  public:
-  explicit AutocastScope(const AutocastState& state) : saved_(AutocastState::current()) { state.apply(); }
+  explicit AutocastScope(const AutocastState& state) : saved_(AutocastState::current()) {
+    state.apply();
+    if (state.fp8) fp8_.emplace();
+  }
   ~AutocastScope() {
     at::autocast::clear_cache();
     saved_.apply();
@@ -47,6 +55,7 @@ class AutocastScope {
 
  private:
   AutocastState saved_;
+  std::optional<Fp8Scope> fp8_;
 };
 
 class CheckpointBackward : public torch::autograd::Node {

@@ -41,14 +41,17 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const torch::Tensor flat = x.reshape({-1, x.size(-1)});
     const Cast x8 = castFp8(flat, compat::float8E4m3(), kFp8E4m3Max);
     const Cast w8 = castFp8(weight, compat::float8E4m3(), kFp8E4m3Max);
-    const at::ScalarType out = x.scalar_type();
-    const torch::Tensor b = bias.defined() ? bias.to(out) : torch::Tensor();
+    // bf16 out, as a product under autocast; the bias added after (cuBLASLt
+    // takes a bias only of a 16-bit dtype).
+    const at::ScalarType out = torch::kBFloat16;
     // Wᵀ of a row-major W [N, K] is the column-major [K, N] cuBLASLt wants.
-    const torch::Tensor y = product(x8, w8.data.t(), w8.scale, b, out, /*fast_accum=*/true);
+    torch::Tensor y = product(x8, w8.data.t(), w8.scale, {}, out, /*fast_accum=*/true);
+    if (bias.defined()) y = y + bias.to(out);
     ctx->save_for_backward({x8.data, x8.scale, w8.data, w8.scale});
     ctx->saved_data["has_bias"] = bias.defined();
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
-    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : out);
+    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : x.scalar_type());
     std::vector<int64_t> sizes = x.sizes().vec();
     sizes.back() = weight.size(0);
     return y.view(sizes);
@@ -61,13 +64,14 @@ class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
     const torch::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
     const Cast g8 = castFp8(g, compat::float8E5m2(), kFp8E5m2Max);
     // g [M, N] x W [N, K] and gᵀ [N, M] x x [M, K].
-    const torch::Tensor dx = product(g8, columnMajor(w8.data), w8.scale, {}, grads[0].scalar_type());
+    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    const torch::Tensor dx = product(g8, columnMajor(w8.data), w8.scale, {}, x_dtype);
     const Cast gt{g8.data.t().contiguous(), g8.scale};
     const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
     const torch::Tensor dw = product(gt, columnMajor(x8.data), x8.scale, {}, weight_dtype);
     torch::Tensor db;
     if (ctx->saved_data["has_bias"].toBool()) {
-      db = g.sum(0, /*keepdim=*/false, torch::kFloat)
+      db = g.sum(std::vector<int64_t>{0}, /*keepdim=*/false, torch::kFloat)
                .to(static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
     }
     std::vector<int64_t> sizes = grads[0].sizes().vec();

@@ -8,11 +8,13 @@
 //   one for Precision::kFp8 beside bf16 autocast). Inside it ops::linear
 //   (and the tensor-parallel products built on it) computes x Wᵀ through
 //   fp8Linear for CUDA tensors whose three dimensions are multiples of 16
-//   (cuBLASLt's condition); other products are unchanged.
+//   (cuBLASLt's condition); other products are unchanged. Activation
+//   checkpointing's recomputation reopens the scope its forward ran in.
 // - fp8Linear(x, W, bias): forward casts x and W to e4m3, each with the
 //   scale fp8Scale(amax, 448) of its own absolute maximum at the time, and
 //   multiplies them (cuBLASLt; its fast accumulation in forward, as
-//   torchao's default) into x's dtype, bias added. Backward casts the output's gradient to e5m2 (scale from its
+//   torchao's default) into bf16 (as a product under autocast), bias added;
+//   x's gradient comes in x's dtype. Backward casts the output's gradient to e5m2 (scale from its
 //   amax, 57344) and computes x's gradient (g W) and W's (gᵀ x) from the
 //   saved e4m3 copies, W's in W's dtype; the bias's gradient is g's column
 //   sums. Nothing waits on the host: a step stays capturable.
