@@ -1,0 +1,315 @@
+#include "models/hf_checkpoint.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "models/safetensors.h"
+
+namespace dtrain::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shapeOf(c10::IntArrayRef sizes) {
+  std::string text = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
+  return text + "]";
+}
+
+nlohmann::json readJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("'" + path + "': no such file; expected a Hugging Face model directory's JSON");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError("'" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
+// A config field: its value, or `fallback` when absent (none: required).
+template <typename T>
+T field(const nlohmann::json& j, const std::string& path, const std::string& key, std::optional<T> fallback = {}) {
+  if (!j.contains(key) || j[key].is_null()) {
+    if (fallback) return *fallback;
+    throw ConfigError(path + ": no '" + key + "'; a Hugging Face config of this architecture has one");
+  }
+  try {
+    return j[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw ConfigError(path + ": '" + key + "' is " + j[key].dump() + ", not of the expected type");
+  }
+}
+
+void expectField(const nlohmann::json& j, const std::string& path, const std::string& key,
+                 const nlohmann::json& expected, const std::string& why) {
+  if (j.contains(key) && !j[key].is_null() && j[key] != expected) {
+    throw ConfigError(path + ": '" + key + "' is " + j[key].dump() + "; dtrain computes " + why + " (expected " +
+                      expected.dump() + ")");
+  }
+}
+
+LanguageModelConfig llamaConfig(const nlohmann::json& j, const std::string& path) {
+  LanguageModelConfig c;
+  c.family = LmFamily::kLlama;
+  c.name = "llama";
+  c.dim = field<int64_t>(j, path, "hidden_size");
+  c.ffn_dim = field<int64_t>(j, path, "intermediate_size");
+  c.layers = field<int64_t>(j, path, "num_hidden_layers");
+  c.heads = field<int64_t>(j, path, "num_attention_heads");
+  c.kv_heads = field<int64_t>(j, path, "num_key_value_heads", c.heads);
+  c.vocab_size = field<int64_t>(j, path, "vocab_size");
+  c.max_seq_len = field<int64_t>(j, path, "max_position_embeddings", int64_t{2048});
+  c.norm_eps = field<double>(j, path, "rms_norm_eps", 1e-6);
+  c.rope_theta = field<double>(j, path, "rope_theta", 10000.0);
+  c.tie_embeddings = field<bool>(j, path, "tie_word_embeddings", false);
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    throw ConfigError(path + ": 'rope_scaling' is " + j["rope_scaling"].dump() +
+                      "; dtrain's rotary embedding has no scaling yet (expected null)");
+  }
+  if (c.heads > 0 && c.dim % c.heads == 0) {
+    expectField(j, path, "head_dim", c.dim / c.heads, "heads of hidden_size / num_attention_heads");
+  }
+  expectField(j, path, "hidden_act", "silu", "SwiGLU with silu");
+  expectField(j, path, "attention_bias", false, "attention without biases");
+  expectField(j, path, "mlp_bias", false, "the MLP without biases");
+  return c;
+}
+
+LanguageModelConfig gpt2Config(const nlohmann::json& j, const std::string& path) {
+  LanguageModelConfig c;
+  c.family = LmFamily::kGpt2;
+  c.name = "gpt2";
+  c.dim = field<int64_t>(j, path, "n_embd");
+  c.layers = field<int64_t>(j, path, "n_layer");
+  c.heads = field<int64_t>(j, path, "n_head");
+  c.kv_heads = c.heads;
+  c.ffn_dim = field<int64_t>(j, path, "n_inner", 4 * c.dim);
+  c.vocab_size = field<int64_t>(j, path, "vocab_size");
+  c.max_seq_len = field<int64_t>(j, path, "n_positions", int64_t{1024});
+  c.norm_eps = field<double>(j, path, "layer_norm_epsilon", 1e-5);
+  c.tie_embeddings = field<bool>(j, path, "tie_word_embeddings", true);
+  expectField(j, path, "activation_function", "gelu_new", "GPT-2's tanh-approximated GELU");
+  return c;
+}
+
+enum class Transform { kNone, kTranspose, kRotaryHeads, kRotaryKvHeads };
+
+struct Target {
+  std::string name;  // dtrain's parameter
+  Transform transform = Transform::kNone;
+};
+
+// dtrain's name (and the transform) of a Hugging Face tensor, if any.
+std::optional<Target> targetOf(LmFamily family, std::string hf) {
+  const auto starts = [&hf](const std::string& p) { return hf.rfind(p, 0) == 0; };
+  const auto ends = [&hf](const std::string& s) { return hf.size() >= s.size() && hf.compare(hf.size() - s.size(), s.size(), s) == 0; };
+  if (family == LmFamily::kLlama) {
+    if (hf == "model.embed_tokens.weight") return Target{"tok_embeddings.weight"};
+    if (hf == "model.norm.weight") return Target{"norm.weight"};
+    if (hf == "lm_head.weight") return Target{"output.weight"};
+    if (!starts("model.layers.")) return std::nullopt;
+    const size_t dot = hf.find('.', 13);
+    const std::string prefix = "layers." + hf.substr(13, dot - 13) + ".", rest = hf.substr(dot + 1);
+    static const std::map<std::string, Target> kBlock = {
+        {"input_layernorm.weight", {"attention_norm.weight"}},
+        {"post_attention_layernorm.weight", {"ffn_norm.weight"}},
+        {"self_attn.q_proj.weight", {"attention.wq.weight", Transform::kRotaryHeads}},
+        {"self_attn.k_proj.weight", {"attention.wk.weight", Transform::kRotaryKvHeads}},
+        {"self_attn.v_proj.weight", {"attention.wv.weight"}},
+        {"self_attn.o_proj.weight", {"attention.wo.weight"}},
+        {"mlp.gate_proj.weight", {"feed_forward.w1.weight"}},
+        {"mlp.down_proj.weight", {"feed_forward.w2.weight"}},
+        {"mlp.up_proj.weight", {"feed_forward.w3.weight"}}};
+    auto it = kBlock.find(rest);
+    if (it == kBlock.end()) return std::nullopt;
+    return Target{prefix + it->second.name, it->second.transform};
+  }
+  if (hf == "lm_head.weight") return Target{"lm_head.weight"};
+  if (!starts("transformer.")) hf = "transformer." + hf;  // a GPT2Model's file
+  for (const char* conv : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
+    if (ends(conv)) return Target{hf, Transform::kTranspose};
+  }
+  return Target{hf};
+}
+
+// What transformers keeps beside the weights and dtrain computes itself.
+bool ignored(const std::string& hf) {
+  const auto ends = [&hf](const std::string& s) { return hf.size() >= s.size() && hf.compare(hf.size() - s.size(), s.size(), s) == 0; };
+  return ends(".attn.bias") || ends(".attn.masked_bias") || ends("rotary_emb.inv_freq");
+}
+
+// transformers' halves layout of a q/k projection's rows -> dtrain's interleaved pairs.
+torch::Tensor fromHalves(const torch::Tensor& w, int64_t heads) {
+  const int64_t rows = w.size(0), cols = w.size(1), half = rows / heads / 2;
+  return w.reshape({heads, 2, half, cols}).transpose(1, 2).reshape({rows, cols});
+}
+
+torch::Tensor toHalves(const torch::Tensor& w, int64_t heads) {
+  const int64_t rows = w.size(0), cols = w.size(1), half = rows / heads / 2;
+  return w.reshape({heads, half, 2, cols}).transpose(1, 2).reshape({rows, cols});
+}
+
+std::vector<std::string> weightFiles(const std::string& dir) {
+  const std::string index = dir + "/model.safetensors.index.json";
+  if (fs::exists(index)) {
+    const nlohmann::json j = readJson(index);
+    if (!j.contains("weight_map") || !j["weight_map"].is_object()) {
+      throw ConfigError(index + ": no 'weight_map' object naming each tensor's file");
+    }
+    std::set<std::string> files;
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
+        throw ConfigError(index + ": tensor '" + name + "' maps to " + file.dump() + "; expected a file name");
+      }
+      files.insert(file.get<std::string>());
+    }
+    std::vector<std::string> paths;
+    for (const std::string& f : files) paths.push_back(dir + "/" + f);
+    return paths;
+  }
+  const std::string single = dir + "/model.safetensors";
+  if (!fs::exists(single)) {
+    throw ConfigError("'" + dir + "': neither model.safetensors nor model.safetensors.index.json; expected a "
+                      "Hugging Face model directory (save_pretrained's safetensors)");
+  }
+  return {single};
+}
+
+}  // namespace
+
+LanguageModelConfig readHfConfig(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  const nlohmann::json j = readJson(path);
+  const auto architectures = j.value("architectures", nlohmann::json::array());
+  const std::string arch = architectures.is_array() && !architectures.empty() && architectures[0].is_string()
+                               ? architectures[0].get<std::string>()
+                               : j.value("model_type", std::string());
+  LanguageModelConfig c;
+  if (arch == "LlamaForCausalLM" || arch == "llama") {
+    c = llamaConfig(j, path);
+  } else if (arch == "GPT2LMHeadModel" || arch == "gpt2") {
+    c = gpt2Config(j, path);
+  } else {
+    throw ConfigError(path + ": 'architectures' is " + j.value("architectures", nlohmann::json()).dump() +
+                      "; dtrain loads LlamaForCausalLM and GPT2LMHeadModel");
+  }
+  c.seq_len = c.max_seq_len;
+  validateLanguageModel(c);
+  return c;
+}
+
+HfLoadReport loadHfWeights(LanguageModel& model, const std::string& dir) {
+  const auto started = std::chrono::steady_clock::now();
+  const LanguageModelConfig& c = model.config();
+  std::map<std::string, torch::Tensor> params;
+  for (auto& item : model.named_parameters(/*recurse=*/true)) params[item.key()] = item.value();
+  std::set<std::string> filled;
+  HfLoadReport report;
+  torch::NoGradGuard no_grad;
+  for (const std::string& file : weightFiles(dir)) {
+    ++report.files;
+    report.bytes += static_cast<int64_t>(fs::file_size(file));
+    for (auto& [hf, value] : readSafetensors(file).tensors) {
+      if (ignored(hf)) continue;
+      const std::optional<Target> target = targetOf(c.family, hf);
+      auto it = target ? params.find(target->name) : params.end();
+      if (it == params.end()) {
+        // A tied head may be saved beside the embedding it is.
+        if (c.tie_embeddings && (hf == "lm_head.weight")) continue;
+        throw ConfigError(file + ": tensor '" + hf + "' is no parameter of a " + lmFamilyName(c.family) +
+                          " model of this config");
+      }
+      torch::Tensor v = value;
+      switch (target->transform) {
+        case Transform::kTranspose: v = v.t(); break;
+        case Transform::kRotaryHeads: v = fromHalves(v, c.heads); break;
+        case Transform::kRotaryKvHeads: v = fromHalves(v, c.kv_heads); break;
+        case Transform::kNone: break;
+      }
+      if (!v.sizes().equals(it->second.sizes())) {
+        throw ConfigError(file + ": tensor '" + hf + "' has shape " + shapeOf(value.sizes()) + "; the model's '" +
+                          target->name + "' needs " + shapeOf(it->second.sizes()) +
+                          (target->transform == Transform::kTranspose ? " (transposed: a Conv1D weight)" : ""));
+      }
+      it->second.copy_(v);
+      filled.insert(target->name);
+      ++report.tensors;
+    }
+  }
+  for (const auto& [name, p] : params) {
+    if (!filled.count(name)) {
+      throw ConfigError("'" + dir + "': no file holds the model's '" + name + "' (strict, as load_state_dict)");
+    }
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return report;
+}
+
+void exportHf(LanguageModel& model, const std::string& dir, torch::ScalarType dtype) {
+  const LanguageModelConfig& c = model.config();
+  fs::create_directories(dir);
+  NamedTensors tensors;
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    torch::Tensor v = item.value().detach().to(torch::kCPU, dtype);
+    std::string hf;
+    if (c.family == LmFamily::kGpt2) {
+      hf = name;
+      for (const char* conv : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
+        if (name.size() > std::string(conv).size() && name.ends_with(conv)) v = v.t();
+      }
+    } else if (name == "tok_embeddings.weight") {
+      hf = "model.embed_tokens.weight";
+    } else if (name == "norm.weight") {
+      hf = "model.norm.weight";
+    } else if (name == "output.weight") {
+      hf = "lm_head.weight";
+    } else {
+      static const std::map<std::string, std::string> kBlock = {
+          {"attention_norm.weight", "input_layernorm.weight"},
+          {"ffn_norm.weight", "post_attention_layernorm.weight"},
+          {"attention.wq.weight", "self_attn.q_proj.weight"},
+          {"attention.wk.weight", "self_attn.k_proj.weight"},
+          {"attention.wv.weight", "self_attn.v_proj.weight"},
+          {"attention.wo.weight", "self_attn.o_proj.weight"},
+          {"feed_forward.w1.weight", "mlp.gate_proj.weight"},
+          {"feed_forward.w2.weight", "mlp.down_proj.weight"},
+          {"feed_forward.w3.weight", "mlp.up_proj.weight"}};
+      const size_t dot = name.find('.', 7);
+      const std::string rest = name.substr(dot + 1);
+      hf = "model.layers." + name.substr(7, dot - 7) + "." + kBlock.at(rest);
+      if (rest == "attention.wq.weight") v = toHalves(v, c.heads);
+      if (rest == "attention.wk.weight") v = toHalves(v, c.kv_heads);
+    }
+    tensors.emplace_back(hf, v.contiguous());
+  }
+  writeSafetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  nlohmann::json j;
+  const char* torch_dtype = dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16" : "float32";
+  if (c.family == LmFamily::kLlama) {
+    j = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", c.dim},
+         {"intermediate_size", c.ffn_dim}, {"num_hidden_layers", c.layers}, {"num_attention_heads", c.heads},
+         {"num_key_value_heads", c.kv_heads}, {"vocab_size", c.vocab_size}, {"max_position_embeddings", c.max_seq_len},
+         {"rms_norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta}, {"tie_word_embeddings", c.tie_embeddings},
+         {"hidden_act", "silu"}, {"attention_bias", false}, {"mlp_bias", false}, {"head_dim", c.headDim()},
+         {"torch_dtype", torch_dtype}};
+  } else {
+    j = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"n_embd", c.dim}, {"n_inner", c.ffn_dim},
+         {"n_layer", c.layers}, {"n_head", c.heads}, {"vocab_size", c.vocab_size}, {"n_positions", c.max_seq_len},
+         {"n_ctx", c.max_seq_len}, {"layer_norm_epsilon", c.norm_eps}, {"activation_function", "gelu_new"},
+         {"tie_word_embeddings", c.tie_embeddings}, {"torch_dtype", torch_dtype}};
+  }
+  std::ofstream out(dir + "/config.json");
+  out << j.dump(2) << "\n";
+  if (!out) throw IoError("'" + dir + "/config.json': cannot be written");
+}
+
+}  // namespace dtrain::models

@@ -1,0 +1,56 @@
+// Hugging Face model directories in: config.json and the weights
+// (model.safetensors, or shards listed by model.safetensors.index.json) of
+// LlamaForCausalLM and GPT2LMHeadModel, as transformers' save_pretrained
+// writes them.
+//
+//   LanguageModelConfig c = readHfConfig(dir);           // the architecture
+//   auto model = createLanguageModel(c);
+//   HfLoadReport r = loadHfWeights(*model, dir);         // every parameter
+//
+// Contract:
+// - readHfConfig maps the config's fields (Llama: hidden_size,
+//   intermediate_size, num_hidden_layers, num_attention_heads,
+//   num_key_value_heads, vocab_size, max_position_embeddings, rms_norm_eps,
+//   rope_theta, tie_word_embeddings; GPT-2: n_embd, n_inner, n_layer,
+//   n_head, vocab_size, n_positions, layer_norm_epsilon,
+//   tie_word_embeddings). What dtrain does not compute the same way is a
+//   ConfigError naming the field, its value and what is expected: another
+//   architecture, rope_scaling, a head_dim other than hidden_size / heads,
+//   attention or MLP biases on Llama, an activation other than silu (Llama)
+//   or gelu_new (GPT-2).
+// - loadHfWeights copies every tensor into the parameter it maps to,
+//   converting dtype (bf16, fp16, fp32 files) onto the parameter's device:
+//   Llama's q_proj and k_proj rows are put back from transformers' halves
+//   layout into the interleaved pairs dtrain's rotary embedding rotates
+//   (the inverse of transformers' conversion permute); GPT-2's Conv1D
+//   weights ([in, out]) are transposed into linear ones. Strict, as
+//   load_state_dict(strict=True): a parameter no file fills, a tensor that
+//   maps to none (other than GPT-2's attention-mask buffers and rotary
+//   inv_freq), or a shape that differs is a ConfigError naming the file and
+//   the tensor. A tied head may be in the files or not.
+// - exportHf writes `dir`/config.json and `dir`/model.safetensors (in the
+//   parameters' dtype, or `dtype`) from a model, the inverse mapping, so
+//   that transformers' from_pretrained loads it.
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "models/language_model.h"
+
+namespace dtrain::models {
+
+LanguageModelConfig readHfConfig(const std::string& dir);
+
+struct HfLoadReport {
+  int64_t tensors = 0;
+  int64_t bytes = 0;   // of the files read
+  int files = 0;
+  double seconds = 0;
+};
+HfLoadReport loadHfWeights(LanguageModel& model, const std::string& dir);
+
+void exportHf(LanguageModel& model, const std::string& dir, torch::ScalarType dtype = torch::kFloat);
+
+}  // namespace dtrain::models
