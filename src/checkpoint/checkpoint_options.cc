@@ -21,8 +21,11 @@ void declareCheckpointConsolidateOptions(OptionSet& set, CheckpointToolOptions& 
 void declareCheckpointExportOptions(OptionSet& set, CheckpointToolOptions& o) {
   set.path("--out", o.out,
            "The safetensors file to write: the model's parameters and buffers under their PyTorch state-dict "
-           "names, the model config as metadata")
+           "names, the model config as metadata (--format hf: the directory to write)")
       .creatable();
+  set.choice("--format", o.format, {"safetensors", "hf"},
+             "safetensors: one file of dtrain's names; hf: a Hugging Face model directory (config.json and "
+             "model.safetensors) that transformers' from_pretrained loads (gpt2, llama)");
 }
 
 const char* checkpointActionName(CheckpointAction action) {

@@ -22,7 +22,8 @@ struct CheckpointToolOptions {
   // --checkpoint-dir: its newest valid checkpoint.
   std::string checkpoint;
   bool json = false;  // info: one JSON object instead of text
-  std::string out;    // consolidate: the .dtck file to write; export: the .safetensors file
+  std::string out;    // consolidate: the .dtck file to write; export: the .safetensors file (hf: a directory)
+  std::string format = "safetensors";  // export: safetensors | hf
 };
 
 void declareCheckpointInfoOptions(OptionSet& set, CheckpointToolOptions& options);

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "models/hf_checkpoint.h"
 #include "models/safetensors.h"
 
 namespace dtrain {
@@ -177,6 +179,34 @@ void exportWeights(const CheckpointReader& reader, const std::string& out) {
             << reader.path() << " to " << out << " (" << fileBytes(out) << " bytes)" << std::endl;
 }
 
+// A Hugging Face directory: the checkpoint's language model rebuilt from
+// its meta, its parameters read in, written as transformers lays them out.
+void exportHfDirectory(const CheckpointReader& reader, const std::string& out) {
+  const nlohmann::json& meta = reader.meta();
+  if (!meta.contains("model_config") || !meta["model_config"].is_object()) {
+    throw ConfigError("checkpoint " + reader.path() + " holds no language-model config (meta \"model_config\"); "
+                      "--format hf exports gpt2 and llama models");
+  }
+  std::map<std::string, std::string> config;
+  for (const auto& [key, value] : meta["model_config"].items()) {
+    config[key] = value.is_string() ? value.get<std::string>() : value.dump();
+  }
+  const models::LanguageModelConfig c = models::languageModelFromMetadata(config);
+  const auto model = models::createLanguageModel(c);
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters(/*recurse=*/true)) {
+    item.value().copy_(reader.readTensor(kParam + item.key()));
+  }
+  const std::string staging = out + ".partial";
+  std::filesystem::remove_all(staging);
+  models::exportHf(*model, staging, torch::kFloat);
+  std::filesystem::remove_all(out);
+  std::filesystem::rename(staging, out);
+  std::cerr << "dtrain checkpoint export: " << model->named_parameters().size() << " parameters of a "
+            << models::lmFamilyName(c.family) << " model from " << reader.path() << " to " << out
+            << " (config.json, model.safetensors)" << std::endl;
+}
+
 // One file with every tensor whole, read and written one at a time.
 void consolidate(const CheckpointReader& reader, const std::string& out) {
   const auto start = std::chrono::steady_clock::now();
@@ -238,7 +268,11 @@ int runCheckpointTool(const CheckpointToolOptions& options) {
   checkCheckpointToolOptions(options);
   const std::unique_ptr<CheckpointReader> reader = openNamedCheckpoint(options.checkpoint, "CHECKPOINT");
   if (options.action == CheckpointAction::kExport) {
-    exportWeights(*reader, options.out);
+    if (options.format == "hf") {
+      exportHfDirectory(*reader, options.out);
+    } else {
+      exportWeights(*reader, options.out);
+    }
   } else if (options.action == CheckpointAction::kConsolidate) {
     consolidate(*reader, options.out);
   } else if (options.json) {

@@ -23,82 +23,6 @@ std::string shapeOf(c10::IntArrayRef sizes) {
   return text + "]";
 }
 
-nlohmann::json readJson(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("'" + path + "': no such file; expected a Hugging Face model directory's JSON");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError("'" + path + "' is not valid JSON: " + e.what());
-  }
-}
-
-// A config field: its value, or `fallback` when absent (none: required).
-template <typename T>
-T field(const nlohmann::json& j, const std::string& path, const std::string& key, std::optional<T> fallback = {}) {
-  if (!j.contains(key) || j[key].is_null()) {
-    if (fallback) return *fallback;
-    throw ConfigError(path + ": no '" + key + "'; a Hugging Face config of this architecture has one");
-  }
-  try {
-    return j[key].get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw ConfigError(path + ": '" + key + "' is " + j[key].dump() + ", not of the expected type");
-  }
-}
-
-void expectField(const nlohmann::json& j, const std::string& path, const std::string& key,
-                 const nlohmann::json& expected, const std::string& why) {
-  if (j.contains(key) && !j[key].is_null() && j[key] != expected) {
-    throw ConfigError(path + ": '" + key + "' is " + j[key].dump() + "; dtrain computes " + why + " (expected " +
-                      expected.dump() + ")");
-  }
-}
-
-LanguageModelConfig llamaConfig(const nlohmann::json& j, const std::string& path) {
-  LanguageModelConfig c;
-  c.family = LmFamily::kLlama;
-  c.name = "llama";
-  c.dim = field<int64_t>(j, path, "hidden_size");
-  c.ffn_dim = field<int64_t>(j, path, "intermediate_size");
-  c.layers = field<int64_t>(j, path, "num_hidden_layers");
-  c.heads = field<int64_t>(j, path, "num_attention_heads");
-  c.kv_heads = field<int64_t>(j, path, "num_key_value_heads", c.heads);
-  c.vocab_size = field<int64_t>(j, path, "vocab_size");
-  c.max_seq_len = field<int64_t>(j, path, "max_position_embeddings", int64_t{2048});
-  c.norm_eps = field<double>(j, path, "rms_norm_eps", 1e-6);
-  c.rope_theta = field<double>(j, path, "rope_theta", 10000.0);
-  c.tie_embeddings = field<bool>(j, path, "tie_word_embeddings", false);
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    throw ConfigError(path + ": 'rope_scaling' is " + j["rope_scaling"].dump() +
-                      "; dtrain's rotary embedding has no scaling yet (expected null)");
-  }
-  if (c.heads > 0 && c.dim % c.heads == 0) {
-    expectField(j, path, "head_dim", c.dim / c.heads, "heads of hidden_size / num_attention_heads");
-  }
-  expectField(j, path, "hidden_act", "silu", "SwiGLU with silu");
-  expectField(j, path, "attention_bias", false, "attention without biases");
-  expectField(j, path, "mlp_bias", false, "the MLP without biases");
-  return c;
-}
-
-LanguageModelConfig gpt2Config(const nlohmann::json& j, const std::string& path) {
-  LanguageModelConfig c;
-  c.family = LmFamily::kGpt2;
-  c.name = "gpt2";
-  c.dim = field<int64_t>(j, path, "n_embd");
-  c.layers = field<int64_t>(j, path, "n_layer");
-  c.heads = field<int64_t>(j, path, "n_head");
-  c.kv_heads = c.heads;
-  c.ffn_dim = field<int64_t>(j, path, "n_inner", 4 * c.dim);
-  c.vocab_size = field<int64_t>(j, path, "vocab_size");
-  c.max_seq_len = field<int64_t>(j, path, "n_positions", int64_t{1024});
-  c.norm_eps = field<double>(j, path, "layer_norm_epsilon", 1e-5);
-  c.tie_embeddings = field<bool>(j, path, "tie_word_embeddings", true);
-  expectField(j, path, "activation_function", "gelu_new", "GPT-2's tanh-approximated GELU");
-  return c;
-}
-
 enum class Transform { kNone, kTranspose, kRotaryHeads, kRotaryKvHeads };
 
 struct Target {
@@ -156,6 +80,16 @@ torch::Tensor toHalves(const torch::Tensor& w, int64_t heads) {
   return w.reshape({heads, half, 2, cols}).transpose(1, 2).reshape({rows, cols});
 }
 
+nlohmann::json readJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("'" + path + "': no such file");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError("'" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
 std::vector<std::string> weightFiles(const std::string& dir) {
   const std::string index = dir + "/model.safetensors.index.json";
   if (fs::exists(index)) {
@@ -183,27 +117,6 @@ std::vector<std::string> weightFiles(const std::string& dir) {
 }
 
 }  // namespace
-
-LanguageModelConfig readHfConfig(const std::string& dir) {
-  const std::string path = dir + "/config.json";
-  const nlohmann::json j = readJson(path);
-  const auto architectures = j.value("architectures", nlohmann::json::array());
-  const std::string arch = architectures.is_array() && !architectures.empty() && architectures[0].is_string()
-                               ? architectures[0].get<std::string>()
-                               : j.value("model_type", std::string());
-  LanguageModelConfig c;
-  if (arch == "LlamaForCausalLM" || arch == "llama") {
-    c = llamaConfig(j, path);
-  } else if (arch == "GPT2LMHeadModel" || arch == "gpt2") {
-    c = gpt2Config(j, path);
-  } else {
-    throw ConfigError(path + ": 'architectures' is " + j.value("architectures", nlohmann::json()).dump() +
-                      "; dtrain loads LlamaForCausalLM and GPT2LMHeadModel");
-  }
-  c.seq_len = c.max_seq_len;
-  validateLanguageModel(c);
-  return c;
-}
 
 HfLoadReport loadHfWeights(LanguageModel& model, const std::string& dir) {
   const auto started = std::chrono::steady_clock::now();

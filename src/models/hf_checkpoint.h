@@ -37,11 +37,10 @@
 
 #include <torch/torch.h>
 
+#include "models/hf_config.h"
 #include "models/language_model.h"
 
 namespace dtrain::models {
-
-LanguageModelConfig readHfConfig(const std::string& dir);
 
 struct HfLoadReport {
   int64_t tensors = 0;

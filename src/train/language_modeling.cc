@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "data/embedded_corpus.h"
 #include "data/token_dataset.h"
 #include "data/token_shard_set.h"
 #include "data/tokenizer.h"
+#include "models/hf_checkpoint.h"
 #include "models/language_model.h"
 
 namespace dtrain {
@@ -64,7 +67,7 @@ void LanguageModelTask::openText() {
     // The model's vocabulary is the tokenizer's unless --vocab-size says
     // otherwise (257 byte-level symbols would otherwise sit in a 50257-row
     // GPT-2 embedding), padded to a multiple of 64 for the matmuls.
-    if (spec_.lm.vocab_size == 0) {
+    if (spec_.lm.vocab_size == 0 && spec_.lm.init_from.empty()) {
       const int64_t vocab = data::makeTokenizer(tokenizer_, tokenizer_path_)->vocabSize();
       config_.vocab_size = (vocab + 63) / 64 * 64;
       models::validateLanguageModel(config_);
@@ -88,7 +91,10 @@ void LanguageModelTask::makeSynthetic() {
 }
 
 std::string LanguageModelTask::describe() const {
-  return spec_.name + " (" + std::to_string(config_.layers) + " layers, dim " + std::to_string(config_.dim) +
+  const std::string name = spec_.lm.init_from.empty()
+                               ? spec_.name
+                               : std::string(models::lmFamilyName(config_.family)) + " from " + spec_.lm.init_from;
+  return name + " (" + std::to_string(config_.layers) + " layers, dim " + std::to_string(config_.dim) +
          ", seq " + std::to_string(config_.seq_len) + ", vocab " + std::to_string(config_.vocab_size) + ") on " +
          train_->describe() + (val_ ? ", validation " + val_->describe() : ", no validation data");
 }
@@ -96,6 +102,14 @@ std::string LanguageModelTask::describe() const {
 std::shared_ptr<models::Model> LanguageModelTask::makeModel() const {
   std::shared_ptr<models::LanguageModel> model = models::createLanguageModel(config_);
   model->setActivationCheckpointing(spec_.lm.activation_checkpointing);
+  if (!spec_.lm.init_from.empty()) {
+    const models::HfLoadReport r = models::loadHfWeights(*model, spec_.lm.init_from);
+    const double gib = static_cast<double>(r.bytes) / static_cast<double>(int64_t{1} << 30);
+    char rate[96];
+    std::snprintf(rate, sizeof(rate), "%.3f GiB in %.2f s (%.2f GiB/s)", gib, r.seconds, gib / std::max(r.seconds, 1e-9));
+    DTRAIN_LOG_INFO("--init-from " << spec_.lm.init_from << ": " << r.tensors << " tensors from " << r.files
+                                   << " file(s), " << rate);
+  }
   return model;
 }
 

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/options.h"
 #include "models/catalog.h"
+#include "models/hf_config.h"
 #include "models/lm_config.h"
 #include "models/lm_counts.h"
 
@@ -71,6 +72,11 @@ void declareLanguageModel(OptionSet& set, LanguageModelSpec& o) {
       .atLeast(0)
       .atMost(1e12)
       .defaultMeans("the model's");
+  set.path("--init-from", o.init_from,
+           "Language models: start from a Hugging Face model directory (config.json and model.safetensors or a "
+           "sharded index; LlamaForCausalLM, GPT2LMHeadModel): its architecture and weights; --seq-len still "
+           "applies (default: its positions, at most 1024)")
+      .existingDirectory();
   set.toggle("--activation-checkpointing", o.activation_checkpointing,
              "Language models: keep only each transformer block's input during forward and recompute its "
              "activations in backward (about a third more compute for far less activation memory)");
@@ -348,7 +354,9 @@ void declareBenchTrainOptions(OptionSet& set, BenchTrainOptions& o) {
       .hide();
 }
 
-bool isLanguageModel(const ModelSpec& model) { return models::isLanguageModelName(model.name); }
+bool isLanguageModel(const ModelSpec& model) {
+  return models::isLanguageModelName(model.name) || !model.lm.init_from.empty();
+}
 
 models::LanguageModelOverrides languageModelOverrides(const LanguageModelSpec& o) {
   models::LanguageModelOverrides out;
@@ -367,7 +375,33 @@ models::LanguageModelOverrides languageModelOverrides(const LanguageModelSpec& o
   return out;
 }
 
+namespace {
+
+// --init-from DIR: its config.json's architecture, --seq-len applied.
+models::LanguageModelConfig initialConfig(const ModelSpec& model) {
+  const LanguageModelSpec& lm = model.lm;
+  const std::string flag = "--init-from " + lm.init_from;
+  if (lm.layers || lm.dim || lm.heads || lm.kv_heads || lm.ffn_dim || lm.vocab_size ||
+      lm.tie_embeddings != TieEmbeddings::kAuto || lm.rope_theta > 0) {
+    throw ConfigError("--layers, --dim, --heads, --kv-heads, --ffn-dim, --vocab-size, --tie-embeddings and "
+                      "--rope-theta shape a new model; with " + flag + " the shape is its config.json's");
+  }
+  models::LanguageModelConfig c = models::readHfConfig(lm.init_from);
+  const std::string family = models::lmFamilyName(c.family);
+  if (model.name != "cnn" && model.name.rfind(family, 0) != 0) {
+    throw ConfigError("--model " + model.name + " with " + flag + ", which holds a " + family +
+                      " model; drop --model or name the " + family + " family");
+  }
+  c.seq_len = lm.seq_len > 0 ? lm.seq_len : std::min<int64_t>(c.max_seq_len, 1024);
+  if (c.family == models::LmFamily::kLlama) c.max_seq_len = std::max(c.max_seq_len, c.seq_len);
+  models::validateLanguageModel(c);
+  return c;
+}
+
+}  // namespace
+
 models::LanguageModelConfig languageModelConfig(const ModelSpec& model) {
+  if (!model.lm.init_from.empty()) return initialConfig(model);
   return models::namedLanguageModel(model.name, languageModelOverrides(model.lm));
 }
 
@@ -417,7 +451,8 @@ void checkPipelineRun(const TrainOptions& options) {
 PlannedModel plannedModel(const ModelSpec& model) {
   if (!isLanguageModel(model)) return {model.name, false};
   const models::LanguageModelConfig c = languageModelConfig(model);
-  PlannedModel planned = plannedLanguageModel(model.name, c.heads, c.kv_heads, c.ffn_dim, c.vocab_size, c.seq_len);
+  const std::string name = model.lm.init_from.empty() ? model.name : models::lmFamilyName(c.family);
+  PlannedModel planned = plannedLanguageModel(name, c.heads, c.kv_heads, c.ffn_dim, c.vocab_size, c.seq_len);
   // A stage's cost: 6 N + 12 d T per token for its blocks' N (as
   // trainingFlopsPerToken), 6 N for the head's.
   models::LanguageModelConfig headless = c;

@@ -75,6 +75,7 @@ struct LanguageModelSpec {
   TieEmbeddings tie_embeddings = TieEmbeddings::kAuto;
   double rope_theta = 0;
   bool activation_checkpointing = false;  // recompute each block's activations in backward
+  std::string init_from;  // a Hugging Face model directory: the architecture and the starting weights
 };
 
 // Which network, and its memory format.

@@ -137,6 +137,51 @@ TEST(CheckpointCliTest, ExportHoldsTheModelTensorsAndLoadsIntoPyTorch) {
   EXPECT_LE((reference - logits).abs().max().item<double>() / logits.abs().max().item<double>(), 1e-5);
 }
 
+// --format hf: a Hugging Face directory whose logits, computed in
+// transformers' conventions (bench/peers/hf_reference.py), are dtrain's;
+// `dtrain train --init-from` starts from it, and refuses shape flags beside it.
+TEST(CheckpointCliTest, ExportsAHuggingFaceDirectoryThatTrainingStartsFrom) {
+  TempDir dir("dtrain-ckpt-hf");
+  const models::LanguageModelConfig config = tinyLlama();
+  const std::string path = writeCheckpoint(dir.path(), config);
+  const std::string hf = dir / "hf";
+  const CommandResult r = checkpointTool("export " + path + " --format hf --out " + hf);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const CheckpointState state = loadCheckpoint(path);
+  auto lm = models::createLanguageModel(config);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : lm->named_parameters()) item.value().copy_(state.tensors.at("model.param." + item.key()));
+  }
+  torch::manual_seed(3);
+  const torch::Tensor tokens = torch::randint(config.vocab_size, {2, config.seq_len});
+  models::writeSafetensors(dir / "batch", {{"tokens", tokens}});
+  const CommandResult ref = runCommand(testing::testPython() + " " + testing::sourceDir() +
+                                           "/bench/peers/hf_reference.py --model " + hf + " --batch " +
+                                           (dir / "batch") + " --out " + (dir / "ref") + " 2>&1",
+                                       300);
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor logits = lm->forward(tokens);
+  const torch::Tensor reference = models::readSafetensors(dir / "ref").tensors.at(0).second;
+  EXPECT_LE((reference - logits).abs().max().item<double>() / logits.abs().max().item<double>(), 1e-5);
+
+  const std::string train = "env -u RANK -u WORLD_SIZE " + dtrainBin() + " train --init-from " + hf +
+                            " --dataset synthetic --synthetic-samples 8 --seq-len 16 --batch-size 2 --max-steps 1 "
+                            "--progress none";
+  const CommandResult trained = runCommand(train + " 2>&1", 120);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_TRUE(contains(trained.output, "--init-from " + hf + ": 21 tensors from 1 file(s)")) << trained.output;
+  EXPECT_TRUE(contains(trained.output, "llama from " + hf + " (2 layers, dim 32")) << trained.output;
+  const CommandResult shaped = runCommand(train + " --layers 3 2>&1", 120);
+  EXPECT_EQ(shaped.exit_code, 2) << shaped.output;
+  EXPECT_TRUE(contains(shaped.output, "with --init-from " + hf + " the shape is its config.json's")) << shaped.output;
+  const CommandResult family = runCommand(train + " --model gpt2 2>&1", 120);
+  EXPECT_EQ(family.exit_code, 2) << family.output;
+  EXPECT_TRUE(contains(family.output, "--model gpt2 with --init-from " + hf + ", which holds a llama model"))
+      << family.output;
+}
+
 TEST(CheckpointCliTest, BadInputExitsTwoNamingIt) {
   TempDir dir("dtrain-ckpt-bad");
   CommandResult r = checkpointTool("info " + (dir / "missing"));
