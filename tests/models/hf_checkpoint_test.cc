@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -174,6 +175,25 @@ TEST(HfCheckpointTest, ExportThenImportIsBitwise) {
       ASSERT_TRUE(original.count(name)) << name;
       EXPECT_TRUE(torch::equal(t, original[name])) << name;
     }
+  }
+}
+
+// Directories transformers itself wrote (bench/peers/hf_transformers_check.py
+// write DIR, where transformers is installed: bench/gpu/hf_acceptance.sh):
+// dtrain's logits equal transformers' (1e-4), and dtrain's export of each
+// goes to DIR/<name>.dtrain for from_pretrained (check.py load DIR).
+TEST(HfCheckpointTest, TransformersWrittenDirectoriesLoadAndExport) {
+  const char* dir = std::getenv("DTRAIN_HF_CHECK_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "no DTRAIN_HF_CHECK_DIR (bench/gpu/hf_acceptance.sh sets it)";
+  const std::string root = dir;
+  const torch::Tensor tokens = readSafetensors(root + "/tokens.safetensors").tensors.at(0).second;
+  for (const char* name : {"llama_gqa", "llama_tied_sharded", "llama_bf16", "gpt2"}) {
+    SCOPED_TRACE(name);
+    const auto model = imported(root + "/" + name);
+    const torch::Tensor want = readSafetensors(root + "/" + name + ".logits").tensors.at(0).second;
+    torch::NoGradGuard no_grad;
+    EXPECT_LE(maxRelativeError(model->forward(tokens), want), 1e-4);
+    exportHf(*model, root + "/" + name + ".dtrain");
   }
 }
 

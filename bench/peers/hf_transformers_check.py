@@ -1,0 +1,81 @@
+"""dtrain's Hugging Face import and export against transformers itself (run
+where transformers is installed: the GPU machine's image).
+
+    python3 hf_transformers_check.py write DIR
+        transformers builds small random models (LlamaForCausalLM with
+        grouped-query attention, tied and untied; GPT2LMHeadModel), saves each
+        with save_pretrained (safetensors; one sharded over a small
+        max_shard_size, one in bf16) under DIR/<name>, and writes the fp32
+        logits of DIR/tokens.safetensors' tokens to DIR/<name>.logits.
+    python3 hf_transformers_check.py load DIR
+        from_pretrained on each DIR/<name>.dtrain (what dtrain exported from
+        its import of DIR/<name>) and the logits compared with
+        DIR/<name>.logits: the largest relative difference per model.
+
+tests/models/hf_checkpoint_test.cc's TransformersWrittenDirectories case
+(DTRAIN_HF_CHECK_DIR=DIR) imports each directory, compares dtrain's logits
+with transformers' (<= 1e-4) and exports DIR/<name>.dtrain for `load`.
+"""
+import os
+import sys
+
+import torch
+
+from lm_models import save_safetensors
+
+MODELS = ("llama_gqa", "llama_tied_sharded", "llama_bf16", "gpt2")
+
+
+def build(name):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(hash(name) % 1000)
+    if name.startswith("llama"):
+        cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=8,
+                          num_key_value_heads=2, vocab_size=211, max_position_embeddings=128, rms_norm_eps=1e-5,
+                          rope_theta=500000.0, tie_word_embeddings=(name == "llama_tied_sharded"))
+        return LlamaForCausalLM(cfg)
+    cfg = GPT2Config(n_embd=128, n_layer=2, n_head=4, vocab_size=211, n_positions=64)
+    return GPT2LMHeadModel(cfg)
+
+
+def write(out):
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 211, (2, 24))
+    save_safetensors(os.path.join(out, "tokens.safetensors"), {"tokens": tokens})
+    for name in MODELS:
+        model = build(name).float().eval()
+        with torch.no_grad():
+            for p in model.parameters():  # transformers' init leaves norms at 1: perturb them too
+                p.add_(torch.randn_like(p) * 0.02)
+        kwargs = {"max_shard_size": "200KB"} if name == "llama_tied_sharded" else {}
+        saved = model.to(torch.bfloat16) if name == "llama_bf16" else model
+        saved.save_pretrained(os.path.join(out, name), safe_serialization=True, **kwargs)
+        model = saved.float()
+        with torch.no_grad():
+            logits = model(tokens).logits.float()
+        save_safetensors(os.path.join(out, name + ".logits"), {"logits": logits.contiguous()})
+        print(f"{name}: written ({sum(p.numel() for p in model.parameters())} parameters)")
+
+
+def load(out):
+    from transformers import AutoModelForCausalLM
+    from lm_models import load_safetensors
+    tokens = load_safetensors(os.path.join(out, "tokens.safetensors"))[0]["tokens"].long()
+    worst = 0.0
+    for name in MODELS:
+        model = AutoModelForCausalLM.from_pretrained(os.path.join(out, name + ".dtrain"), torch_dtype=torch.float32)
+        with torch.no_grad():
+            logits = model.eval()(tokens).logits
+        want = load_safetensors(os.path.join(out, name + ".logits"))[0]["logits"]
+        rel = ((logits - want).abs().max() / want.abs().max()).item()
+        worst = max(worst, rel)
+        print(f"{name}: from_pretrained of dtrain's export, max relative difference {rel:.2e}")
+    print("export check:", "ok" if worst <= 1e-4 else "FAILED")
+    return 0 if worst <= 1e-4 else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("write", "load"):
+        sys.exit(__doc__)
+    sys.exit(write(sys.argv[2]) if sys.argv[1] == "write" else load(sys.argv[2]))
