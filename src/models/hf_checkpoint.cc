@@ -80,42 +80,6 @@ torch::Tensor toHalves(const torch::Tensor& w, int64_t heads) {
   return w.reshape({heads, half, 2, cols}).transpose(1, 2).reshape({rows, cols});
 }
 
-nlohmann::json readJson(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("'" + path + "': no such file");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError("'" + path + "' is not valid JSON: " + e.what());
-  }
-}
-
-std::vector<std::string> weightFiles(const std::string& dir) {
-  const std::string index = dir + "/model.safetensors.index.json";
-  if (fs::exists(index)) {
-    const nlohmann::json j = readJson(index);
-    if (!j.contains("weight_map") || !j["weight_map"].is_object()) {
-      throw ConfigError(index + ": no 'weight_map' object naming each tensor's file");
-    }
-    std::set<std::string> files;
-    for (const auto& [name, file] : j["weight_map"].items()) {
-      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
-        throw ConfigError(index + ": tensor '" + name + "' maps to " + file.dump() + "; expected a file name");
-      }
-      files.insert(file.get<std::string>());
-    }
-    std::vector<std::string> paths;
-    for (const std::string& f : files) paths.push_back(dir + "/" + f);
-    return paths;
-  }
-  const std::string single = dir + "/model.safetensors";
-  if (!fs::exists(single)) {
-    throw ConfigError("'" + dir + "': neither model.safetensors nor model.safetensors.index.json; expected a "
-                      "Hugging Face model directory (save_pretrained's safetensors)");
-  }
-  return {single};
-}
-
 }  // namespace
 
 HfLoadReport loadHfWeights(LanguageModel& model, const std::string& dir) {
@@ -126,7 +90,7 @@ HfLoadReport loadHfWeights(LanguageModel& model, const std::string& dir) {
   std::set<std::string> filled;
   HfLoadReport report;
   torch::NoGradGuard no_grad;
-  for (const std::string& file : weightFiles(dir)) {
+  for (const std::string& file : hfWeightFiles(dir)) {
     ++report.files;
     report.bytes += static_cast<int64_t>(fs::file_size(file));
     for (auto& [hf, value] : readSafetensors(file).tensors) {

@@ -1,6 +1,8 @@
 #include "models/hf_config.h"
 
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -107,6 +109,32 @@ LanguageModelConfig readHfConfig(const std::string& dir) {
   c.seq_len = c.max_seq_len;
   validateLanguageModel(c);
   return c;
+}
+
+std::vector<std::string> hfWeightFiles(const std::string& dir) {
+  const std::string index = dir + "/model.safetensors.index.json";
+  if (std::filesystem::exists(index)) {
+    const nlohmann::json j = readJson(index);
+    if (!j.contains("weight_map") || !j["weight_map"].is_object()) {
+      throw ConfigError(index + ": no 'weight_map' object naming each tensor's file");
+    }
+    std::set<std::string> files;
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
+        throw ConfigError(index + ": tensor '" + name + "' maps to " + file.dump() + "; expected a file name");
+      }
+      files.insert(file.get<std::string>());
+    }
+    std::vector<std::string> paths;
+    for (const std::string& f : files) paths.push_back(dir + "/" + f);
+    return paths;
+  }
+  const std::string single = dir + "/model.safetensors";
+  if (!std::filesystem::exists(single)) {
+    throw ConfigError("'" + dir + "': neither model.safetensors nor model.safetensors.index.json; expected a "
+                      "Hugging Face model directory (save_pretrained's safetensors)");
+  }
+  return {single};
 }
 
 }  // namespace dtrain::models
