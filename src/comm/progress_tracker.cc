@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -116,19 +117,20 @@ struct ProgressSnapshot {
   std::set<int> silent;                  // ranks not seen publishing (again)
 };
 
-// Reads every rank's record (keys[rank]), then again every `interval`, at
-// most `rounds` times, until each rank but `self` has published again (a
-// heartbeat or its closing record). Fills `snapshot` as it goes, so that
-// what was read before the store failed still names the ranks' hosts.
-void watchRecords(Store& store, const std::vector<std::string>& keys, int self, Milliseconds interval, int rounds,
-                  ProgressSnapshot& snapshot) {
+// Reads every rank's record (keys[rank]), then again every `interval` for
+// `window`, until each rank but `self` has published again (a heartbeat or
+// its closing record). Fills `snapshot` as it goes, so that what was read
+// before the store failed still names the ranks' hosts.
+void watchRecords(Store& store, const std::vector<std::string>& keys, int self, Milliseconds interval,
+                  Milliseconds window, ProgressSnapshot& snapshot) {
+  const auto deadline = std::chrono::steady_clock::now() + window;
   std::map<int, ProgressRecord> first;
   for (int r = 0; r < static_cast<int>(keys.size()); ++r) {
     snapshot.silent.insert(r);
     if (auto record = readRecord(store, keys[r])) first[r] = snapshot.latest[r] = *record;
   }
   snapshot.silent.erase(self);  // this thread is diagnosing, so this rank is alive
-  for (int waited = 0; waited < rounds && !snapshot.silent.empty(); ++waited) {
+  while (!snapshot.silent.empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(interval);
     for (auto it = snapshot.silent.begin(); it != snapshot.silent.end();) {
       const int r = *it;
@@ -193,6 +195,10 @@ std::string verdictSentences(const RankVerdicts& verdicts, const ProgressSnapsho
 }
 
 }  // namespace
+
+Milliseconds ProgressTracker::silenceWindow(Milliseconds interval) {
+  return std::max<Milliseconds>(interval * (2 * kHeartbeatIntervals), kMinSilenceWindow);
+}
 
 ProgressTracker::ProgressTracker(std::shared_ptr<Store> store, std::string prefix, int rank,
                                  int size, Milliseconds interval, std::string host, std::string address)
@@ -335,10 +341,11 @@ std::string ProgressTracker::diagnose(uint64_t seq, const std::string& op) {
   try {
     // Bounded whatever the store does: a diagnosis that cannot read the
     // store says so rather than holding up the error it explains.
-    StoreDeadlineScope bounded(kDiagnosisBudget + interval_ * (2 * kHeartbeatIntervals));
+    const Milliseconds window = silenceWindow(interval_);
+    StoreDeadlineScope bounded(kDiagnosisBudget + window);
     std::vector<std::string> keys;
     for (int r = 0; r < size_; ++r) keys.push_back(keyFor(r));
-    watchRecords(*store_, keys, rank_, interval_, 2 * kHeartbeatIntervals, snapshot);
+    watchRecords(*store_, keys, rank_, interval_, window, snapshot);
     return verdictSentences(judgeRanks(snapshot, size_, rank_, seq), snapshot, seq, op, place_of);
   } catch (const std::exception& e) {
     std::string sentence = std::string("could not read the ranks' progress from the store: ") + e.what();

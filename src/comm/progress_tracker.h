@@ -10,8 +10,10 @@
 //
 // When collective #seq fails or times out, diagnose(seq, op) reads every
 // rank's record, then re-reads the records that have not changed every
-// `interval` for up to 2 * kHeartbeatIntervals intervals (returning early once
-// every rank has published again), and returns a sentence such as
+// `interval` for silenceWindow(interval) — 2 * kHeartbeatIntervals intervals,
+// and never less than kMinSilenceWindow, since a live rank's publisher can be
+// starved of CPU for a while on a loaded host — returning early once every
+// rank has published again, and returns a sentence such as
 //   "ranks 3, 4 never arrived at allreduce #42 (last started #41);
 //    rank 5 stopped publishing progress (process dead or hung?)"
 // or "" when every rank had started #seq and all are alive. A rank that
@@ -58,6 +60,9 @@ class ProgressTracker {
   // Bound on the store requests of one diagnosis, and of one publication.
   static constexpr Milliseconds kDiagnosisBudget{2000};
   static constexpr Milliseconds kPublishBudget{2000};
+  // The shortest silence that makes a rank "stopped publishing".
+  static constexpr Milliseconds kMinSilenceWindow{1500};
+  static Milliseconds silenceWindow(Milliseconds interval);
 
   // `host` and `address` (no spaces; "" when unknown) say where this rank runs.
   ProgressTracker(std::shared_ptr<Store> store, std::string prefix, int rank, int size,

@@ -103,6 +103,26 @@ TEST(ProgressTrackerTest, NamesRankThatStoppedPublishing) {
   EXPECT_EQ(diagnosis, "rank 2 stopped publishing progress (process dead or hung, or its host cut off?)");
 }
 
+// A live rank whose publisher is starved of CPU for longer than a few
+// intervals (a loaded host) is still alive: it must not be called dead.
+TEST(ProgressTrackerTest, ARankSilentForLessThanTheMinimumWindowIsNotNamedStopped) {
+  auto store = std::make_shared<HashStore>();
+  auto group = trackers(store, 3, 2);
+  for (auto& t : group) t->started(7);
+  store->set("g/progress/2", "7 6 5");
+  const Milliseconds late = ProgressTracker::kMinSilenceWindow / 2;
+  ASSERT_GT(late, 2 * ProgressTracker::kHeartbeatIntervals * kInterval);
+  std::thread starved([&] {
+    std::this_thread::sleep_for(late);
+    store->set("g/progress/2", "7 6 6");
+  });
+  const auto start = Clock::now();
+  const std::string diagnosis = group[0]->diagnose(7, "broadcast");
+  starved.join();
+  EXPECT_EQ(diagnosis, "");
+  EXPECT_GE(Clock::now() - start, late);
+}
+
 TEST(ProgressTrackerTest, NamesRankThatClosedItsCommunicator) {
   auto store = std::make_shared<HashStore>();
   auto group = trackers(store, 3, 3);
