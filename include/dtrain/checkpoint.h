@@ -135,9 +135,14 @@ class Checkpointer {
 // (CheckpointReader reads ranges).
 CheckpointState loadCheckpoint(const std::string& path);
 
-// Why the sharded checkpoint in `path` is incomplete, one phrase per file
-// ("metadata.dtck missing", "rank-00001-of-00002.dtck missing", "... has N
-// bytes, expected M"); empty when it is complete, or when `path` is a file.
+// Why the sharded checkpoint in `path` is incomplete — its write was cut
+// short: metadata.dtck, written last, is missing — one phrase per file
+// ("metadata.dtck missing", "rank-00001-of-00002.dtck missing"); empty when
+// it is complete, or when `path` is a file. Once metadata.dtck is there,
+// every file must verify: a metadata file that fails its checksum, or a
+// shard missing or of another size than the metadata says, is damage that
+// reading the checkpoint reports (ConfigError naming the file), never a
+// reason to treat the checkpoint as unfinished.
 std::vector<std::string> missingCheckpointParts(const std::string& path);
 
 // The newest complete checkpoint in dir (files and sharded directories

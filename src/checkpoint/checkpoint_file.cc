@@ -16,6 +16,7 @@
 
 #include "checkpoint/checkpoint_format.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/host.h"
 
 namespace dtrain {
@@ -200,18 +201,9 @@ int64_t CheckpointFileEntry::numel() const {
 }
 
 CheckpointFile::CheckpointFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw errnoError("open", errno, "cannot open checkpoint " + path);
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
-    const int err = errno;
-    ::close(fd_);
-    throw errnoError("fstat", err, "cannot stat checkpoint " + path);
-  }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd_);
-    throw ConfigError(path + " is a directory, not a checkpoint file");
-  }
+  // A FIFO, device or directory is refused without blocking in open().
+  fd_ = openRegularFile(path, "checkpoint", &st).release();
   size_ = static_cast<uint64_t>(st.st_size);
   try {
     char magic[sizeof(kMagic)] = {0};

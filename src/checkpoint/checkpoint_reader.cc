@@ -74,7 +74,10 @@ void CheckpointReader::Impl::openSharded() {
   }
   metadata = readShardedMetadata(path);
   const std::vector<std::string> missing = missingShards(path, metadata);
-  if (!missing.empty()) throw ConfigError("checkpoint " + path + " is incomplete: " + joined(missing));
+  if (!missing.empty()) {
+    throw ConfigError("checkpoint " + path + " is damaged: " + joined(missing) + " (its " + kShardedMetadataFile +
+                      " says the write finished)");
+  }
   meta = metadata.meta;
   world_size = metadata.world_size;
   stage = metadata.stage;

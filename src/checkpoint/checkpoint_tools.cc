@@ -104,6 +104,15 @@ void printInfo(const CheckpointReader& reader) {
       out << " " << key << "=" << (value.is_string() ? value.get<std::string>() : value.dump());
     }
     out << "\n";
+    // The same in words: the real dimensions, and the context it was trained on.
+    const nlohmann::json& c = meta["model_config"];
+    const auto word = [&c](const char* key) {
+      return c.contains(key) && c[key].is_string() ? c[key].get<std::string>() : std::string("?");
+    };
+    out << "  language model: " << word("name") << " (" << word("family") << "), " << word("layers") << " layers, dim "
+        << word("dim") << ", " << word("heads") << " heads (" << word("kv_heads") << " key/value), vocab "
+        << word("vocab_size") << "; trained on " << word("seq_len") << " tokens of context (of its "
+        << word("max_seq_len") << " positions)\n";
   }
   if (meta.contains("tokenizer") && meta["tokenizer"].is_object()) {
     out << "  tokenizer " << metaText(meta["tokenizer"], "kind") << "\n";

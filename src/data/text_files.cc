@@ -17,7 +17,8 @@ namespace {
 class RegularFile {
  public:
   explicit RegularFile(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd_ < 0) {
       throw ConfigError("cannot read input file " + path + ": " + errnoString(errno));
     }
@@ -32,6 +33,7 @@ class RegularFile {
       throw ConfigError("input file " + path + " is " + (S_ISDIR(st.st_mode) ? "a directory" : "not a regular file") +
                         "; expected a text file");
     }
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
     bytes_ = st.st_size;
   }
   ~RegularFile() { ::close(fd_); }

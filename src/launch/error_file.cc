@@ -4,10 +4,13 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "common/files.h"
+
 namespace dtrain {
 
 std::optional<ErrorFileReport> readErrorFile(const std::string& path) {
-  if (path.empty()) return std::nullopt;
+  // Only a regular file is read: a FIFO would block the launcher.
+  if (path.empty() || !isRegularFile(path)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   ErrorFileReport report;

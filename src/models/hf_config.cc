@@ -5,18 +5,23 @@
 #include <set>
 #include <optional>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace dtrain::models {
 namespace {
 
 nlohmann::json readJson(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("'" + path + "': no such file; expected a Hugging Face model directory's JSON");
+  if (::access(path.c_str(), F_OK) != 0) {
+    throw ConfigError("'" + path + "': no such file; expected a Hugging Face model directory's JSON");
+  }
+  const std::string text = readRegularFile(path, "Hugging Face JSON");
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError("'" + path + "' is not valid JSON: " + e.what());
   }

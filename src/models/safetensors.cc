@@ -1,6 +1,7 @@
 #include "models/safetensors.h"
 
 #include "common/error.h"
+#include "common/files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -217,9 +218,8 @@ void writeSafetensors(const std::string& path, const NamedTensors& tensors,
 }
 
 SafetensorsContents readSafetensors(const std::string& path) {
-  const File file(DTRAIN_CHECK_ERRNO(::open(path.c_str(), O_RDONLY | O_CLOEXEC), "cannot open " + path));
   struct stat info {};
-  DTRAIN_CHECK_ERRNO(::fstat(file.fd(), &info), "cannot stat " + path);
+  const File file(openRegularFile(path, "safetensors file", &info).release());
   const uint64_t file_size = static_cast<uint64_t>(info.st_size);
   uint64_t header_size = 0;
   const json header = readHeader(file.fd(), file_size, path, header_size);

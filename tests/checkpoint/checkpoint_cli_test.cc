@@ -8,6 +8,8 @@
 // input (a meta field of the wrong type included) exits 2 naming the input.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -77,6 +79,10 @@ TEST(CheckpointCliTest, InfoNamesWhatTheNewestCheckpointHolds) {
   EXPECT_TRUE(contains(text.output, "checkpoint " + path)) << text.output;
   EXPECT_TRUE(contains(text.output, "step 7, epoch 1, batch 3 of the epoch; world size 2")) << text.output;
   EXPECT_TRUE(contains(text.output, "family=llama")) << text.output;
+  // A custom model goes by its family's name, never a size's ("llama-1b"), with its trained context.
+  EXPECT_TRUE(contains(text.output, "language model: llama (llama), 2 layers, dim 32, 4 heads (2 key/value), vocab "
+                                    "50; trained on 16 tokens of context (of its 8192 positions)"))
+      << text.output;
   const int64_t params = models::parameterCount(tinyLlama());
   EXPECT_TRUE(contains(text.output, "model parameters: " +
                                         std::to_string(loadCheckpoint(path).tensors.size() - 3) + " tensor(s), " +
@@ -199,6 +205,17 @@ TEST(CheckpointCliTest, BadInputExitsTwoNamingIt) {
   EXPECT_TRUE(contains(r.output, "--out")) << r.output;
   r = checkpointTool("");
   EXPECT_EQ(r.exit_code, 2) << r.output;
+  // A FIFO given as a checkpoint is refused at once (open() would wait for a writer forever).
+  const std::string fifo = dir / "fifo.dtck";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  r = runCommand(dtrainBin() + " checkpoint info " + fifo + " 2>&1", 30);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "checkpoint " + fifo + " is a FIFO (named pipe); expected a regular file")) << r.output;
+  // consolidate --out naming a directory: refused before any work.
+  r = checkpointTool("consolidate " + path + " --out " + dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--out '" + dir.path() + "': a directory; expected a file path in an existing "
+                                 "directory")) << r.output;
 }
 
 // Intact files (the CRCs hold) whose meta says what cannot be: every tool

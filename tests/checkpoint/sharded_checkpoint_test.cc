@@ -103,18 +103,22 @@ TEST(ShardedCheckpointTest, ReadsRangesAcrossShardsWholeUnderAliasesAndInStorage
   EXPECT_TRUE(torch::equal(whole.tensors.at("p"), s.p));
 }
 
+// The metadata is written last: without it the write was cut short, and
+// the checkpoint is skipped as unfinished. With it, a shard missing or cut
+// is damage (its data is lost), never "unfinished".
 TEST(ShardedCheckpointTest, AnIncompleteCheckpointNamesWhatItLacksAndIsSkipped) {
   TempDir parent;
   Checkpointer({.dir = parent.path(), .keep = 5}).save(3, {{{"a", Sample().a}}, {{"step", 3}}});
   const std::string dir = writeSharded(parent.path(), 5);
   const std::string bytes = readFile(dir + "/" + shardFileName(1, 2));
   writeFile(dir + "/" + shardFileName(1, 2), bytes.substr(0, bytes.size() - 7));
-  EXPECT_EQ(missingCheckpointParts(dir),
-            std::vector<std::string>{shardFileName(1, 2) + " has " + std::to_string(bytes.size() - 7) +
-                                     " bytes, expected " + std::to_string(bytes.size())});
+  EXPECT_TRUE(missingCheckpointParts(dir).empty());
+  EXPECT_EQ(errorOf([&] { CheckpointReader reader(dir); }),
+            "checkpoint " + dir + " is damaged: " + shardFileName(1, 2) + " has " + std::to_string(bytes.size() - 7) +
+                " bytes, expected " + std::to_string(bytes.size()) + " (its metadata.dtck says the write finished)");
   ::unlink((dir + "/" + shardFileName(1, 2)).c_str());
-  EXPECT_EQ(missingCheckpointParts(dir), std::vector<std::string>{"rank-00001-of-00002.dtck missing"});
-  EXPECT_NE(errorOf([&] { CheckpointReader reader(dir); }).find(dir + " is incomplete: rank-00001-of-00002.dtck missing"),
+  EXPECT_TRUE(missingCheckpointParts(dir).empty());
+  EXPECT_NE(errorOf([&] { CheckpointReader reader(dir); }).find(dir + " is damaged: rank-00001-of-00002.dtck missing"),
             std::string::npos);
   ::unlink((dir + "/metadata.dtck").c_str());
   EXPECT_EQ(missingCheckpointParts(dir),
@@ -174,8 +178,38 @@ TEST(ShardedCheckpointTest, DamagedShardsAndMetadataAreErrorsNamingTheFile) {
   writeFile(dir + "/metadata.dtck", metadata.substr(0, metadata.size() / 2));
   EXPECT_NE(errorOf([&] { CheckpointReader reader(dir); }).find(dir + "/metadata.dtck is truncated"),
             std::string::npos);
-  EXPECT_NE(missingCheckpointParts(dir).at(0).find("metadata.dtck is invalid (" + dir + "/metadata.dtck is truncated"),
-            std::string::npos);
+  EXPECT_TRUE(missingCheckpointParts(dir).empty()) << "a present metadata file that does not read is damage";
+}
+
+// A metadata file that fails its checksum: the newest checkpoint is damaged,
+// not unfinished. Resuming skips it with a warning naming the file (so an
+// older one is used), and writing the next checkpoint does not delete it
+// as a dead write.
+TEST(ShardedCheckpointTest, DamagedMetadataIsCorruptionNeverAnUnfinishedWrite) {
+  TempDir parent;
+  writeSharded(parent.path(), 2);
+  const std::string dir = writeSharded(parent.path(), 5);
+  std::string metadata = readFile(dir + "/metadata.dtck");
+  metadata[metadata.size() - 10] ^= 0x20;  // in the stored CRC (the trailer: length, CRC, end magic)
+  writeFile(dir + "/metadata.dtck", metadata);
+  EXPECT_TRUE(missingCheckpointParts(dir).empty());
+  EXPECT_EQ(newestCompleteCheckpoint(parent.path()), dir);
+  EXPECT_NE(errorOf([&] { loadCheckpoint(dir); }).find(dir + "/metadata.dtck: checksum mismatch"), std::string::npos);
+
+  setLogLevel(LogLevel::kInfo);
+  ::testing::internal::CaptureStderr();
+  const auto latest = Checkpointer({.dir = parent.path()}).loadLatestValid();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->first, parent / "ckpt-000000002");
+  EXPECT_NE(log.find("skipping an invalid checkpoint: " + dir + "/metadata.dtck: checksum mismatch"), std::string::npos)
+      << log;
+
+  // Written next with --keep 1: the damaged one is newer than the only
+  // valid one kept, so it stays for someone to look at.
+  Checkpointer ckpt({.dir = parent.path(), .keep = 1});
+  ckpt.save(3, {{{"x", torch::zeros({2})}}, {}});
+  EXPECT_EQ(ckpt.list(), (std::vector<std::string>{dir, parent / "ckpt-000000003.dtck"}));
 }
 
 TEST(ShardedCheckpointTest, PruningKeepsWholeCheckpointsAndDropsDeadWrites) {

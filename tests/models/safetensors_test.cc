@@ -110,7 +110,7 @@ TEST(SafetensorsTest, MalformedFilesNameTheFileAndTheRule) {
   }
   const std::string missing = dir / "missing.safetensors";
   const std::string msg = testing::errorOf<IoError>([&] { readSafetensors(missing); });
-  EXPECT_TRUE(contains(msg, "cannot open " + missing)) << msg;
+  EXPECT_TRUE(contains(msg, "cannot open safetensors file " + missing)) << msg;
 }
 
 TEST(SafetensorsTest, ModuleWeightsRoundTripStrictly) {
