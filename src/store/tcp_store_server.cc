@@ -174,8 +174,27 @@ void TcpStoreServer::Impl::acceptClients() {
   }
 }
 
+bool TcpStoreServer::Impl::evictOldestStranger(const std::string& newcomer) {
+  while (!accept_order_.empty()) {
+    const ClientId id = accept_order_.front();
+    accept_order_.pop_front();
+    auto it = connections_.find(id);
+    if (it == connections_.end() || it->second->greeted || it->second->refused) continue;
+    DTRAIN_LOG_THROTTLED(limit_log_, LogLevel::kWarn,
+                         "store server " << where_ << ": at its limit of " << max_connections_
+                         << " connections; closed " << it->second->peer << ", the oldest that has not said HELLO, "
+                         << "to make room for " << newcomer);
+    closeConnection(id);
+    return true;
+  }
+  return false;
+}
+
 void TcpStoreServer::Impl::admit(FileDescriptor socket, std::string peer) {
-  const bool over_limit = connections_.size() - num_refused_ >= max_connections_;
+  bool over_limit = connections_.size() - num_refused_ >= max_connections_;
+  // Room is made by dropping a stranger that has not authenticated, never
+  // by refusing a newcomer that may be a worker about to say HELLO.
+  if (over_limit && evictOldestStranger(peer)) over_limit = false;
   const std::string why = over_limit ? "the store server at " + where_ + " is at its limit of " +
                                            std::to_string(max_connections_) +
                                            " connections (TcpStoreServerOptions::max_connections); "
@@ -206,7 +225,10 @@ void TcpStoreServer::Impl::admit(FileDescriptor socket, std::string peer) {
   Connection& c = *owned;
   connections_.emplace(id, std::move(owned));
   num_clients_.fetch_add(1, std::memory_order_relaxed);
-  if (!over_limit) return;
+  if (!over_limit) {
+    accept_order_.push_back(id);
+    return;
+  }
   // The reason is sent before the HELLO arrives; the HELLO is read and
   // dropped while the refusal lingers, so the client reads the reason
   // instead of a reset.
@@ -263,6 +285,11 @@ void TcpStoreServer::Impl::sweep(SteadyTime now) {
     doomed.push_back(id);
   }
   for (ClientId id : doomed) closeConnection(id);
+  // Forget the greeted and the closed: only strangers are ever evicted.
+  std::erase_if(accept_order_, [this](ClientId id) {
+    auto it = connections_.find(id);
+    return it == connections_.end() || it->second->greeted || it->second->refused;
+  });
 }
 
 void TcpStoreServer::Impl::serveBacklog() {

@@ -17,6 +17,7 @@
 #include <sys/epoll.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -101,6 +102,11 @@ class TcpStoreServer::Impl {
   void deliver(std::vector<StoreReply> replies);
   // Processes connections unblocked by deliver() until nothing changes.
   void drainReady();
+  // At the connection limit: closes the oldest connection that has not
+  // said HELLO (a client that authenticates promptly never is one), so a
+  // flood of idle sockets cannot keep clients out. False when every
+  // connection has said HELLO.
+  bool evictOldestStranger(const std::string& newcomer);
 
   TcpStoreServerOptions options_;
   size_t max_connections_;
@@ -118,6 +124,10 @@ class TcpStoreServer::Impl {
   // Touched only by the loop thread once it runs.
   std::unordered_map<ClientId, std::unique_ptr<Connection>> connections_;
   size_t num_refused_ = 0;  // connections_ lingering after a REFUSED reply
+  // Connections in the order they were accepted, for finding the oldest one
+  // still without a HELLO when the server is full; entries of connections
+  // greeted or closed since are skipped, and pruned by sweep().
+  std::deque<ClientId> accept_order_;
   size_t buffered_bytes_ = 0;  // over all decoders
   std::vector<char> read_buffer_;  // every recv() lands here first
   std::vector<ClientId> ready_;

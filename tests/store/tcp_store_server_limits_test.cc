@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -110,6 +112,31 @@ TEST(TcpStoreServerLimitsTest, AClientBeyondTheConnectionLimitIsToldWhy) {
   ASSERT_EQ(waiting.wait_for(std::chrono::seconds(15)), std::future_status::ready);
   waiting.get();
   EXPECT_EQ(second.get("served"), "again");
+}
+
+// Sockets that connect and never say HELLO fill a full server's places
+// only until a client comes: the oldest of them makes room, long before its
+// HELLO timeout, and a worker restarting into a flood is served at once.
+TEST(TcpStoreServerLimitsTest, SilentConnectionsCannotKeepAClientOut) {
+  TcpStoreServerOptions options = loopbackServerOptions();
+  options.max_connections = 4;
+  options.hello_timeout = std::chrono::seconds(60);
+  TcpStoreServer server(options);
+  TcpStore greeted(clientOptionsFor(server));
+  std::vector<std::unique_ptr<RawConnection>> flood;
+  for (int i = 0; i < 3; ++i) flood.push_back(std::make_unique<RawConnection>(server.port()));
+  greeted.set("filled", "1");  // a loop turn later, all three are in
+  CaptureStderr();
+  TcpStoreClientOptions restarting = clientOptionsFor(server);
+  restarting.connect_timeout = milliseconds(3000);
+  const auto started = std::chrono::steady_clock::now();
+  TcpStore worker(restarting);
+  worker.set("worker", "served");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(2));
+  EXPECT_TRUE(flood[0]->closedByServer()) << "the oldest silent socket made room";
+  const std::string log = GetCapturedStderr();
+  EXPECT_NE(log.find("the oldest that has not said HELLO, to make room for 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_EQ(greeted.get("worker"), "served");
 }
 
 TEST(TcpStoreServerLimitsTest, BytesBufferedOverAllConnectionsAreCapped) {
