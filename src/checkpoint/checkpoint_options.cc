@@ -15,7 +15,7 @@ void declareCheckpointConsolidateOptions(OptionSet& set, CheckpointToolOptions& 
   set.path("--out", o.out,
            "The checkpoint file to write: every tensor of the checkpoint whole, in the single-file format that "
            "`dtrain train --resume`, `dtrain generate` and `dtrain checkpoint export` read")
-      .creatable();
+      .creatableFile();
 }
 
 void declareCheckpointExportOptions(OptionSet& set, CheckpointToolOptions& o) {

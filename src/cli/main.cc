@@ -1,7 +1,9 @@
 // dtrain: one binary, one subcommand per file under cli/.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "common/error.h"
@@ -31,6 +33,56 @@ std::string versionText() {
   parts += " libtorch-" DTRAIN_TORCH_VERSION;
 #endif
   return text + "\nbuilt with:" + (parts.empty() ? std::string(" the launcher and tools only") : parts);
+}
+
+// Edits (insert, delete, replace) between two words.
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// After "The following arguments were not expected": for each --flag of
+// the command line the command does not know, the nearest one it does
+// ("dtrain train: unknown flag --modle; did you mean --model?").
+void suggestFlags(CLI::App& app, int argc, char** argv) {
+  CLI::App* command = &app;
+  for (auto subs = command->get_subcommands(); !subs.empty(); subs = command->get_subcommands()) command = subs.front();
+  std::vector<std::string> known;
+  for (const CLI::Option* option : command->get_options()) {
+    for (const std::string& name : option->get_lnames()) known.push_back("--" + name);
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (!arg.starts_with("--") || arg.size() < 3) continue;
+    arg = arg.substr(0, arg.find('='));
+    if (command->get_option_no_throw(arg) != nullptr) continue;
+    std::string best;
+    size_t best_distance = std::max<size_t>(2, arg.size() / 3) + 1;
+    for (const std::string& name : known) {
+      const size_t d = editDistance(arg, name);
+      if (d < best_distance) {
+        best = name;
+        best_distance = d;
+      }
+    }
+    std::string where;  // "dtrain bench train"
+    for (const CLI::App* a = command; a != nullptr; a = a->get_parent()) {
+      where = a->get_name() + (where.empty() ? "" : " " + where);
+    }
+    std::fprintf(stderr, "%s: unknown flag %s%s\n", where.c_str(), arg.c_str(),
+                 best.empty() ? "; `--help` lists the flags" : ("; did you mean " + best + "?").c_str());
+  }
 }
 
 int runMain(int argc, char** argv) {
@@ -66,6 +118,7 @@ int runMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // CLI11 prints help/usage; usage errors exit 2 like torchrun's argparse.
     int rc = app.exit(e);
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) suggestFlags(app, argc, argv);
     return rc == 0 ? 0 : 2;
   }
   return exit_code.value;

@@ -1,5 +1,5 @@
-// `dtrain train`: data-parallel training of a built-in model on a built-in
-// data set. Run it under `dtrain launch` (or torchrun) for several ranks:
+// `dtrain train`: training of a built-in model (image or language model) on
+// a built-in or given data set. Run it under `dtrain launch` (or torchrun) for several ranks:
 //   dtrain launch --nproc-per-node 2 --standalone dtrain train --epochs 3
 // The options are declared in train/train_options.cc; the runtime (and with
 // it libtorch) is loaded only when the command runs.
@@ -12,8 +12,10 @@ namespace dtrain::cli {
 
 void registerTrain(CLI::App& app, ExitCode& exit_code) {
   CLI::App* cmd = app.add_subcommand(
-      "train", "Data-parallel training of a built-in model (mlp, cnn, resnet18/34/50) on Fashion-MNIST, MNIST, "
-               "CIFAR-10 or synthetic data; run it under `dtrain launch` for several ranks");
+      "train", "Training of a built-in model: image models (mlp, cnn, resnet18/34/50) on Fashion-MNIST, MNIST, "
+               "CIFAR-10 or synthetic data, language models (gpt2, llama and their sizes, or a Hugging Face "
+               "directory with --init-from) on token shards or Debian's fortunes; data, tensor and pipeline "
+               "parallel; run it under `dtrain launch` for several ranks");
   auto bound = bindNew<TrainOptions>(*cmd, "dtrain train", declareTrainOptions);
   cmd->callback([bound, &exit_code] {
     exit_code.value = trainingRuntime<int (*)(const TrainOptions*)>("dtrain_run_training")(&bound->options);

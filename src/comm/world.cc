@@ -1,5 +1,6 @@
 #include "comm/world.h"
 
+#include "common/address.h"
 #include "common/env.h"
 #include "common/error.h"
 #include "common/settings.h"
@@ -32,6 +33,17 @@ uint16_t parsePort(const std::string& text, const std::string& what) {
     throw ConfigError(what + "=" + text + " is not a TCP port; expected 1..65535");
   }
   return static_cast<uint16_t>(port);
+}
+
+// Where rank 0's store listens for MASTER_ADDR `host`: a loopback address
+// or "localhost" as given (no other host can reach it anyway), a numeric
+// address of this machine as given, anything else (a name, or an address
+// this machine does not hold, as behind a NAT) the wildcard.
+std::string workerStoreBindAddress(const std::string& host) {
+  const std::string bare = withoutBrackets(host);
+  if (bare == "localhost" || isLoopbackLiteral(bare)) return bare;
+  if (isNumericAddress(bare) && resolvesToThisMachine(bare)) return bare;
+  return bare.find(':') != std::string::npos ? "::" : "0.0.0.0";
 }
 
 }  // namespace
@@ -86,9 +98,11 @@ World worldFromEnvironment() {
     client.port = parsePort(requireEnv("MASTER_PORT", why), "MASTER_PORT");
     if (world.rank == 0) {
       TcpStoreServerOptions server;
-      // Bind where the others will connect; a wildcard bind also serves a
-      // MASTER_ADDR that is this host's name.
-      server.bind_address = "0.0.0.0";
+      // Bind where the others will connect, and no wider: a loopback
+      // MASTER_ADDR (a job on one host) or this host's numeric address is
+      // bound as given; a name (which may stand for several of this host's
+      // addresses) gets the wildcard.
+      server.bind_address = workerStoreBindAddress(client.host);
       server.port = client.port;
       server.token = client.token;
       world.server = std::make_shared<TcpStoreServer>(server);

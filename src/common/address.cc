@@ -101,6 +101,12 @@ std::string withoutBrackets(const std::string& host) {
   return host;
 }
 
+bool isNumericAddress(const std::string& host) {
+  const std::string bare = withoutBrackets(host);
+  unsigned char numeric[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET, bare.c_str(), numeric) == 1 || ::inet_pton(AF_INET6, bare.c_str(), numeric) == 1;
+}
+
 bool isLoopbackLiteral(const std::string& host) {
   AddrInfoList addresses = resolve(withoutBrackets(host), SOCK_STREAM, AI_NUMERICHOST);
   return addresses && isLoopback(addresses->ai_addr);

@@ -21,6 +21,9 @@ std::string withoutBrackets(const std::string& host);
 // address (brackets allowed); false for anything else, names included.
 bool isLoopbackLiteral(const std::string& host);
 
+// True for a numeric IPv4 or IPv6 address (brackets allowed), false for names.
+bool isNumericAddress(const std::string& host);
+
 // True when `host` (a name or a numeric address, brackets allowed) resolves
 // to a loopback address or to an address of one of this machine's network
 // interfaces. Says nothing about names that do not resolve ("localhost" does

@@ -310,6 +310,8 @@ std::string PathOption::accepted() const {
     case Kind::kExistingFile: return "an existing file";
     case Kind::kExistingDirectory: return "an existing directory";
     case Kind::kCreatable: return "a path in an existing directory";
+    case Kind::kCreatableFile: return "a file path in an existing directory";
+    case Kind::kCreatableDirectory: return "a directory (created if missing)";
     case Kind::kAny: break;
   }
   return "a path";
@@ -332,6 +334,13 @@ void PathOption::check() const {
       break;
     case Kind::kCreatable:
       if (!isDirectory(parentOf(field_))) reject(field_, "its directory " + quoted(parentOf(field_)) + " does not exist");
+      break;
+    case Kind::kCreatableFile:
+      if (isDirectory(field_)) reject(field_, "a directory");
+      if (!isDirectory(parentOf(field_))) reject(field_, "its directory " + quoted(parentOf(field_)) + " does not exist");
+      break;
+    case Kind::kCreatableDirectory:
+      if (const std::string blocker = directoryBlocker(field_); !blocker.empty()) reject(field_, blocker);
       break;
     case Kind::kAny: break;
   }

@@ -206,12 +206,17 @@ class TextOption : public OptionBuilder<TextOption> {
 // A path; "" is allowed (the feature is off) unless required.
 class PathOption : public OptionBuilder<PathOption> {
  public:
-  enum class Kind { kAny, kExistingFile, kExistingDirectory, kCreatable };
+  enum class Kind { kAny, kExistingFile, kExistingDirectory, kCreatable, kCreatableFile, kCreatableDirectory };
   PathOption(std::string names, std::string& field, std::string help);
   PathOption& existingFile() { return kind(Kind::kExistingFile); }
   PathOption& existingDirectory() { return kind(Kind::kExistingDirectory); }
   // Its parent directory exists (a file or directory the command creates).
   PathOption& creatable() { return kind(Kind::kCreatable); }
+  // A file the command writes: its directory exists and it is no directory.
+  PathOption& creatableFile() { return kind(Kind::kCreatableFile); }
+  // A directory the command makes if missing (mkdir -p): nothing on the way
+  // to it is a file.
+  PathOption& creatableDirectory() { return kind(Kind::kCreatableDirectory); }
   std::string typeName() const override { return "path"; }
   std::string accepted() const override;
   std::string valueText() const override { return field_; }

@@ -126,6 +126,9 @@ std::vector<std::map<std::string, std::string>> ElasticAgent::workerEnvironments
     // Our store does not speak PyTorch's TCPStore protocol: rank 0 of a
     // PyTorch job hosts its own store at MASTER_PORT.
     env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+    // As torchrun: a failed NCCL collective aborts the worker instead of
+    // hanging it, unless the user chose otherwise.
+    if (base.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0) env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
     const std::string rank_dir = attemptLogDir(restart_count) + "/" + std::to_string(local);
     std::error_code ec;
     std::filesystem::create_directories(rank_dir, ec);

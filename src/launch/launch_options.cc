@@ -9,6 +9,7 @@
 #include <cctype>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "launch/launch_flags.h"
 
 namespace dtrain {
@@ -248,7 +249,12 @@ void declareLogFlags(OptionSet& set, LaunchFlagValues& values) {
   value(set, "--log-dir", "DIR", "", "a directory (created if missing)",
         "directory for the workers' log files, in a folder <run-id>_<random> of each run's own (default: a new "
         "one under $TMPDIR)",
-        text(config.log_dir));
+        [&config](const FlagValue& v) {
+          if (const std::string blocker = directoryBlocker(v.value); !v.value.empty() && !blocker.empty()) {
+            v.fail(blocker + "; expected a directory (created if missing)");
+          }
+          config.log_dir = v.value;
+        });
   value(set, "-r,--redirects", "STD", "0", kStreams,
         "streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank 0:1,1:2",
         [&values](const FlagValue& v) { values.redirects = parseStreams(v); });

@@ -1,6 +1,7 @@
 #include "train/step_timeline.h"
 
 #include <cstdio>
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
@@ -171,9 +172,16 @@ std::string StepTimeline::merge(const std::string& path, int world_size) {
   {
     std::ofstream out(tmp);
     out << trace.dump() << "\n";
-    if (!out) throw IoError("--timeline: cannot write " + tmp);
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw IoError("--timeline: cannot write " + tmp);
+    }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw IoError("--timeline: cannot rename " + tmp + " to " + path);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());  // nothing left behind
+    throw errnoError("rename", err, "--timeline: cannot rename " + tmp + " to " + path);
+  }
   if (missing.empty()) return "";
   std::ostringstream note;
   note << "--timeline: no part from rank(s)";

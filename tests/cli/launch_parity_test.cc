@@ -141,6 +141,18 @@ TEST(LaunchParityTest, OmpNumThreadsFollowsTorchrunsRule) {
   EXPECT_FALSE(contains(one.output, "setting OMP_NUM_THREADS")) << one.output;
 }
 
+// torchrun sets TORCH_NCCL_ASYNC_ERROR_HANDLING=1 for every worker unless
+// the user set it.
+TEST(LaunchParityTest, NcclAsyncErrorHandlingFollowsTorchrunsRule) {
+  const std::string show = " --nproc-per-node 2 --no-python sh -c \"echo NCCL=[\\$TORCH_NCCL_ASYNC_ERROR_HANDLING]\"";
+  auto unset = runCommand("env -u TORCH_NCCL_ASYNC_ERROR_HANDLING " + launchCommand() + show, 60);
+  ASSERT_EQ(unset.exit_code, 0) << unset.output;
+  EXPECT_EQ(occurrencesOf(unset.output, "NCCL=[1]"), 2) << unset.output;
+  auto own = runCommand("TORCH_NCCL_ASYNC_ERROR_HANDLING=0 " + launchCommand() + show, 60);
+  ASSERT_EQ(own.exit_code, 0) << own.output;
+  EXPECT_EQ(occurrencesOf(own.output, "NCCL=[0]"), 2) << "the user's value is kept\n" << own.output;
+}
+
 // A worker whose Python lacks a module it imports (torch, typically: the
 // python3 on PATH is not the one with torch): the summary names the
 // interpreter that ran and how to choose another.

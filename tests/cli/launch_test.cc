@@ -279,6 +279,8 @@ TEST(LaunchTest, BadInputIsAClearErrorNeverAHang) {
       {"--nnodes 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" + std::to_string(closed_port) +
            " --rdzv-conf is_host=0,join_timeout=2 --no-python true",
        "127.0.0.1:" + std::to_string(closed_port)},
+      {"--log-dir /etc/hostname --no-python true",
+       "--log-dir /etc/hostname: '/etc/hostname' is a regular file; expected a directory (created if missing)"},
   };
   for (const auto& c : cases) {
     auto start = std::chrono::steady_clock::now();
