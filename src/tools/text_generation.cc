@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -116,6 +117,15 @@ torch::Device pickDevice(GenerateDevice device) {
                                                                                       : torch::Device(torch::kCPU);
 }
 
+// How far back the model looks. GPT-2's learned positions past the length
+// it was trained at (seq_len) were never trained: it sees the last seq_len
+// tokens, a window that slides as the text grows (as nanoGPT crops its
+// context). Rotary positions (llama) have no such table: the whole context,
+// up to max_seq_len; past the trained length the run says so.
+int64_t windowOf(const models::LanguageModelConfig& c) {
+  return c.family == models::LmFamily::kGpt2 ? c.seq_len : 0;
+}
+
 // The prompt's tokens (the end-of-text token alone for an empty prompt),
 // checked against the model's vocabulary and positions.
 std::vector<int64_t> contextTokens(const GenerateOptions& o, const data::Tokenizer& tokenizer,
@@ -128,6 +138,7 @@ std::vector<int64_t> contextTokens(const GenerateOptions& o, const data::Tokeniz
   const std::vector<uint32_t> ids = tokenizer.encode(o.prompt);
   std::vector<int64_t> context(ids.begin(), ids.end());
   if (context.empty()) context.push_back(tokenizer.eotToken());
+  if (windowOf(c) > 0) return context;  // any length: the window slides
   const int64_t prompt = static_cast<int64_t>(context.size()), limit = c.max_seq_len;
   if (prompt >= limit) {
     throw ConfigError("--prompt: " + std::to_string(prompt) + " tokens, but the model has " + std::to_string(limit) +
@@ -180,16 +191,30 @@ struct Completion {
 };
 
 // Feeds the context once, then each drawn token, through the KV cache.
+// With a window (windowOf), the model sees at most its last `window`
+// tokens: once the cache holds that many, each new token re-reads the
+// window's last tokens afresh (positions from 0), as a model of learned
+// positions was trained to see them.
 Completion complete(models::LanguageModel& lm, const std::vector<int64_t>& context, int64_t max_new_tokens,
-                    TokenSampler& sampler, int64_t eot, torch::Device device, Precision precision) {
+                    TokenSampler& sampler, int64_t eot, torch::Device device, Precision precision, int64_t window) {
   AutocastGuard autocast(device, precision);
   const auto cache_options =
       torch::TensorOptions().device(device).dtype(precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat);
-  models::KvCache cache(lm.config(), 1, static_cast<int64_t>(context.size()) + max_new_tokens - 1, cache_options);
+  const int64_t whole = static_cast<int64_t>(context.size()) + max_new_tokens - 1;
+  const int64_t capacity = window > 0 ? std::min(window, whole) : whole;
+  std::optional<models::KvCache> cache;
   const auto index = torch::TensorOptions().dtype(torch::kLong);
+  std::vector<int64_t> text = context;
+  // A fresh cache over the text's last `capacity` tokens.
+  const auto reread = [&] {
+    cache.emplace(lm.config(), 1, capacity, cache_options);
+    const int64_t from = std::max<int64_t>(0, static_cast<int64_t>(text.size()) - capacity);
+    const std::vector<int64_t> seen(text.begin() + from, text.end());
+    return lm.forwardCached(torch::tensor(seen, index).view({1, -1}).to(device), *cache);
+  };
   Completion out;
   const auto start = Clock::now();
-  torch::Tensor logits = lm.forwardCached(torch::tensor(context, index).view({1, -1}).to(device), cache);
+  torch::Tensor logits = reread();
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     const int64_t token = sampler.next(logits.select(0, 0).select(0, -1));
     if (i == 0) out.first_token_s = secondsSince(start);
@@ -198,7 +223,13 @@ Completion complete(models::LanguageModel& lm, const std::vector<int64_t>& conte
       break;
     }
     out.tokens.push_back(token);
-    if (i + 1 < max_new_tokens) logits = lm.forwardCached(torch::full({1, 1}, token, index.device(device)), cache);
+    text.push_back(token);
+    if (i + 1 == max_new_tokens) break;
+    if (cache->length() < cache->capacity()) {
+      logits = lm.forwardCached(torch::full({1, 1}, token, index.device(device)), *cache);
+    } else {
+      logits = reread();  // the window slides
+    }
   }
   out.total_s = secondsSince(start);
   return out;
@@ -207,10 +238,22 @@ Completion complete(models::LanguageModel& lm, const std::vector<int64_t>& conte
 std::string describe(const std::string& path, const models::LanguageModelConfig& c, const data::Tokenizer& tokenizer,
                      torch::Device device, Precision precision) {
   std::ostringstream out;
-  out << "dtrain generate: " << path << " (" << c.name << ", " << c.layers << " layers, dim " << c.dim << ", vocab "
-      << c.vocab_size << ", " << c.max_seq_len << " positions), tokenizer " << tokenizer.name() << ", " << device.str()
-      << ", " << precisionName(precision);
+  out << "dtrain generate: " << path << " (" << c.name << ", " << c.layers << " layers, dim " << c.dim << ", "
+      << c.heads << " heads, vocab " << c.vocab_size << ", trained on " << c.seq_len << " of its " << c.max_seq_len
+      << " positions" << (windowOf(c) > 0 ? "; it sees the last " + std::to_string(windowOf(c)) + " tokens" : "")
+      << "), tokenizer " << tokenizer.name() << ", " << device.str() << ", " << precisionName(precision);
   return out.str();
+}
+
+// A rotary model asked past the length it was trained at: it runs, and says so.
+void notePastTheTrainedLength(const models::LanguageModelConfig& c, int64_t prompt, int64_t max_new_tokens) {
+  if (windowOf(c) > 0 || prompt + max_new_tokens <= c.seq_len) return;
+  std::fprintf(stderr,
+               "dtrain generate: warning: the prompt's %lld tokens and up to %lld new ones pass the %lld positions "
+               "the model was trained on (--seq-len); rotary positions beyond them were never trained, so the text "
+               "may degrade there\n",
+               static_cast<long long>(prompt), static_cast<long long>(max_new_tokens),
+               static_cast<long long>(c.seq_len));
 }
 
 void printTiming(const Completion& done, int64_t prompt_tokens) {
@@ -240,9 +283,11 @@ int runGeneration(const GenerateOptions& o) {
   lm->to(device);
   lm->eval();
   std::fprintf(stderr, "%s\n", describe(path, config, *tokenizer, device, precision).c_str());
+  notePastTheTrainedLength(config, static_cast<int64_t>(context.size()), o.max_new_tokens);
 
   TokenSampler sampler(o, tokenizer->vocabSize(), device);
-  const Completion done = complete(*lm, context, o.max_new_tokens, sampler, tokenizer->eotToken(), device, precision);
+  const Completion done =
+      complete(*lm, context, o.max_new_tokens, sampler, tokenizer->eotToken(), device, precision, windowOf(config));
   // The prompt as given (an empty one's end-of-text token left out) and the
   // completion, decoded together so a character split between them stays whole.
   // (encode() never emits the end-of-text token, so a leading one was put there for an empty prompt.)

@@ -345,7 +345,7 @@ double timedSteps(TrainStep& step, const torch::Tensor& inputs, const torch::Ten
 }  // namespace
 
 int runThroughputBench(const BenchTrainOptions& o) {
-  checkBenchTrainOptions(o);
+  checkBenchTrainOptions(o, torch::cuda::is_available());  // a CPU run captures no CUDA graph
   const OptimizerOptions optimizer = benchOptimizer(o);
   const models::LanguageModelConfig lm = isLanguageModel(o.model) ? languageModelConfig(o.model)
                                                                   : models::LanguageModelConfig{};
@@ -355,7 +355,7 @@ int runThroughputBench(const BenchTrainOptions& o) {
     if (limit <= 0) return;
     if (auto in = benchMemoryInputs(o, lm, optimizer, ctx.size())) {
       in->fused_head = in->gpu = ctx.device().is_cuda();
-      checkFits(*in, limit, device_name);
+      checkFits(*in, limit, plannedMemoryName(ctx.device(), device_name));
     }
   };
   TrainingJob job(parts, benchModel(o));

@@ -2,6 +2,9 @@
 
 #include "train/train_settings.h"
 
+#include "common/env.h"
+#include "common/host_memory.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -56,7 +59,18 @@ int64_t deviceFreeBytes(const torch::Device& device) { return memoryInfo(device)
 
 int64_t plannedDeviceBytes(const torch::Device& device) {
   const int64_t setting = deviceMemorySetting();
-  return setting > 0 ? setting : deviceFreeBytes(device);
+  if (setting > 0) return setting;
+  if (device.is_cpu()) return hostMemory().available / localRanks();
+  return deviceFreeBytes(device);
+}
+
+int64_t localRanks() { return envInt("LOCAL_WORLD_SIZE", 1, 1 << 20).value_or(1); }
+
+std::string plannedMemoryName(const torch::Device& device, const std::string& device_name) {
+  if (deviceMemorySetting() > 0 || !device.is_cpu()) return device_name;
+  const int64_t ranks = localRanks();
+  return "this host's memory, " + describeHostMemory(hostMemory()) +
+         (ranks > 1 ? ", shared by its " + std::to_string(ranks) + " ranks" : std::string());
 }
 int64_t deviceTotalBytes(const torch::Device& device) { return memoryInfo(device).second; }
 

@@ -121,6 +121,25 @@ void ImageClassificationTask::load() {
     throw ConfigError(std::string("--dataset '") + datasetName(dataset) +
                       "': unknown; expected one of fashion-mnist, mnist, cifar10 or synthetic");
   }
+  checkSplitsAgree();
+}
+
+// The model is built for the training images: test images of another
+// shape would fail only at the first evaluation, deep in a product.
+void ImageClassificationTask::checkSplitsAgree() const {
+  const auto shapeOf = [](const torch::Tensor& images) {
+    std::string text;
+    for (int64_t d = 1; d < images.dim(); ++d) text += (d > 1 ? "x" : "") + std::to_string(images.size(d));
+    return text;
+  };
+  if (train_.images.sizes().slice(1) == test_.images.sizes().slice(1)) return;
+  const bool idx = options_.dataset == DatasetKind::kFashionMnist || options_.dataset == DatasetKind::kMnist;
+  const std::string where = options_.data_dir.empty() ? std::string(datasetName(options_.dataset))
+                                                      : "--data-dir " + options_.data_dir;
+  throw ConfigError(where + ": the test images" + (idx ? " (t10k-images-idx3-ubyte)" : "") + " are " +
+                    shapeOf(test_.images) + " (channels x height x width), the training images" +
+                    (idx ? " (train-images-idx3-ubyte)" : "") + " " + shapeOf(train_.images) +
+                    "; expected both splits to hold images of one shape");
 }
 
 std::string ImageClassificationTask::describe() const {

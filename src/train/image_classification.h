@@ -32,6 +32,8 @@ class ImageClassificationTask : public Task {
 
  private:
   void load();
+  // ConfigError when the test images are not of the training images' shape.
+  void checkSplitsAgree() const;
 
   DataOptions options_;
   ModelSpec model_;

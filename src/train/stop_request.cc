@@ -7,6 +7,8 @@
 #include <cstring>
 #include <ctime>
 
+#include <unistd.h>
+
 namespace dtrain {
 namespace {
 
@@ -16,6 +18,8 @@ constexpr int kStopSignals[] = {SIGUSR1, SIGTERM, SIGINT};
 // launcher forwards what it got), not a user insisting.
 constexpr int64_t kSameEventNs = 2'000'000'000;
 std::atomic<int> g_received{0};
+// False until the training loop starts: before that there is nothing to save.
+std::atomic<bool> g_deferring{false};
 std::atomic<int64_t> g_received_at_ns{0};
 struct sigaction g_previous[3];
 
@@ -25,7 +29,29 @@ int64_t monotonicNs() {
   return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
 }
 
+// Async-signal-safe: the sentence, then _exit(128 + sig).
+[[noreturn]] void stopBeforeTheFirstStep(int sig) {
+  const char* name = sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : "SIGINT";
+  const int code = 128 + sig;
+  char text[160];
+  size_t n = 0;
+  auto put = [&](const char* part) {
+    while (*part != '\0' && n < sizeof(text) - 1) text[n++] = *part++;
+  };
+  put("dtrain train: stopped by ");
+  put(name);
+  put(" before the first step (nothing to save); exit ");
+  char digits[4] = {static_cast<char>('0' + code / 100), static_cast<char>('0' + code / 10 % 10),
+                    static_cast<char>('0' + code % 10), '\0'};
+  put(digits);
+  put("\n");
+  ssize_t ignored = ::write(STDERR_FILENO, text, n);
+  (void)ignored;
+  ::_exit(code);
+}
+
 void onStopSignal(int sig) {
+  if (!g_deferring.load()) stopBeforeTheFirstStep(sig);
   int expected = 0;
   if (g_received.compare_exchange_strong(expected, sig)) {
     g_received_at_ns.store(monotonicNs());
@@ -42,6 +68,7 @@ void onStopSignal(int sig) {
 
 StopSignals::StopSignals() {
   g_received.store(0);
+  g_deferring.store(false);
   struct sigaction action;
   std::memset(&action, 0, sizeof(action));
   action.sa_handler = onStopSignal;
@@ -49,6 +76,8 @@ StopSignals::StopSignals() {
   action.sa_flags = SA_RESTART;
   for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &action, &g_previous[i]);
 }
+
+void StopSignals::deferFromNowOn() { g_deferring.store(true); }
 
 StopSignals::~StopSignals() {
   for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &g_previous[i], nullptr);

@@ -9,7 +9,11 @@
 //
 // Contract:
 // - StopSignals installs the handlers for its lifetime (restoring the
-//   previous ones after). The first of the three signals is recorded; a
+//   previous ones after). Until deferFromNowOn() — called as the training
+//   loop starts — a stop signal ends the process at once with 128 + the
+//   signal's number, saying so on stderr: waiting for peers, reading data
+//   or a checkpoint, there is nothing to save and no step to finish.
+//   From then on the first of the three signals is recorded; a
 //   SIGINT or SIGTERM that comes again more than 2 s later ends the process
 //   at once with the default action (a user who presses Ctrl-C twice means
 //   it; a launcher's deadline has passed). Repeats within 2 s are the same
@@ -42,7 +46,10 @@ class StopSignals {
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
-  // The first signal received since the handlers were installed (0: none).
+  // From here on a stop signal waits for the step in flight (before: the
+  // process ends at once).
+  static void deferFromNowOn();
+  // The first signal received since deferFromNowOn() (0: none).
   static int received();
   // For tests: forget the recorded signal.
   static void reset();

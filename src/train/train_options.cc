@@ -2,10 +2,15 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
 #include <utility>
 #include <vector>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/options.h"
 #include "models/catalog.h"
 #include "models/hf_config.h"
@@ -31,7 +36,8 @@ const Words<TokenizerKind> kTokenizers = {
     {"byte", TokenizerKind::kByte}, {"gpt2", TokenizerKind::kGpt2}, {"sentencepiece", TokenizerKind::kSentencePiece}};
 const Words<StemKind> kStems = {
     {"auto", StemKind::kAuto}, {"cifar", StemKind::kCifar}, {"imagenet", StemKind::kImageNet}};
-const Words<OptimizerKind> kOptimizers = {{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}};
+const Words<OptimizerKind> kOptimizers = {
+    {"auto", OptimizerKind::kAuto}, {"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}};
 const Words<ScheduleKind> kSchedules = {
     {"constant", ScheduleKind::kConstant}, {"cosine", ScheduleKind::kCosine}, {"step", ScheduleKind::kStep}};
 
@@ -61,8 +67,8 @@ void declareLanguageModel(OptionSet& set, LanguageModelSpec& o) {
   dimension("--seq-len", o.seq_len, "Language models: tokens per training sequence");
   set.integer("--vocab-size", o.vocab_size,
               "Language models: rows of the embedding (e.g. 50304: GPT-2's 50257 padded as llm.c does); must "
-              "cover the tokenizer's ids. Unset on the embedded corpus: the tokenizer's, rounded up to a multiple "
-              "of 64")
+              "cover the tokenizer's ids. Unset on the default corpus (Debian's fortunes): the tokenizer's, "
+              "rounded up to a multiple of 64")
       .range(0, int64_t{1} << 24)
       .defaultMeans("the model's");
   set.choice("--tie-embeddings", o.tie_embeddings,
@@ -198,16 +204,18 @@ void declareData(OptionSet& set, DataOptions& o) {
              "The data set (text: token shards for language models)");
   set.path("--data-dir", o.data_dir,
            "Directory of the data set's files (fashion-mnist default: /usr/share/datasets/fashion-mnist; text: "
-           "token shards in llm.c's format, default: the embedded corpus)")
+           "token shards in llm.c's format, default: the fortunes corpus from /usr/share/games/fortunes)")
       .existingDirectory();
   set.path("--val-data", o.val_data,
            "Text: validation token shards (a directory, a shard or a glob; default: the *_val_* shards of "
            "--data-dir)");
-  declareTokenizerChoice(set, o.tokenizer, "Text without --data-dir: how the embedded corpus is tokenized");
+  declareTokenizerChoice(set, o.tokenizer,
+                         "Text without --data-dir: how the default corpus (Debian's fortunes) is tokenized");
   set.path("--tokenizer-dir", o.tokenizer_dir,
            "gpt2: the directory of encoder.json and vocab.bpe; sentencepiece: the .model file");
   set.path("--cache-dir", o.cache_dir,
-           "Where the tokenized embedded corpus is kept (default: $XDG_CACHE_HOME/dtrain, else ~/.cache/dtrain)");
+           "Where the tokenized default corpus is kept (default: $XDG_CACHE_HOME/dtrain, else ~/.cache/dtrain)")
+      .creatableDirectory();
   set.integer("--tokens-per-step", o.tokens_per_step,
               "Language models: tokens of one optimizer step over all ranks; gradients accumulate over "
               "micro-batches to reach it (0: one micro-batch per rank)")
@@ -228,15 +236,23 @@ void declareData(OptionSet& set, DataOptions& o) {
 }
 
 void declareOptimizer(OptionSet& set, OptimizerOptions& o) {
-  set.choice("--optimizer", o.kind, kOptimizers, "The optimizer");
-  set.number("--lr", o.lr, "Peak learning rate").range(0, 100);
+  set.choice("--optimizer", o.kind, kOptimizers,
+             "The optimizer; auto: sgd for image models, adamw (the GPT recipe) for language models");
+  set.number("--lr", o.lr, "Peak learning rate")
+      .range(0, 100)
+      .defaultMeans("0.05 for image models; language models by size, GPT-3's 6e-4 at 125M parameters down to "
+                    "6e-5 at 175B (more below 125M, at most 3e-3)");
   set.number("--momentum", o.momentum, "SGD momentum").atLeast(0).below(1);
   set.toggle("--nesterov", o.nesterov, "Nesterov momentum (SGD)");
   set.number("--weight-decay", o.weight_decay,
              "Weight decay (decoupled for AdamW; language models leave norms, biases and embeddings undecayed)")
-      .range(0, 10);
+      .range(0, 10)
+      .defaultMeans("5e-4 for image models, 0.1 for language models");
   set.number("--beta1", o.beta1, "AdamW: decay of the first moment").atLeast(0).below(1);
-  set.number("--beta2", o.beta2, "AdamW: decay of the second moment (GPT recipes use 0.95)").atLeast(0).below(1);
+  set.number("--beta2", o.beta2, "AdamW: decay of the second moment")
+      .atLeast(0)
+      .below(1)
+      .defaultMeans("0.999; 0.95 for language models (the GPT recipe)");
   set.number("--clip-grad-norm", o.clip_grad_norm, "Clip gradients to this global L2 norm (0: off)").atLeast(0);
 }
 
@@ -246,11 +262,15 @@ void declareSchedule(OptionSet& set, ScheduleOptions& o) {
   set.choice("--schedule", o.kind, kSchedules, "Learning-rate schedule");
   set.number("--warmup", o.warmup_epochs, "Linear warmup, in epochs (fractions allowed)")
       .range(0, static_cast<double>(kMaxEpochs))
-      .unit("epochs");
+      .unit("epochs")
+      .defaultMeans("0.2 epochs for image models; language models warm up over 5% of the run's steps, at most "
+                    "2000");
   set.integer("--warmup-steps", o.warmup_steps, "Linear warmup, in steps (instead of --warmup epochs)")
       .range(-1, kMaxSteps)
       .defaultMeans("--warmup epochs");
-  set.number("--min-lr", o.min_lr, "Cosine schedule: the learning rate it decays to").range(0, 100);
+  set.number("--min-lr", o.min_lr, "Cosine schedule: the learning rate it decays to")
+      .range(0, 100)
+      .defaultMeans("0 for image models, a tenth of --lr for language models");
   set.number("--step-epochs", o.step_epochs, "Step schedule: multiply the LR by --gamma every N epochs")
       .above(0)
       .atMost(static_cast<double>(kMaxEpochs))
@@ -262,7 +282,8 @@ void declareSchedule(OptionSet& set, ScheduleOptions& o) {
 void declareCheckpoint(OptionSet& set, CheckpointOptions& o) {
   set.path("--checkpoint-dir", o.dir,
            "Where checkpoints go (none if empty): every rank writes its shard of each one there, so jobs of "
-           "several nodes need a file system they all see");
+           "several nodes need a file system they all see")
+      .creatableDirectory();
   set.integer("--checkpoint-every", o.every, "Checkpoint every N steps (0: at the end of each epoch)")
       .range(0, kMaxSteps);
   set.integer("--keep", o.keep, "Checkpoints kept (the newest)").range(1, 1'000'000);
@@ -275,7 +296,7 @@ void declareCheckpoint(OptionSet& set, CheckpointOptions& o) {
             if (text.empty() || text == "auto" || text == "auto-or-fresh" || text == "none") return "";
             struct stat st {};
             if (::stat(text.c_str(), &st) != 0) return "no such file";
-            if (!S_ISDIR(st.st_mode)) return "";
+            if (!S_ISDIR(st.st_mode)) return S_ISREG(st.st_mode) ? "" : fileKindName(st.st_mode);
             const std::string metadata = text + "/metadata.dtck";
             return ::stat(metadata.c_str(), &st) == 0 ? "" : "a directory without metadata.dtck";
           },
@@ -290,7 +311,8 @@ void declareObservability(OptionSet& set, ObservabilityOptions& o) {
       .range(0, kMaxEpochs);
   set.integer("--eval-steps", o.eval_steps, "Also evaluate every N steps (0: off)").range(0, kMaxSteps);
   set.integer("--log-every", o.log_every, "Progress every N steps").range(1, kMaxSteps);
-  set.path("--metrics-jsonl", o.metrics_jsonl, "Append step/eval/summary records as JSON lines here").creatable();
+  set.path("--metrics-jsonl", o.metrics_jsonl, "Append step/eval/summary records as JSON lines here")
+      .creatableFile();
   set.choice("--progress", o.progress,
              {{"auto", ProgressMode::kAuto}, {"bar", ProgressMode::kBar}, {"lines", ProgressMode::kLines},
               {"none", ProgressMode::kNone}},
@@ -300,7 +322,7 @@ void declareObservability(OptionSet& set, ObservabilityOptions& o) {
   set.path("--timeline", o.timeline,
            "Write a Chrome trace (chrome://tracing, Perfetto) of --timeline-steps steps here: forward, backward, "
            "each bucket's all-reduce, optimizer and data wait, one row per rank")
-      .creatable();
+      .creatableFile();
   set.integer("--timeline-steps", o.timeline_steps, "Steps the --timeline trace covers, after warm-up")
       .range(1, 100'000);
   set.port("--metrics-port", o.metrics_port,
@@ -356,6 +378,78 @@ void declareBenchTrainOptions(OptionSet& set, BenchTrainOptions& o) {
 
 bool isLanguageModel(const ModelSpec& model) {
   return models::isLanguageModelName(model.name) || !model.lm.init_from.empty();
+}
+
+double languageModelLr(int64_t parameters) {
+  // GPT-3's models: parameters, peak learning rate.
+  static constexpr std::pair<double, double> kGpt3[] = {{125e6, 6.0e-4}, {350e6, 3.0e-4},  {760e6, 2.5e-4},
+                                                        {1.3e9, 2.0e-4}, {2.7e9, 1.6e-4},  {6.7e9, 1.2e-4},
+                                                        {13e9, 1.0e-4},  {175e9, 0.6e-4}};
+  const double n = static_cast<double>(std::max<int64_t>(parameters, 1));
+  if (n <= kGpt3[0].first) return std::min(3e-3, kGpt3[0].second * std::pow(kGpt3[0].first / n, 0.25));
+  for (size_t i = 1; i < std::size(kGpt3); ++i) {
+    if (n > kGpt3[i].first) continue;
+    const auto [n0, lr0] = kGpt3[i - 1];
+    const auto [n1, lr1] = kGpt3[i];
+    const double t = std::log(n / n0) / std::log(n1 / n0);
+    return std::exp(std::log(lr0) + t * (std::log(lr1) - std::log(lr0)));
+  }
+  return kGpt3[std::size(kGpt3) - 1].second;
+}
+
+TrainOptions withModelDefaults(TrainOptions o) {
+  OptimizerOptions& opt = o.optimizer;
+  ScheduleOptions& schedule = o.schedule;
+  if (!isLanguageModel(o.model)) {
+    if (opt.kind == OptimizerKind::kAuto) opt.kind = OptimizerKind::kSgd;
+    if (opt.lr < 0) opt.lr = 0.05;
+    if (opt.weight_decay < 0) opt.weight_decay = 5e-4;
+    if (opt.beta2 < 0) opt.beta2 = 0.999;
+    if (schedule.warmup_epochs < 0) schedule.warmup_epochs = 0.2;
+    if (schedule.min_lr < 0) schedule.min_lr = 0;
+    return o;
+  }
+  if (opt.kind == OptimizerKind::kAuto) opt.kind = OptimizerKind::kAdamW;
+  if (opt.lr < 0) opt.lr = languageModelLr(models::parameterCount(languageModelConfig(o.model)));
+  if (opt.weight_decay < 0) opt.weight_decay = 0.1;
+  if (opt.beta2 < 0) opt.beta2 = 0.95;
+  if (schedule.warmup_epochs < 0 && schedule.warmup_steps < 0) {
+    schedule.warmup_epochs = 0;
+    schedule.warmup_share = 0.05;
+    schedule.warmup_cap = 2000;
+  }
+  if (schedule.warmup_epochs < 0) schedule.warmup_epochs = 0;
+  if (schedule.min_lr < 0) schedule.min_lr = std::min(opt.lr, 100.0) / 10;
+  return o;
+}
+
+std::string describeOptimizer(const TrainOptions& o) {
+  // Three significant digits: "0.0003", not 0.003 / 10's last bits.
+  const auto formatNumber = [](double value) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.3g", value);
+    return std::string(text);
+  };
+  const OptimizerOptions& opt = o.optimizer;
+  const ScheduleOptions& schedule = o.schedule;
+  std::string text = std::string(optimizerName(opt.kind)) + " lr " + formatNumber(opt.lr) + " (";
+  if (opt.kind == OptimizerKind::kAdamW) {
+    text += "betas " + formatNumber(opt.beta1) + "/" + formatNumber(opt.beta2) + ", ";
+  } else if (opt.momentum > 0) {
+    text += std::string(opt.nesterov ? "nesterov " : "") + "momentum " + formatNumber(opt.momentum) + ", ";
+  }
+  text += "weight decay " + formatNumber(opt.weight_decay) + ", warm-up ";
+  if (schedule.warmup_steps >= 0) {
+    text += std::to_string(schedule.warmup_steps) + " steps";
+  } else if (schedule.warmup_share > 0) {
+    text += formatNumber(schedule.warmup_share * 100) + "% of the steps (at most " +
+            std::to_string(schedule.warmup_cap) + ")";
+  } else {
+    text += formatNumber(schedule.warmup_epochs) + " epochs";
+  }
+  text += ", " + std::string(scheduleName(schedule.kind));
+  if (schedule.kind == ScheduleKind::kCosine) text += " to " + formatNumber(schedule.min_lr);
+  return text + ")";
 }
 
 models::LanguageModelOverrides languageModelOverrides(const LanguageModelSpec& o) {
@@ -414,7 +508,7 @@ void checkModelAndData(const ModelSpec& model, DatasetKind dataset) {
     languageModelConfig(model);  // names the flag that is out of range
     if (dataset != DatasetKind::kText && dataset != DatasetKind::kSynthetic) {
       throw ConfigError("--model " + model.name + " is a language model: it trains on --dataset text (token "
-                        "shards in --data-dir, or the embedded corpus) or --dataset synthetic, not '" +
+                        "shards in --data-dir, or the fortunes corpus) or --dataset synthetic, not '" +
                         datasetName(dataset) + "'");
     }
     return;
@@ -468,7 +562,7 @@ PlannedModel plannedModel(const ModelSpec& model) {
 }
 
 double optimizerStateBytes(const OptimizerOptions& optimizer) {
-  if (optimizer.kind == OptimizerKind::kAdamW) return 8;
+  if (optimizer.kind == OptimizerKind::kAdamW) return 8;  // (resolved: withModelDefaults)
   return optimizer.momentum > 0 ? 4 : 0;
 }
 
@@ -489,7 +583,7 @@ void checkTrainOptions(const TrainOptions& options) {
   checkPipelineRun(options);
 }
 
-void checkBenchTrainOptions(const BenchTrainOptions& options) {
+void checkBenchTrainOptions(const BenchTrainOptions& options, bool cuda) {
   BenchTrainOptions copy = options;
   OptionSet set("dtrain bench train");
   declareBenchTrainOptions(set, copy);
@@ -497,7 +591,8 @@ void checkBenchTrainOptions(const BenchTrainOptions& options) {
   checkModelAndData(options.model, DatasetKind::kSynthetic);
   checkParallelOptions(options.parallel, plannedModel(options.model));
   // A pipeline runs eagerly (its stages wait on their neighbours), so no capture needs room.
-  if (options.execution.cuda_graphs && options.parallel.pp <= 1 && options.warmup <= options.execution.graph_warmup) {
+  if (cuda && options.execution.cuda_graphs && options.parallel.pp <= 1 &&
+      options.warmup <= options.execution.graph_warmup) {
     throw ConfigError("--warmup " + std::to_string(options.warmup) +
                       " leaves no room to capture the CUDA graph after " +
                       std::to_string(options.execution.graph_warmup) +

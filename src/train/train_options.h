@@ -28,7 +28,7 @@ enum class DatasetKind { kFashionMnist, kMnist, kCifar10, kSynthetic, kText };
 enum class TokenizerKind { kByte, kGpt2, kSentencePiece, kUnset };
 enum class TieEmbeddings { kAuto, kOn, kOff };  // auto: as the named size does
 enum class StemKind { kAuto, kCifar, kImageNet };  // ResNets; auto: cifar up to 64 pixels
-enum class OptimizerKind { kSgd, kAdamW };
+enum class OptimizerKind { kSgd, kAdamW, kAuto };  // auto: by model kind (withModelDefaults)
 enum class ScheduleKind { kConstant, kCosine, kStep };
 enum class ProgressMode { kAuto, kBar, kLines, kNone };  // auto: a bar on a terminal, else lines
 
@@ -89,15 +89,33 @@ struct ModelSpec {
 // Whether the model is a language model (gpt2 and llama families).
 bool isLanguageModel(const ModelSpec& model);
 
-// The optimizer and its hyper-parameters.
+// The peak learning rate a language model of `parameters` gets when --lr
+// is not given: GPT-3's by size (Brown et al. 2020, table 2.1: 6e-4 at
+// 125M down to 6e-5 at 175B, log-interpolated), and below 125M
+// 6e-4 x (125M / N)^0.25, at most 3e-3.
+double languageModelLr(int64_t parameters);
+
+// The options with every "not given" marker filled in by model kind:
+// image models SGD (lr 0.05, momentum 0.9, weight decay 5e-4, warm-up 0.2
+// epochs, cosine to 0); language models the GPT recipe: AdamW, lr by size,
+// betas 0.9/0.95, weight decay 0.1 on the matrices, warm-up over 5% of the
+// steps (at most 2000), cosine to a tenth of the peak.
+struct TrainOptions;
+TrainOptions withModelDefaults(TrainOptions options);
+// "adamw lr 0.0006 (betas 0.9/0.95, weight decay 0.1, warm-up 5% of the
+// steps, cosine to 6e-05)": the resolved optimizer and schedule, for the start line.
+std::string describeOptimizer(const TrainOptions& resolved);
+
+// The optimizer and its hyper-parameters. kAuto and the negative numbers
+// mean "not given": withModelDefaults() fills them in by model kind.
 struct OptimizerOptions {
-  OptimizerKind kind = OptimizerKind::kSgd;
-  double lr = 0.05;             // peak
+  OptimizerKind kind = OptimizerKind::kAuto;  // sgd for image models, adamw for language models
+  double lr = -1;               // peak: 0.05; language models by size (languageModelLr)
   double momentum = 0.9;
   bool nesterov = false;
-  double weight_decay = 5e-4;
+  double weight_decay = -1;     // 5e-4; language models 0.1 (matrices only)
   double beta1 = 0.9;           // AdamW
-  double beta2 = 0.999;         // AdamW (GPT recipes: 0.95)
+  double beta2 = -1;            // AdamW: 0.999; language models 0.95 (the GPT recipe)
   double clip_grad_norm = 0;    // 0 = off
 };
 
@@ -106,9 +124,11 @@ struct ScheduleOptions {
   int64_t epochs = 3;
   int64_t max_steps = 0;        // 0 = all epochs
   ScheduleKind kind = ScheduleKind::kCosine;
-  double warmup_epochs = 0.2;
+  double warmup_epochs = -1;    // not given: 0.2; language models warm up over a share of the steps instead
   int64_t warmup_steps = -1;    // >= 0: linear warm-up over this many steps instead of --warmup epochs
-  double min_lr = 0;            // cosine: the floor it decays to
+  double warmup_share = 0;      // > 0 (language-model default): warm up over this share of the run's steps,
+  int64_t warmup_cap = 0;       //   at most this many
+  double min_lr = -1;           // cosine: the floor it decays to; not given: 0, language models --lr / 10
   double step_epochs = 0;       // step schedule: decay every this many epochs (0: epochs / 3)
   double gamma = 0.1;
 };
@@ -213,6 +233,7 @@ void declareBenchTrainOptions(OptionSet& set, BenchTrainOptions& options);
 // Every declared check and the cross-option rules; ConfigError naming the
 // option, the value and what is accepted. For structs filled in by code.
 void checkTrainOptions(const TrainOptions& options);
-void checkBenchTrainOptions(const BenchTrainOptions& options);
+// `cuda`: the run is on CUDA devices (only there is a CUDA graph captured).
+void checkBenchTrainOptions(const BenchTrainOptions& options, bool cuda = true);
 
 }  // namespace dtrain

@@ -30,8 +30,9 @@ std::string checkNonNegative(const int64_t& bytes) { return bytes >= 0 ? "" : "a
 
 DTRAIN_SETTING_CHECKED(int64_t, kDeviceMemory, "device-memory", "DTRAIN_DEVICE_MEMORY_BYTES", 0,
                        "Bytes of memory a training job may plan to use per device before it starts (0: the GPU's "
-                       "free memory; the CPU is not checked): leaves room for other processes, and lets the "
-                       "refusal of a job that cannot fit be tried anywhere.",
+                       "free memory; on the CPU, the host's available memory, within its cgroup's limit, shared "
+                       "by the host's ranks): leaves room for other processes, and lets the refusal of a job that "
+                       "cannot fit be tried anywhere.",
                        checkNonNegative);
 
 }  // namespace

@@ -120,7 +120,8 @@ MemoryInputs lmMemoryInputs(const TrainOptions& o, const models::LanguageModelCo
   in.tp = o.parallel.tp;
   in.ranks = std::max(1, ranks / (in.tp * o.parallel.pp));  // the data-parallel ranks
   in.sequence_parallel = in.tp > 1 && o.parallel.sequence_parallel;
-  in.shard = o.parallel.shard;
+  // Over one data-parallel rank sharding does nothing: the job runs unsharded (TrainingJob).
+  in.shard = in.ranks / std::max(1, o.parallel.dp_replicate) > 1 ? o.parallel.shard : ShardStage::kNone;
   in.precision = o.execution.precision;
   in.reduce_dtype = o.parallel.reduce_dtype;
   in.optimizer_state_bytes = optimizerStateBytes(o.optimizer);
@@ -180,7 +181,8 @@ std::string startLine(const TrainOptions& o, const Task& task, TrainingJob& job,
   return "dtrain train: " + task.describe() + ", " + std::to_string(ctx.size()) + " rank(s)" + meshNote(job.plan()) + " x batch " +
          std::to_string(o.data.batch_size) + (micro > 1 ? " x " + std::to_string(micro) + " micro-batches" : "") +
          ", " + ctx.backend() + " on " + ctx.device().str() + ", " +
-         precisionName(job.precision()) + ", " + optimizerName(o.optimizer.kind) + " state " +
+         precisionName(job.precision()) + ", " + describeOptimizer(o) + ", " + optimizerName(o.optimizer.kind) +
+         " state " +
          std::to_string(job.optimizer().stateBytes()) + " bytes per rank" + shardNote(job.plan()) +
          ", gradients " + std::to_string(job.dataParallel().gradientBytes()) + " bytes per rank" +
          ", parameters " + std::to_string(job.dataParallel().parameterBytes()) + " bytes per rank" +
@@ -240,14 +242,17 @@ int stopAfterSignal(const TrainOptions& o, TrainingJob& job, TrainingLoop& loop,
 
 }  // namespace
 
-int runTraining(const TrainOptions& o) {
+int runTraining(const TrainOptions& given) {
+  // The optimizer and schedule the flags left to the model's kind.
+  const TrainOptions o = withModelDefaults(given);
   if (o.parallel.pp_print_schedule) {
     std::cout << describePipeline(o.parallel, plannedModel(o.model)) << pipelineMemoryText(o) << std::flush;
     return 0;
   }
   checkTrainOptions(o);
   const auto wall_start = Clock::now();
-  // From here a stop signal is honoured after the step in flight.
+  // From here a stop signal ends the process at once (nothing to save yet),
+  // and once the loop starts it is honoured after the step in flight.
   StopSignals stop_signals;
   // Data errors name the data set and files before any rank waits on another.
   std::unique_ptr<Task> made = makeTask(o);
@@ -256,7 +261,9 @@ int runTraining(const TrainOptions& o) {
   parts.preflight = [&o, &task](Context& ctx, const std::string& device_name) {
     const int64_t limit = plannedDeviceBytes(ctx.device());
     if (limit <= 0) return;
-    if (auto in = memoryInputs(o, task, ctx.size(), ctx.device().is_cuda())) checkFits(*in, limit, device_name);
+    if (auto in = memoryInputs(o, task, ctx.size(), ctx.device().is_cuda())) {
+      checkFits(*in, limit, plannedMemoryName(ctx.device(), device_name));
+    }
   };
   TrainingJob job(parts, [&task] { return task.makeModel(); });
   Context& ctx = job.context();
@@ -281,6 +288,7 @@ int runTraining(const TrainOptions& o) {
   StopAgreement stop(ctx.rank(), ctx.size(), [&ctx](std::vector<double>& v) { ctx.allreduceSum(v); },
                      [] { return StopSignals::received(); });
   loop.setStop(&stop);
+  StopSignals::deferFromNowOn();
   loop.run(start, wall_start);
   if (loop.stopped()) return stopAfterSignal(o, job, loop, stop, watchers);
   reportEnd(o, job, watchers);

@@ -10,6 +10,7 @@
 #include "comm/communicator.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "models/fp8_linear.h"
 #include "models/language_model.h"
 #include "parallel/tensor_buffer.h"
@@ -146,11 +147,20 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   // combination exits 2 on every rank with nothing in flight between them.
   plan_ = planParallelism(parts.parallel, static_cast<int>(envInt("WORLD_SIZE", 1, 1 << 20).value_or(1)),
                           parts.planned_model);
+  std::string unsharded;
+  if (plan_.shard != ShardStage::kNone && plan_.dp_shard == 1) {
+    // Over one rank ZeRO splits nothing; it would only keep a second copy.
+    unsharded = std::string("--shard ") + shardStageName(plan_.shard) +
+                " over 1 data-parallel rank shards nothing; running as --shard none";
+    plan_.shard = ShardStage::kNone;
+    plan_.reduce_dtype = ReduceDtype::kFp32;
+  }
   if (precision_ == Precision::kFp8) checkFp8(parts);
   InitOptions init_options;
   init_options.backend = commBackendName(parts.parallel.backend);  // the library API takes the word
   init_options.collective_timeout = std::chrono::seconds(parts.parallel.timeout_s);
   ctx_ = init(init_options);
+  if (!unsharded.empty() && ctx_->rank() == 0) DTRAIN_LOG_WARN(unsharded);
   shareCores(*ctx_);
   if (precision_ == Precision::kFp8) {
     // Every rank has the same kind of device: all of them exit 2 here.

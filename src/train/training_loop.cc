@@ -18,6 +18,14 @@ LrScheduleOptions scheduleFor(const ScheduleOptions& options, double base_lr, in
   if (options.max_steps > 0) s.total_steps = std::min(s.total_steps, options.max_steps);
   if (options.warmup_steps >= 0) {
     s.warmup_steps = options.warmup_steps;
+  } else if (options.warmup_share > 0) {
+    // A share of the run (the language models' default), at most the cap.
+    s.warmup_steps = std::clamp<int64_t>(
+        static_cast<int64_t>(std::llround(options.warmup_share * static_cast<double>(s.total_steps))), 1,
+        std::max<int64_t>(1, options.warmup_cap));
+    if (options.kind == ScheduleKind::kCosine) {
+      s.warmup_steps = std::min(s.warmup_steps, std::max<int64_t>(0, s.total_steps - 1));
+    }
   } else {
     // A warm-up in epochs is cut short by a run shorter than it.
     s.warmup_steps = static_cast<int64_t>(std::llround(options.warmup_epochs * static_cast<double>(steps_per_epoch)));

@@ -108,6 +108,14 @@ TEST_F(TokenizeCliTest, TrainsASentencePieceModelAndTokenizesWithIt) {
   const ShardFile shard = readShard(dir_ / "sp/tokens_train_000000.bin");
   ASSERT_GT(shard.count, 300);
   EXPECT_EQ(shard.tokens[0], 2u);  // </s> before each document
+  // The model named the way train and generate name it (--tokenizer-dir FILE.model), and by the old name.
+  for (const std::string flag : {"--tokenizer-dir", "--tokenizer-model"}) {
+    const auto again = runCommand(tokenize("--tokenizer sentencepiece " + flag + " " + (dir_ / "spm.model") + " " +
+                                           corpus + " --split-blank-lines --out " + (dir_ / ("again" + flag))));
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    const ShardFile same = readShard(dir_ / ("again" + flag) + "/tokens_train_000000.bin");
+    EXPECT_EQ(same.tokens, shard.tokens) << flag;
+  }
 }
 
 TEST_F(TokenizeCliTest, NonUtf8InputNamesTheFileAndOffset) {

@@ -90,6 +90,7 @@ TEST(LmConfigTest, TinyOverridesDeriveTheMlpWidth) {
   EXPECT_EQ(gpt2.ffn_dim, 256);
   EXPECT_EQ(gpt2.seq_len, 64);
   EXPECT_EQ(gpt2.max_seq_len, 1024);  // the learned positions stay GPT-2's
+  EXPECT_EQ(gpt2.name, "gpt2") << "a 2-layer model is no gpt2-124m";
 
   LanguageModelOverrides o;
   o.dim = 64;
@@ -103,6 +104,11 @@ TEST(LmConfigTest, TinyOverridesDeriveTheMlpWidth) {
   LanguageModelOverrides same;
   same.dim = 4096;
   EXPECT_EQ(namedLanguageModel("llama-8b", same).ffn_dim, 14336);
+  EXPECT_EQ(namedLanguageModel("llama-8b", same).name, "llama-8b") << "the named size's own dimensions";
+  EXPECT_EQ(llama.name, "llama");
+  LanguageModelOverrides longer;
+  longer.seq_len = 512;
+  EXPECT_EQ(namedLanguageModel("gpt2-124m", longer).name, "gpt2-124m") << "--seq-len trains the same weights";
 }
 
 TEST(LmConfigTest, TieEmbeddingsOverride) {

@@ -223,7 +223,7 @@ TEST(TensorParallelModelBadInputTest, AModelTheGroupCannotSplitIsAConfigErrorNam
     auto group = TensorParallelGroup::create(createCommunicator("gloo", store, rank, 4), std::chrono::seconds(60));
     if (rank == 0) {
       EXPECT_EQ(configErrorOf([&] { TensorParallelModel split(model, group); }),
-                "--tp 4: --model gpt2-124m's attention heads (2) do not split into 4 equal parts; expected a --tp that "
+                "--tp 4: --model gpt2's attention heads (2) do not split into 4 equal parts; expected a --tp that "
                 "divides them");
     }
   });

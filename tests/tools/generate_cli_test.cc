@@ -97,7 +97,9 @@ struct Reference {
   bool exact = true;
 };
 
-Reference greedyReference(const std::string& checkpoint, const std::string& prompt, int64_t new_tokens) {
+// `window` > 0: the model sees only the last `window` tokens (nanoGPT's crop).
+Reference greedyReference(const std::string& checkpoint, const std::string& prompt, int64_t new_tokens,
+                          int64_t window = 0) {
   const CheckpointState state = loadCheckpoint(checkpoint);
   std::map<std::string, std::string> pairs;
   for (const auto& [key, value] : state.meta["model_config"].items()) pairs[key] = value.get<std::string>();
@@ -107,7 +109,9 @@ Reference greedyReference(const std::string& checkpoint, const std::string& prom
   std::vector<int64_t> ids(prompt.begin(), prompt.end());
   Reference ref{prompt};
   for (int64_t i = 0; i < new_tokens; ++i) {
-    const torch::Tensor logits = lm->forward(torch::tensor(ids).view({1, -1}))[0][-1].narrow(0, 0, kByteVocab);
+    const int64_t from = window > 0 ? std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - window) : 0;
+    const std::vector<int64_t> seen(ids.begin() + from, ids.end());
+    const torch::Tensor logits = lm->forward(torch::tensor(seen).view({1, -1}))[0][-1].narrow(0, 0, kByteVocab);
     const auto [top, index] = logits.topk(2);
     if ((top[0] - top[1]).item<double>() < 1e-4) return {ref.text, false};
     const int64_t next = index[0].item<int64_t>();
@@ -190,16 +194,25 @@ TEST_F(GenerateCliTest, ShardCheckpointNeedsATokenizerFlag) {
   EXPECT_TRUE(contains(r.output, "--tokenizer")) << r.output;
 }
 
-TEST_F(GenerateCliTest, PromptAndNewTokensMustFitThePositions) {
-  const std::string base = "--checkpoint " + checkpointDir() + " --tokenizer byte ";
-  const CommandResult long_prompt = generate(base + "--prompt " + std::string(1100, 'a'));
-  EXPECT_EQ(long_prompt.exit_code, 2) << long_prompt.output;
-  EXPECT_TRUE(contains(long_prompt.output, "--prompt: 1100 tokens")) << long_prompt.output;
-  EXPECT_TRUE(contains(long_prompt.output, "1024 positions")) << long_prompt.output;
-  const CommandResult too_many = generate(base + "--prompt Hello --max-new-tokens 1020");
-  EXPECT_EQ(too_many.exit_code, 2) << too_many.output;
-  EXPECT_TRUE(contains(too_many.output, "--max-new-tokens 1020")) << too_many.output;
-  EXPECT_TRUE(contains(too_many.output, "at most 1019")) << too_many.output;
+// GPT-2's learned positions past the trained --seq-len (32 here) were never
+// trained: the model sees the last 32 tokens, a window that slides as the
+// text grows (nanoGPT's crop), for a prompt and a completion of any length.
+TEST_F(GenerateCliTest, LearnedPositionsSeeAWindowOfTheTrainedLength) {
+  const std::string prompt = "Hello,the-quick-brown-fox-jumps-over-the";  // 40 tokens, more than the window
+  const CommandResult greedy = generate("--checkpoint " + checkpointDir() + " --prompt " + prompt +
+                                            " --max-new-tokens 30 --temperature 0 --tokenizer byte",
+                                        true);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  const Reference ref = greedyReference(newestCheckpoint(), prompt, 30, /*window=*/32);
+  if (ref.exact) {
+    EXPECT_EQ(greedy.output, ref.text + "\n");
+  } else {
+    EXPECT_TRUE(greedy.output.starts_with(ref.text)) << greedy.output << " vs " << ref.text;
+  }
+  const CommandResult said = generate("--checkpoint " + checkpointDir() + " --prompt Hello --max-new-tokens 2000 "
+                                      "--tokenizer byte --seed 2");
+  ASSERT_EQ(said.exit_code, 0) << said.output;
+  EXPECT_TRUE(contains(said.output, "trained on 32 of its 1024 positions; it sees the last 32 tokens")) << said.output;
 }
 
 TEST(GenerateCliBadInput, ExitsTwoNamingTheInput) {
@@ -257,6 +270,14 @@ TEST(GenerateCliWrittenCheckpoint, LlamaWithTheCheckpointsTokenizer) {
   const CommandResult bf16 = generate("--checkpoint " + ckpt + " --prompt Hi --max-new-tokens 5 --precision bf16");
   EXPECT_EQ(bf16.exit_code, 0) << bf16.output;
   EXPECT_TRUE(contains(bf16.output, "bf16")) << bf16.output;
+  // Rotary positions: past the trained 32 it runs and says so; past the model's 8192 it is refused.
+  const CommandResult past = generate("--checkpoint " + ckpt + " --prompt Hello --max-new-tokens 40");
+  EXPECT_EQ(past.exit_code, 0) << past.output;
+  EXPECT_TRUE(contains(past.output, "pass the 32 positions the model was trained on (--seq-len)")) << past.output;
+  const CommandResult too_many = generate("--checkpoint " + ckpt + " --prompt Hello --max-new-tokens 8190");
+  EXPECT_EQ(too_many.exit_code, 2) << too_many.output;
+  EXPECT_TRUE(contains(too_many.output, "--max-new-tokens 8190")) << too_many.output;
+  EXPECT_TRUE(contains(too_many.output, "at most 8187")) << too_many.output;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/support/command.h"
+#include "tests/support/ports.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 #include "train_runs.h"
@@ -111,6 +112,31 @@ TEST_F(StopSignalTest, SigintStopsASingleProcessWithACheckpoint) {
   EXPECT_EQ(none.exit_code, 128 + 2) << none.output;
   EXPECT_TRUE(contains(none.output, "stopped by SIGINT after step 3 of 60; no --checkpoint-dir, so nothing was saved"))
       << none.output;
+}
+
+// A stop signal before the first step has nothing to save: rank 0 of two,
+// waiting for a rank 1 that never comes, ends at once on SIGTERM with
+// 128 + 15 and says so (it used to wait on, ignoring the signal). Meanwhile
+// the store it hosts listens on MASTER_ADDR (127.0.0.1), not on every
+// address of the host.
+TEST_F(StopSignalTest, SigtermWhileWaitingForPeersEndsAtOnce) {
+  const std::string port = std::to_string(testing::freePort());
+  auto r = runCommand("env RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                          port + " " + dtrainBin() + " train --model mlp --progress none --max-steps 5 2>&1 & pid=$!; "
+                          "sleep 3; kill -0 $pid || echo 'ended before the signal'; "
+                          "echo \"listening: $(ss -Hltn '( sport = :" + port + " )' | awk '{print $4}')\"; "
+                          "kill -TERM $pid; "
+                          "t0=$(date +%s%N); wait $pid; rc=$?; "
+                          "echo \"rc=$rc after=$(( ($(date +%s%N) - t0) / 1000000 )) ms\"",
+                      60);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("rc=([0-9]+) after=([0-9]+) ms"))) << r.output;
+  EXPECT_FALSE(contains(r.output, "ended before the signal")) << r.output;
+  EXPECT_EQ(m[1], "143") << r.output;
+  EXPECT_LT(std::stoi(m[2]), 2000) << r.output;
+  EXPECT_TRUE(contains(r.output, "dtrain train: stopped by SIGTERM before the first step (nothing to save); exit 143"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "listening: 127.0.0.1:" + port + "\n")) << r.output;
 }
 
 }  // namespace

@@ -177,6 +177,28 @@ TEST(TrainCliTest, RotationCountsOnlyValidCheckpointsAndAllInvalidIsAnError) {
   auto fresh = runCommand(bad_common + " --max-steps 20 --resume auto-or-fresh", 300);
   EXPECT_EQ(fresh.exit_code, 0) << fresh.output;
   EXPECT_NE(fresh.output.find("is valid; starting from step 0"), std::string::npos) << fresh.output;
+
+  // A metadata file that fails its checksum is damage too, never a write
+  // that was cut short: the same refusal, naming the file.
+  const std::string bad_meta = freshDir("damaged-metadata");
+  const std::string meta_common = dtrainBin() + " train --model mlp --epochs 1 --progress none --checkpoint-every 10 "
+                                                "--checkpoint-dir " + bad_meta;
+  ASSERT_EQ(runCommand(meta_common + " --max-steps 10", 300).exit_code, 0);
+  {
+    const std::string metadata = bad_meta + "/ckpt-000000010/metadata.dtck";
+    std::fstream f(metadata, std::ios::in | std::ios::out | std::ios::binary);
+    char byte = 0;
+    f.seekg(-10, std::ios::end);  // in the stored CRC
+    f.get(byte);
+    f.seekp(-10, std::ios::end);
+    f.put(static_cast<char>(byte ^ 0x20));
+  }
+  auto meta_refused = runCommand(meta_common + " --max-steps 20 --resume auto", 300);
+  EXPECT_TRUE(testing::exitsTwoSaying(meta_refused, "--resume auto: none of the 1 complete checkpoint(s) in '" +
+                                                        bad_meta + "' is valid"))
+      << meta_refused.output;
+  EXPECT_NE(meta_refused.output.find("ckpt-000000010/metadata.dtck: checksum mismatch"), std::string::npos)
+      << meta_refused.output;
 }
 
 class TrainBadInputTest : public ::testing::TestWithParam<BadCommandLine> {};
@@ -185,6 +207,13 @@ TEST_P(TrainBadInputTest, ExitsTwoWithAClearMessage) {
   const BadCommandLine& c = GetParam();
   auto r = runCommand("env -u RANK -u WORLD_SIZE " + dtrainBin() + " train --progress none " + c.args, 120);
   EXPECT_TRUE(testing::exitsTwoSaying(r, c.expected));
+}
+
+// A FIFO: open() for reading would wait for a writer forever.
+std::string fifoPath() {
+  const std::string path = freshDir("fifo") + "/ckpt.dtck";
+  if (::mkfifo(path.c_str(), 0600) != 0) return "/nonexistent/mkfifo-failed";
+  return path;
 }
 
 std::string truncatedFashionDir() {
@@ -210,6 +239,17 @@ std::string labelOutOfRangeDir() {
   testing::writeFile(dir + "/train-labels-idx1-ubyte", train_labels);
   testing::writeFile(dir + "/t10k-images-idx3-ubyte", testing::idxImages(8, 28, 28));
   testing::writeFile(dir + "/t10k-labels-idx1-ubyte", testing::idxLabels(8));
+  return dir;
+}
+
+// Training images of 784x784, test images of 28x28: refused before training
+// (it used to fail at the first evaluation, inside a product).
+std::string splitShapesDifferDir() {
+  const std::string dir = freshDir("split-shapes");
+  testing::writeFile(dir + "/train-images-idx3-ubyte", testing::idxImages(2, 784, 784));
+  testing::writeFile(dir + "/train-labels-idx1-ubyte", testing::idxLabels(2));
+  testing::writeFile(dir + "/t10k-images-idx3-ubyte", testing::idxImages(2, 28, 28));
+  testing::writeFile(dir + "/t10k-labels-idx1-ubyte", testing::idxLabels(2));
   return dir;
 }
 
@@ -255,6 +295,9 @@ INSTANTIATE_TEST_SUITE_P(
                        "--tokenizer byte --precision fp8 --max-steps 1",
                        "--precision fp8: FP8 products need"},
         BadCommandLine{"unknown_progress", "--progress fancy", "--progress 'fancy': unknown"},
+        BadCommandLine{"misspelt_flag", "--modle gpt2", "dtrain train: unknown flag --modle; did you mean --model?"},
+        BadCommandLine{"unknown_flag", "--frobnicate-everything 3",
+                       "dtrain train: unknown flag --frobnicate-everything; `--help` lists the flags"},
         BadCommandLine{"timeline_dir_missing", "--timeline /nonexistent/dir/t.json",
                  "--timeline '/nonexistent/dir/t.json': its directory '/nonexistent/dir' does not exist"},
         BadCommandLine{"data_on_gpu_without_gpu", "--data-on-gpu --model mlp --max-steps 1",
@@ -263,12 +306,25 @@ INSTANTIATE_TEST_SUITE_P(
         BadCommandLine{"label_out_of_range", "--data-dir " + labelOutOfRangeDir(),
                        "train-labels-idx1-ubyte: label 200 at index 5 is out of range; expected 0..9 (the data set "
                        "has 10 classes)"},
+        BadCommandLine{"split_shapes_differ", "--model mlp --data-dir " + splitShapesDifferDir(),
+                       ": the test images (t10k-images-idx3-ubyte) are 1x28x28 (channels x height x width), the "
+                       "training images (train-images-idx3-ubyte) 1x784x784; expected both splits to hold images of "
+                       "one shape"},
         BadCommandLine{"corrupt_checkpoint", "--resume /etc/hostname", "/etc/hostname"},
         BadCommandLine{"missing_checkpoint", "--resume /nonexistent/ckpt.dtck",
                  "--resume '/nonexistent/ckpt.dtck': no such file; expected auto, auto-or-fresh, none, an existing "
                  "checkpoint file or a sharded checkpoint's directory"},
         BadCommandLine{"directory_that_is_no_checkpoint", "--resume /tmp",
-                       "--resume '/tmp': a directory without metadata.dtck"}),
+                       "--resume '/tmp': a directory without metadata.dtck"},
+        BadCommandLine{"fifo_checkpoint", "--resume " + fifoPath(),
+                       "': a FIFO (named pipe); expected auto, auto-or-fresh, none, an existing checkpoint file"},
+        BadCommandLine{"checkpoint_dir_is_a_file", "--checkpoint-dir /etc/hostname/ckpt",
+                       "--checkpoint-dir '/etc/hostname/ckpt': '/etc/hostname' is a regular file; expected a "
+                       "directory (created if missing)"},
+        BadCommandLine{"metrics_jsonl_is_a_directory", "--metrics-jsonl /tmp",
+                       "--metrics-jsonl '/tmp': a directory; expected a file path in an existing directory"},
+        BadCommandLine{"timeline_is_a_directory", "--timeline /tmp",
+                       "--timeline '/tmp': a directory; expected a file path in an existing directory"}),
     testing::badCommandLineName);
 
 // A bad DTRAIN_* variable is refused before any work, naming it.
@@ -486,9 +542,16 @@ TEST(BenchTrainCliTest, BadInputIsAClearError) {
   auto gpus = runCommand(dtrainBin() + " bench train --gpus 1,x", 60);
   EXPECT_EQ(gpus.exit_code, 2) << gpus.output;
   EXPECT_NE(gpus.output.find("'x' is not a GPU count"), std::string::npos) << gpus.output;
-  auto warmup = runCommand(dtrainBin() + " bench train --warmup 2 --graph-warmup 3", 60);
-  EXPECT_EQ(warmup.exit_code, 2) << warmup.output;
-  EXPECT_NE(warmup.output.find("expected --warmup > --graph-warmup"), std::string::npos) << warmup.output;
+  // A warm-up too short to capture the CUDA graph after --graph-warmup is refused where a CUDA graph is
+  // captured, and no reason to refuse a CPU run, which never captures one.
+  auto warmup = runCommand(dtrainBin() + " bench train --model llama --layers 2 --dim 32 --heads 4 --kv-heads 2 "
+                           "--seq-len 32 --vocab-size 320 --batch-size 4 --steps 1 --warmup 2 --graph-warmup 3", 120);
+  if (fs::exists("/dev/nvidia0")) {
+    EXPECT_EQ(warmup.exit_code, 2) << warmup.output;
+    EXPECT_NE(warmup.output.find("expected --warmup > --graph-warmup"), std::string::npos) << warmup.output;
+  } else {
+    EXPECT_EQ(warmup.exit_code, 0) << warmup.output;
+  }
   // A pipeline runs eagerly: its warm-up needs no room for a capture.
   auto pipeline = runCommand(dtrainBin() + " bench train --gpus 2 --model llama --layers 2 --dim 32 --heads 4 "
                              "--kv-heads 2 --seq-len 32 --vocab-size 320 --batch-size 4 --pp 2 --microbatches 2 "

@@ -5,6 +5,7 @@
 // to --tokens-per-step; language-model units in the reports; bad input.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -135,6 +136,55 @@ TEST(TrainLmTest, TokensPerStepAccumulatesMicroBatches) {
   EXPECT_EQ(summary["tokens"], 24 * 2048) << summary.dump();
   const nlohmann::json eval = lastLmRecord(dir / "m.jsonl", "eval");
   EXPECT_TRUE(eval.contains("val_loss")) << "the run ended by --max-steps must still be evaluated";
+}
+
+// Left to their defaults, language models train with the GPT recipe and
+// image models with SGD, and the start line says which; --shard over one
+// rank shards nothing, says so, and runs unsharded.
+TEST(TrainLmTest, DefaultsFollowTheModelKindAndOneRankIsNotSharded) {
+  auto lm = runCommand(train("--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text "
+                             "--tokenizer byte --batch-size 4 --progress none --max-steps 40 --shard full 2>&1"),
+                       300);
+  ASSERT_EQ(lm.exit_code, 0) << lm.output;
+  // 0.03 M parameters: 6e-4 x (125M / N)^0.25 is above the 3e-3 cap.
+  EXPECT_TRUE(contains(lm.output, ", adamw lr 0.003 (betas 0.9/0.95, weight decay 0.1, warm-up 5% of the steps (at "
+                                  "most 2000), cosine to 0.0003), adamw state "))
+      << lm.output;
+  EXPECT_TRUE(contains(lm.output, "--shard full over 1 data-parallel rank shards nothing; running as --shard none"))
+      << lm.output;
+  EXPECT_FALSE(contains(lm.output, "ZeRO-")) << lm.output;
+
+  auto image = runCommand("env -u RANK -u WORLD_SIZE " + dtrainBin() + " train --model mlp --dataset synthetic "
+                          "--synthetic-samples 64 --synthetic-image-size 8 --batch-size 16 --progress none "
+                          "--max-steps 2 2>&1",
+                          300);
+  ASSERT_EQ(image.exit_code, 0) << image.output;
+  EXPECT_TRUE(contains(image.output, ", sgd lr 0.05 (momentum 0.9, weight decay 0.0005, warm-up 0.2 epochs, cosine "
+                                     "to 0), sgd state "))
+      << image.output;
+}
+
+// A model whose training state cannot fit the host's memory is refused
+// before it is built (it used to run for minutes and be OOM-killed), with
+// what it needs, what there is, and what would make it fit.
+TEST(TrainLmTest, AModelTooBigForTheHostIsRefusedBeforeItIsBuilt) {
+  std::ifstream meminfo("/proc/meminfo");
+  long long available_kib = 0;
+  for (std::string key; meminfo >> key;) {
+    if (key == "MemAvailable:") {
+      meminfo >> available_kib;
+      break;
+    }
+  }
+  // llama-8b's weights, gradients and AdamW state alone take 120 GiB.
+  if (available_kib > 100LL << 20) GTEST_SKIP() << "this host could hold llama-8b's training state";
+  const auto started = std::chrono::steady_clock::now();
+  auto r = runCommand(train("--model llama-8b --dataset synthetic --max-steps 1 --progress none 2>&1"), 300);
+  EXPECT_TRUE(testing::exitsTwoSaying(r, "the model does not fit on this host's memory, ")) << r.output;
+  EXPECT_TRUE(contains(r.output, " available (MemAvailable ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "memory per rank (estimate): parameters ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "a smaller --batch-size or a smaller model")) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60)) << r.output;
 }
 
 class TrainLmBadInputTest : public ::testing::TestWithParam<BadCommandLine> {};
