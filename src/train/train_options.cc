@@ -397,16 +397,26 @@ double languageModelLr(int64_t parameters) {
   return kGpt3[std::size(kGpt3) - 1].second;
 }
 
+OptimizerOptions withImageDefaults(OptimizerOptions opt) {
+  if (opt.kind == OptimizerKind::kAuto) opt.kind = OptimizerKind::kSgd;
+  if (opt.lr < 0) opt.lr = 0.05;
+  if (opt.weight_decay < 0) opt.weight_decay = 5e-4;
+  if (opt.beta2 < 0) opt.beta2 = 0.999;
+  return opt;
+}
+
+ScheduleOptions withImageDefaults(ScheduleOptions schedule) {
+  if (schedule.warmup_epochs < 0) schedule.warmup_epochs = 0.2;
+  if (schedule.min_lr < 0) schedule.min_lr = 0;
+  return schedule;
+}
+
 TrainOptions withModelDefaults(TrainOptions o) {
   OptimizerOptions& opt = o.optimizer;
   ScheduleOptions& schedule = o.schedule;
   if (!isLanguageModel(o.model)) {
-    if (opt.kind == OptimizerKind::kAuto) opt.kind = OptimizerKind::kSgd;
-    if (opt.lr < 0) opt.lr = 0.05;
-    if (opt.weight_decay < 0) opt.weight_decay = 5e-4;
-    if (opt.beta2 < 0) opt.beta2 = 0.999;
-    if (schedule.warmup_epochs < 0) schedule.warmup_epochs = 0.2;
-    if (schedule.min_lr < 0) schedule.min_lr = 0;
+    opt = withImageDefaults(opt);
+    schedule = withImageDefaults(schedule);
     return o;
   }
   if (opt.kind == OptimizerKind::kAuto) opt.kind = OptimizerKind::kAdamW;
@@ -562,7 +572,7 @@ PlannedModel plannedModel(const ModelSpec& model) {
 }
 
 double optimizerStateBytes(const OptimizerOptions& optimizer) {
-  if (optimizer.kind == OptimizerKind::kAdamW) return 8;  // (resolved: withModelDefaults)
+  if (optimizer.kind == OptimizerKind::kAdamW) return 8;  // (auto: resolved by withModelDefaults, else SGD)
   return optimizer.momentum > 0 ? 4 : 0;
 }
 

@@ -133,6 +133,12 @@ struct ScheduleOptions {
   double gamma = 0.1;
 };
 
+// The image models' defaults for whatever was not given: what a caller of
+// the library that never resolved by model kind gets (TrainingJob's
+// optimizer, the schedule).
+OptimizerOptions withImageDefaults(OptimizerOptions optimizer);
+ScheduleOptions withImageDefaults(ScheduleOptions schedule);
+
 // How a step runs on the device.
 struct ExecutionOptions {
   ComputePrecision precision = ComputePrecision::kFp32;

@@ -110,7 +110,8 @@ void useChannelsLast(torch::nn::Module& model) {
   }
 }
 
-std::unique_ptr<Optimizer> makeOptimizer(const OptimizerOptions& options, const std::vector<FlatSlab>& slabs) {
+std::unique_ptr<Optimizer> makeOptimizer(const OptimizerOptions& given, const std::vector<FlatSlab>& slabs) {
+  const OptimizerOptions options = withImageDefaults(given);  // what was not given nor resolved by model kind
   if (options.kind == OptimizerKind::kSgd) {
     SGDOptions o;
     o.lr = options.lr;

@@ -8,7 +8,8 @@
 
 namespace dtrain {
 
-LrScheduleOptions scheduleFor(const ScheduleOptions& options, double base_lr, int64_t steps_per_epoch) {
+LrScheduleOptions scheduleFor(const ScheduleOptions& given, double base_lr, int64_t steps_per_epoch) {
+  const ScheduleOptions options = withImageDefaults(given);  // what was not given nor resolved by model kind
   LrScheduleOptions s;
   s.kind = scheduleName(options.kind);  // the library API (dtrain/lr_schedule.h) takes the word
   s.base_lr = base_lr;

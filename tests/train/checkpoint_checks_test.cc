@@ -288,7 +288,7 @@ TEST(CheckpointChecksTest, DamagedOrTruncatedShardsAreErrorsNamingTheFile) {
   std::string ckpt = tiny.save(dir.path(), 2);
   ASSERT_EQ(::truncate((ckpt + "/" + shardFileName(0, 1)).c_str(), 200), 0);
   std::string error = tiny.resumeError(ckpt);
-  EXPECT_TRUE(contains(error, "checkpoint " + ckpt + " is incomplete: rank-00000-of-00001.dtck has 200 bytes, "
+  EXPECT_TRUE(contains(error, "checkpoint " + ckpt + " is damaged: rank-00000-of-00001.dtck has 200 bytes, "
                               "expected "))
       << error;
   ckpt = tiny.save(dir.path(), 3);

@@ -214,8 +214,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCommandLine{"seq_len_above_positions", "--model gpt2 --seq-len 2048 --dataset synthetic", "--seq-len 2048"},
         BadCommandLine{"tokenizer_dir_missing_file", "--model gpt2 --dataset text --tokenizer gpt2 --tokenizer-dir /tmp",
                  "encoder.json"},
-        BadCommandLine{"empty_corpus", "--model gpt2 --layers 2 --dim 64 --heads 4 --dataset text --data-dir " +
-                                     emptyShardDir(),
+        BadCommandLine{"empty_corpus", "--model gpt2 --layers 2 --dim 64 --heads 4 --seq-len 64 --batch-size 4 "
+                                     "--dataset text --data-dir " + emptyShardDir(),
                  "empty_train_000000.bin"},
         BadCommandLine{"image_data_for_a_language_model", "--model gpt2 --dataset fashion-mnist",
                  "--model gpt2 is a language model"},
