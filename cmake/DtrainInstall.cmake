@@ -18,7 +18,7 @@ file(RELATIVE_PATH _dtrain_bin_to_lib ${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BI
 # The library targets: every dtrain_* library built here.
 set(_dtrain_libraries)
 foreach(name bench checkpoint checkpoint_format checkpoint_options comm common data doctor exporter generate_options gpu
-             kernels launch live_page metrics model_catalog models optim parallel parallel_core plan rendezvous
+             kernels launch live_page metrics model_catalog models nccl optim parallel parallel_core plan rendezvous
              sentencepiece store text tools train train_options)
   if(TARGET dtrain_${name})
     get_target_property(_type dtrain_${name} TYPE)
@@ -28,6 +28,13 @@ foreach(name bench checkpoint checkpoint_format checkpoint_options comm common d
   endif()
 endforeach()
 foreach(target IN LISTS _dtrain_libraries)
+  # Versioned SONAMEs (libdtrain_comm.so.0.2): before 1.0 every minor
+  # version may change the ABI.
+  get_target_property(_type ${target} TYPE)
+  if(_type STREQUAL "SHARED_LIBRARY")
+    set_target_properties(${target} PROPERTIES VERSION ${PROJECT_VERSION}
+                                               SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+  endif()
   # The CUDA kernels' library links only the CUDA runtime (its link path);
   # nvcc's link leaves no room in its RUNPATH to add $ORIGIN.
   if(NOT target STREQUAL "dtrain_kernels")
@@ -119,6 +126,13 @@ install(TARGETS dtrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/dtrain DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 
+# The exported libraries link the CUDA runtime only when libtorch is a
+# CUDA build (the NCCL backend, libdtrain_nccl.so, is loaded at run time
+# and exported by nothing): a consumer without CUDA configures and builds.
+set(DTRAIN_EXPORT_NEEDS_CUDA OFF)
+if(TARGET c10_cuda)
+  set(DTRAIN_EXPORT_NEEDS_CUDA ON)
+endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/dtrainConfig.cmake.in
   ${PROJECT_BINARY_DIR}/dtrainConfig.cmake INSTALL_DESTINATION ${DTRAIN_CMAKE_DIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/dtrainConfigVersion.cmake

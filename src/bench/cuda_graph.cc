@@ -3,7 +3,7 @@
 #include "common/error.h"
 
 #ifdef DTRAIN_HAVE_NCCL
-#include "gpu/cuda_check.h"
+#include "bench/cuda_runtime.h"
 #endif
 
 namespace dtrain::bench {
@@ -16,8 +16,9 @@ struct GraphStream::State {
   cudaGraphExec_t exec = nullptr;
 
   void dropGraph() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-    if (graph != nullptr) cudaGraphDestroy(graph);
+    const CudaRuntime* cuda = cudaRuntime();
+    if (exec != nullptr && cuda != nullptr) cuda->graphExecDestroy(exec);
+    if (graph != nullptr && cuda != nullptr) cuda->graphDestroy(graph);
     exec = nullptr;
     graph = nullptr;
   }
@@ -27,32 +28,35 @@ GraphStream::GraphStream(Device device) : state_(std::make_unique<State>()) {
   if (device.type != DeviceType::kCuda) {
     throw ConfigError("-G/--cudagraph needs CUDA (the nccl backend); gloo runs on the CPU");
   }
-  DTRAIN_CUDA_CHECK(cudaSetDevice(device.index));
-  DTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&state_->stream, cudaStreamNonBlocking));
+  const CudaRuntime& cuda = requireCudaRuntime();
+  DTRAIN_BENCH_CUDA(cuda.setDevice(device.index));
+  DTRAIN_BENCH_CUDA(cuda.streamCreateWithFlags(&state_->stream, cudaStreamNonBlocking));
 }
 
 GraphStream::~GraphStream() {
   state_->dropGraph();
-  if (state_->stream != nullptr) cudaStreamDestroy(state_->stream);
+  if (state_->stream != nullptr) requireCudaRuntime().streamDestroy(state_->stream);
 }
 
 void* GraphStream::stream() const { return state_->stream; }
 
 void GraphStream::beginCapture() {
-  DTRAIN_CUDA_CHECK(cudaStreamBeginCapture(state_->stream, cudaStreamCaptureModeThreadLocal));
+  DTRAIN_BENCH_CUDA(requireCudaRuntime().streamBeginCapture(state_->stream, cudaStreamCaptureModeThreadLocal));
 }
 
 void GraphStream::endCapture() {
   state_->dropGraph();
-  DTRAIN_CUDA_CHECK(cudaStreamEndCapture(state_->stream, &state_->graph));
-  DTRAIN_CUDA_CHECK(cudaGraphInstantiateWithFlags(&state_->exec, state_->graph, 0));
+  const CudaRuntime& cuda = requireCudaRuntime();
+  DTRAIN_BENCH_CUDA(cuda.streamEndCapture(state_->stream, &state_->graph));
+  DTRAIN_BENCH_CUDA(cuda.graphInstantiateWithFlags(&state_->exec, state_->graph, 0));
 }
 
 void GraphStream::launch(int times) {
-  for (int i = 0; i < times; ++i) DTRAIN_CUDA_CHECK(cudaGraphLaunch(state_->exec, state_->stream));
+  const CudaRuntime& cuda = requireCudaRuntime();
+  for (int i = 0; i < times; ++i) DTRAIN_BENCH_CUDA(cuda.graphLaunch(state_->exec, state_->stream));
 }
 
-void GraphStream::synchronize() { DTRAIN_CUDA_CHECK(cudaStreamSynchronize(state_->stream)); }
+void GraphStream::synchronize() { DTRAIN_BENCH_CUDA(requireCudaRuntime().streamSynchronize(state_->stream)); }
 
 #else
 

@@ -6,7 +6,7 @@
 #include "common/error.h"
 
 #ifdef DTRAIN_HAVE_NCCL
-#include "gpu/cuda_check.h"
+#include "bench/cuda_runtime.h"
 #endif
 
 namespace dtrain::bench {
@@ -19,7 +19,7 @@ DeviceMemory::DeviceMemory(Device device, size_t bytes) : device_(device), bytes
     return;
   }
 #ifdef DTRAIN_HAVE_NCCL
-  DTRAIN_CUDA_CHECK(cudaMalloc(&data_, alloc));
+  DTRAIN_BENCH_CUDA(requireCudaRuntime().malloc(&data_, alloc));
 #else
   throw ConfigError("this dtrain was built without CUDA; CUDA buffers are unavailable");
 #endif
@@ -32,7 +32,7 @@ DeviceMemory::~DeviceMemory() {
     return;
   }
 #ifdef DTRAIN_HAVE_NCCL
-  cudaFree(data_);
+  if (const CudaRuntime* cuda = cudaRuntime()) cuda->free(data_);
 #endif
 }
 
@@ -43,7 +43,7 @@ void DeviceMemory::upload(const std::vector<unsigned char>& host) {
     return;
   }
 #ifdef DTRAIN_HAVE_NCCL
-  DTRAIN_CUDA_CHECK(cudaMemcpy(data_, host.data(), n, cudaMemcpyHostToDevice));
+  DTRAIN_BENCH_CUDA(requireCudaRuntime().memcpy(data_, host.data(), n, cudaMemcpyHostToDevice));
 #endif
 }
 
@@ -54,15 +54,16 @@ std::vector<unsigned char> DeviceMemory::download(size_t bytes) const {
     return host;
   }
 #ifdef DTRAIN_HAVE_NCCL
-  DTRAIN_CUDA_CHECK(cudaMemcpy(host.data(), data_, host.size(), cudaMemcpyDeviceToHost));
+  DTRAIN_BENCH_CUDA(requireCudaRuntime().memcpy(host.data(), data_, host.size(), cudaMemcpyDeviceToHost));
 #endif
   return host;
 }
 
 int cudaDeviceCount() {
 #ifdef DTRAIN_HAVE_NCCL
+  const CudaRuntime* cuda = cudaRuntime();  // not installed: no CUDA device
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  if (cuda == nullptr || cuda->getDeviceCount(&count) != cudaSuccess) return 0;
   return count;
 #else
   return 0;
@@ -76,7 +77,7 @@ void selectCudaDevice(int index) {
     throw ConfigError("CUDA device " + std::to_string(index) + " does not exist; this process sees " +
                       std::to_string(count) + " (check LOCAL_RANK and CUDA_VISIBLE_DEVICES)");
   }
-  DTRAIN_CUDA_CHECK(cudaSetDevice(index));
+  DTRAIN_BENCH_CUDA(requireCudaRuntime().setDevice(index));
 #else
   throw ConfigError("this dtrain was built without CUDA/NCCL; use --backend gloo");
 #endif
@@ -84,7 +85,7 @@ void selectCudaDevice(int index) {
 
 void synchronize(Device device) {
 #ifdef DTRAIN_HAVE_NCCL
-  if (device.type == DeviceType::kCuda) DTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
+  if (device.type == DeviceType::kCuda) DTRAIN_BENCH_CUDA(requireCudaRuntime().deviceSynchronize());
 #endif
 }
 
@@ -92,7 +93,8 @@ std::string deviceDescription(Device device) {
   if (device.type == DeviceType::kCpu) return "cpu";
 #ifdef DTRAIN_HAVE_NCCL
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device.index) == cudaSuccess) {
+  const CudaRuntime* cuda = cudaRuntime();
+  if (cuda != nullptr && cuda->getDeviceProperties(&prop, device.index) == cudaSuccess) {
     char bus[32];
     std::snprintf(bus, sizeof(bus), "[0x%02x]", prop.pciBusID);
     return "device " + std::to_string(device.index) + " " + bus + " " + prop.name;
@@ -105,7 +107,8 @@ std::string deviceName(Device device) {
   if (device.type == DeviceType::kCpu) return "cpu";
 #ifdef DTRAIN_HAVE_NCCL
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device.index) == cudaSuccess) return prop.name;
+  const CudaRuntime* cuda = cudaRuntime();
+  if (cuda != nullptr && cuda->getDeviceProperties(&prop, device.index) == cudaSuccess) return prop.name;
 #endif
   return "cuda:" + std::to_string(device.index);
 }

@@ -41,5 +41,22 @@ TEST(CreateCommunicatorTest, BackendAvailabilityFollowsTheBuild) {
 #endif
 }
 
+#ifdef DTRAIN_HAVE_NCCL
+// The NCCL backend is a library of its own (libdtrain_nccl.so) that this
+// test program does not link: making an nccl communicator loads it. Where
+// the CUDA runtime and NCCL are installed it loads, and what fails on a
+// machine without GPUs is CUDA or NCCL itself, never the loading.
+TEST(CreateCommunicatorTest, TheNcclBackendIsLoadedOnDemand) {
+  CommunicatorOptions options;
+  options.init_timeout = std::chrono::seconds(5);
+  try {
+    auto comm = createCommunicator("nccl", std::make_shared<HashStore>(), 0, 1, options);
+    EXPECT_EQ(comm->size(), 1);
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.message()).find("does not load"), std::string::npos) << e.message();
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace dtrain

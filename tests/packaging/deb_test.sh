@@ -36,6 +36,15 @@ depends=$(dpkg-deb -f "$deb" Depends)
 for lib in libtorch libc6 libstdc++6; do
   if grep -q "$lib" <<< "$depends"; then pass "Depends names $lib"; else fail "Depends lacks $lib: $depends"; fi
 done
+# What the package needs, it names; what it does not name, nothing but the
+# on-demand NCCL backend may need.
+mkdir -p "$T/x" && dpkg-deb -x "$deb" "$T/x"
+for f in $(dpkg-deb -c "$deb" | awk '{print $6}' | grep -E '\.so(\.[0-9.]+)?$|/bin/dtrain$'); do
+  # The NCCL backend is loaded on demand; the fused kernels only by a CUDA libtorch's runtime.
+  [[ $f == *libdtrain_nccl.so* || $f == *libdtrain_kernels.so* ]] && continue
+  cuda=$(readelf -d "$T/x/$f" 2> /dev/null | grep NEEDED | grep -E "libcudart|libnccl|libcuda\." || true)
+  [[ -z $cuda ]] || fail "$f needs CUDA, which the package does not name: $cuda"
+done
 contents=$(dpkg-deb -c "$deb")
 if grep -q "usr/lib/.*cmake/dtrain/dtrainConfig.cmake" <<< "$contents"; then
   pass "the package carries the CMake package"
@@ -56,6 +65,31 @@ if [[ $rc == 0 ]] && grep -q "accuracy" <<< "$out"; then
   pass "the installed package ran the main job (20 steps)"
 else
   fail "the installed package's main job exited $rc:"$'\n'"$out"
+fi
+# A clean machine has no CUDA: the installed package runs with the CUDA
+# toolkit (its runtime and NCCL) hidden under an empty directory, in a mount
+# namespace of its own. The NCCL backend is a library loaded on demand
+# (libdtrain_nccl.so), so nothing else needs them.
+cuda_dir=$(readlink -f /usr/local/cuda 2> /dev/null)
+if [[ -n $cuda_dir && -d $cuda_dir ]] && command -v unshare > /dev/null; then
+  mkdir -p "$T/empty" "$T/clean"
+  out=$(cd "$T/clean" && unshare --mount --propagation private bash -c '
+      mount --bind "$1" "$2" || { echo "cannot hide $2"; exit 90; }
+      echo "== version"; /usr/bin/dtrain --version || exit 91
+      echo "== doctor"; /usr/bin/dtrain doctor; echo "doctor exit $?"
+      echo "== main job"
+      /usr/bin/dtrain launch --nproc-per-node 2 --standalone /usr/bin/dtrain train --max-steps 20 --eval-every 0 ||
+        exit 92' _ "$T/empty" "$cuda_dir" 2>&1)
+  rc=$?
+  # (doctor's own dlopen of NVML and NCCL says "cannot open shared object file" and skips those checks.)
+  if [[ $rc == 0 ]] && ! grep -q "error while loading shared libraries" <<< "$out" && grep -q "accuracy" <<< "$out" &&
+     grep -q "^dtrain " <<< "$out" && grep -q "doctor exit [01]$" <<< "$out"; then
+    pass "with $cuda_dir hidden: dtrain --version, dtrain doctor and the main job ran"
+  else
+    fail "with $cuda_dir hidden, the installed package exited $rc:"$'\n'"$out"
+  fi
+else
+  echo "ok - (no CUDA toolkit here to hide: the machine is clean already)"
 fi
 if dpkg -r dtrain > "$T/remove.log" 2>&1 && [[ ! -e /usr/bin/dtrain ]]; then
   pass "dpkg -r removed the package"

@@ -18,7 +18,12 @@ fatal() { echo "FAIL - $1"; exit 1; }
 prefix=$T/prefix
 cmake --install "$build" --prefix "$prefix" > "$T/install.log" 2>&1 || fatal "cmake --install failed: $(cat "$T/install.log")"
 [[ -x $prefix/bin/dtrain ]] || fatal "no $prefix/bin/dtrain after cmake --install"
-pass "cmake --install put the binary, $(ls "$prefix/lib" | grep -c '\.so$') libraries and $(ls "$prefix/include/dtrain" | wc -l) headers under the prefix"
+pass "cmake --install put the binary, $(find "$prefix/lib" -name 'libdtrain_*.so.*.*.*' -type f | wc -l) libraries and $(ls "$prefix/include/dtrain" | wc -l) headers under the prefix"
+# Versioned SONAMEs: every installed library names its major.minor version.
+for lib in $(find "$prefix/lib" -name 'libdtrain_*.so.*.*.*' -type f); do
+  soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+  [[ $soname =~ ^libdtrain_[a-z_]+\.so\.[0-9]+\.[0-9]+$ ]] || fail "$lib has SONAME '$soname', expected libdtrain_<name>.so.<major>.<minor>"
+done
 
 # The public headers name no private header.
 private=$(grep -Hn '#include "' "$prefix"/include/dtrain/*.h | grep -v '#include "dtrain/')
@@ -37,16 +42,26 @@ fi
 args=(-DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g0)
 [[ -n $torch_dir ]] && args+=(-DTorch_DIR="$torch_dir")
 cp -r "$source/examples" "$T/examples"
-if cmake -S "$T/examples" -B "$T/examples-build" -G Ninja "${args[@]}" > "$T/configure.log" 2>&1 &&
-   cmake --build "$T/examples-build" > "$T/build.log" 2>&1; then
-  pass "examples/ configured with find_package(dtrain) and built against the installed tree"
+# A consumer without CUDA: configured and built with the CUDA toolkit hidden
+# (an empty directory mounted over it in a mount namespace of its own), as on
+# a machine that never had it (with a CPU libtorch; root only).
+hide=()
+cuda_dir=$(readlink -f /usr/local/cuda 2> /dev/null)
+if [[ $(id -u) == 0 && -n $cuda_dir && -d $cuda_dir ]] && command -v unshare > /dev/null &&
+   ! grep -qs "c10_cuda" "$build/CMakeCache.txt"; then
+  mkdir -p "$T/empty"
+  hide=(unshare --mount --propagation private bash -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' _ "$T/empty" "$cuda_dir")
+fi
+if "${hide[@]}" cmake -S "$T/examples" -B "$T/examples-build" -G Ninja "${args[@]}" > "$T/configure.log" 2>&1 &&
+   "${hide[@]}" cmake --build "$T/examples-build" > "$T/build.log" 2>&1; then
+  pass "examples/ configured with find_package(dtrain) and built against the installed tree${hide:+ with $cuda_dir hidden}"
 else
   fatal "examples/ did not build against the installed tree:"$'\n'"$(tail -n 40 "$T/configure.log" "$T/build.log" 2> /dev/null)"
 fi
 # ldd's whole output first: `ldd | grep -q` under pipefail fails when grep
 # stops reading at its match and ldd dies of SIGPIPE.
 libs=$(ldd "$T/examples-build/custom_loop" 2>&1)
-if grep -q "libdtrain_train.so => $prefix/" <<< "$libs"; then
+if grep -qE "libdtrain_train\.so\.[0-9]+\.[0-9]+ => $prefix/" <<< "$libs"; then
   pass "custom_loop loads libdtrain_train.so from the installed tree"
 else
   fail "custom_loop does not load the installed libdtrain_train.so: $(grep dtrain <<< "$libs")"

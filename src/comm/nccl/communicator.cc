@@ -14,6 +14,7 @@
 #include "comm/nccl/unique_id.h"
 #include "comm/nccl/watchdog.h"
 #include "comm/nccl/work.h"
+#include "comm/nccl_settings.h"
 #include "comm/progress_tracker.h"
 #include "gpu/cuda_check.h"
 #include "common/error.h"
@@ -28,11 +29,6 @@ namespace {
 // How often the watchdog looks at outstanding Works: short enough that
 // completion is reported promptly, long enough to cost nothing measurable.
 constexpr Milliseconds kWatchdogPollInterval{2};
-
-DTRAIN_SETTING(bool, kNcclBlocking, "nccl-blocking", "DTRAIN_NCCL_BLOCKING", true,
-               "Whether NCCL collectives run on a blocking NCCL communicator, split from the non-blocking one "
-               "after its bounded initialisation (NCCL 2.28 or newer); 0 keeps the non-blocking communicator, "
-               "where NCCL starts a thread for every call (~50-90 us each, the floor of small all-reduces).");
 
 std::shared_ptr<Store> groupStore(std::shared_ptr<Store> store, const std::string& prefix) {
   if (!store) throw ConfigError("nccl communicator: no store given");
@@ -117,7 +113,7 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<Store> store, int rank, int s
   checkGroupConsistency(*group_store_, rank_, size_, time_left());
   const ncclUniqueId id = exchangeNcclUniqueId(*group_store_, "nccl/unique_id", rank_, time_left());
   comm_ = std::make_unique<NcclCommHandle>(id, rank_, size_, "dtrain:" + options.store_prefix, time_left(),
-                                           kNcclBlocking.get());
+                                           ncclBlockingSetting());
   stream_ = std::make_unique<CudaStream>();
   inputs_ready_ = std::make_unique<CudaEvent>();
   barrier_word_ = std::make_unique<DeviceMemory>(sizeof(int32_t));
@@ -443,3 +439,11 @@ std::unique_ptr<Communicator> createNcclCommunicator(std::shared_ptr<Store> stor
 }
 
 }  // namespace dtrain
+
+// The entry point dtrain_comm finds with dlsym (comm/communicator.cc);
+// exceptions (ConfigError, TimeoutError, ...) pass through to the caller.
+extern "C" dtrain::Communicator* dtrain_nccl_create_communicator(std::shared_ptr<dtrain::Store>* store, int rank,
+                                                                 int size,
+                                                                 const dtrain::CommunicatorOptions* options) {
+  return new dtrain::NcclCommunicator(std::move(*store), rank, size, *options);
+}
