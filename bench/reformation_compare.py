@@ -8,7 +8,7 @@ rendezvous settings, in one run on one machine.
 Scenario (both launchers, same flags): three agents on loopback, each its own
 "node" (own session), `--nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d
 --rdzv-endpoint 127.0.0.1:PORT --max-restarts 3 --monitor-interval 0.1`, no
---rdzv-conf (the defaults: keep-alive 5 s x 3, last call 30 s). Three seconds after all
+--rdzv-conf (the defaults: dtrain's keep-alive 2 s x 3, torchrun's 5 s x 3; last call 30 s). Three seconds after all
 three run a world of 3, the third node (not the store's host) is killed with
 SIGKILL to its whole session, and the survivors' workers exit 1 at that
 moment, as a collective with a dead peer fails. Measured: from the kill to

@@ -218,8 +218,8 @@ void declareNodeFlags(OptionSet& set, LaunchFlagValues& values) {
         "single node",
         nonEmpty(rdzv.run_id, "expected a run id"));
   value(set, "--rdzv-conf", "KEY=VALUE,...", "", "KEY=VALUE pairs separated by commas",
-        "join_timeout, last_call_timeout, close_timeout, keep_alive_interval (seconds), "
-        "keep_alive_max_attempt, is_host",
+        "join_timeout, last_call_timeout, close_timeout, keep_alive_interval (seconds, default 2; torchrun's 5), "
+        "keep_alive_max_attempt (default 3), is_host",
         [&rdzv](const FlagValue& v) { parseRdzvConf(v, rdzv); });
   set.toggle("--standalone", config.standalone,
              "one node: c10d rendezvous on 127.0.0.1, a free port, a fresh run id");
