@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -77,22 +78,63 @@ void ProgressDisplay::intervalEnded(const StepReport& r, const BackwardTimeline*
   if (r.mfu >= 0) std::snprintf(mfu, sizeof(mfu), " MFU %.1f%%", r.mfu * 100);
   char bubble[32] = "";
   if (r.pp_bubble >= 0) std::snprintf(bubble, sizeof(bubble), " bubble %.1f%%", r.pp_bubble * 100);
+  last_ = r;
+  if (bar_) {
+    drawBar(r.step);
+    return;
+  }
+  if (!lines_) return;
   char head[352];
   std::snprintf(head, sizeof(head), "epoch %lld/%lld step %lld/%lld loss %.4f lr %.4g %s%s%s eta %s",
                 static_cast<long long>(r.epoch + 1), static_cast<long long>(r.epochs),
                 static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss, r.lr, rate, mfu,
                 bubble, formatDuration(eta).c_str());
-  if (bar_) {
-    const int width = 24;
-    const int filled = static_cast<int>(fraction * width);
-    std::string bar(static_cast<size_t>(filled), '#');
-    bar.append(static_cast<size_t>(width - filled), '.');
-    std::fprintf(stderr, "\r[%s] %3.0f%% %s\x1b[K", bar.c_str(), fraction * 100, head);
-    std::fflush(stderr);
-    bar_open_ = true;
-  } else if (lines_) {
-    std::fprintf(stderr, "%s\n", head);
+  std::fprintf(stderr, "%s\n", head);
+}
+
+void ProgressDisplay::planned(int64_t total_steps, int64_t epochs, int64_t first_step) {
+  total_steps_ = total_steps;
+  epochs_ = epochs;
+  first_step_ = first_step;
+  started_ = std::chrono::steady_clock::now();
+}
+
+void ProgressDisplay::stepFinished(int64_t step, bool /*graphed*/) {
+  if (!bar_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - drawn_ < std::chrono::milliseconds(250)) return;
+  drawBar(step + 1);
+}
+
+// The bar at `step` (steps done): the fraction and an ETA from the time
+// since the run started; the loss, rate and epoch of the last report.
+void ProgressDisplay::drawBar(int64_t step) {
+  drawn_ = std::chrono::steady_clock::now();
+  const int64_t total = last_ ? last_->total_steps : total_steps_;
+  const double fraction = total > 0 ? std::min(1.0, static_cast<double>(step) / static_cast<double>(total)) : 0;
+  const double elapsed = std::chrono::duration<double>(drawn_ - started_).count();
+  const double done = static_cast<double>(step - first_step_);
+  const double eta = done > 0 && total > 0 ? elapsed * static_cast<double>(total - step) / done : NAN;
+  std::string detail = "loss -";
+  if (last_) {
+    char text[160];
+    std::snprintf(text, sizeof(text), "loss %.4f lr %.4g %.0f %s", last_->loss, last_->lr,
+                  last_->tokens_per_s > 0 ? last_->tokens_per_s : last_->samples_per_s,
+                  last_->tokens_per_s > 0 ? "tokens/s" : "samples/s");
+    detail = text;
   }
+  char head[352];
+  std::snprintf(head, sizeof(head), "epoch %lld/%lld step %lld/%lld %s eta %s",
+                static_cast<long long>((last_ ? last_->epoch : 0) + 1),
+                static_cast<long long>(last_ ? last_->epochs : epochs_), static_cast<long long>(step),
+                static_cast<long long>(total), detail.c_str(), formatDuration(eta).c_str());
+  const int width = 24;
+  const int filled = static_cast<int>(fraction * width);
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.append(static_cast<size_t>(width - filled), '.');
+  std::fprintf(stderr, "\r[%s] %3.0f%% %s\x1b[K", bar.c_str(), fraction * 100, head);
+  std::fflush(stderr);
+  bar_open_ = true;
 }
 
 void ProgressDisplay::evaluated(const EvalReport& r) {

@@ -7,6 +7,7 @@
 // samples/s and accuracy. (private to train/)
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -25,6 +26,12 @@ class ProgressDisplay : public TrainObserver {
   ProgressDisplay(ProgressMode mode, const std::string& metrics_path);
   ~ProgressDisplay() override;
 
+  // On a terminal (bar mode) the bar moves after every step, at most four
+  // times a second, with the loss and rate of the last report; lines and
+  // metrics come every --log-every steps (a report syncs the device).
+  void stepFinished(int64_t step, bool graphed) override;
+  // The run's length, so the bar can move before the first report.
+  void planned(int64_t total_steps, int64_t epochs, int64_t first_step);
   void intervalEnded(const StepReport& report, const BackwardTimeline* sampled) override;
   void evaluated(const EvalReport& report) override;
   void message(const std::string& text) override;
@@ -39,11 +46,17 @@ class ProgressDisplay : public TrainObserver {
   void languageModelEvaluated(const EvalReport& report);
   void languageModelFinished(const RunSummary& summary);
   void endBar();
+  void drawBar(int64_t step);
   void writeMetrics(const std::string& json_line);
 
   bool bar_ = false;
   bool lines_ = false;
   bool bar_open_ = false;
+  // What the bar shows between reports.
+  std::optional<StepReport> last_;
+  int64_t total_steps_ = 0, epochs_ = 0, first_step_ = 0;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point drawn_{};
   std::ofstream metrics_;
   std::string metrics_path_;
 };

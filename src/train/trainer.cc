@@ -288,6 +288,7 @@ int runTraining(const TrainOptions& given) {
   StopAgreement stop(ctx.rank(), ctx.size(), [&ctx](std::vector<double>& v) { ctx.allreduceSum(v); },
                      [] { return StopSignals::received(); });
   loop.setStop(&stop);
+  if (watchers.progress != nullptr) watchers.progress->planned(loop.totalSteps(), o.schedule.epochs, start.step);
   StopSignals::deferFromNowOn();
   loop.run(start, wall_start);
   if (loop.stopped()) return stopAfterSignal(o, job, loop, stop, watchers);

@@ -43,7 +43,7 @@ TEST(LaunchEtcdTest, TheJobSurvivesLosingAnEtcdMemberAndThenTheFirstNode) {
   const std::string agent =
       dtrainBin() + " launch --nnodes 2:3 --nproc-per-node 1 --max-restarts 5 --monitor-interval 0.1 "
       "--rdzv-backend etcd --rdzv-endpoint " + etcd.clientEndpoints() +
-      " --rdzv-id etcdjob " +  // the default keep-alive (2 s x 3) and last call
+      " --rdzv-id etcdjob --rdzv-conf last_call_timeout=2 " +  // the default keep-alive (2 s x 3)
       dtrainBin() + " train --cache-dir " + dir.path() + "/cache " + kTinyGpt +
       "--max-steps 160 --checkpoint-every 20 --checkpoint-dir " + checkpoints + " --resume auto --timeout 30";
   std::vector<std::unique_ptr<BackgroundProcess>> nodes;

@@ -187,6 +187,20 @@ TEST(TrainLmTest, AModelTooBigForTheHostIsRefusedBeforeItIsBuilt) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60)) << r.output;
 }
 
+// On a terminal the bar moves after every step (at most four times a
+// second), not only at each --log-every report: here no report comes before
+// the end, and the bar still moves on its own.
+TEST(TrainLmTest, TheProgressBarMovesBetweenReports) {
+  auto r = runCommand(train("--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text "
+                            "--tokenizer byte --batch-size 4 --max-steps 400 --log-every 100000 --progress bar 2>&1"),
+                      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t bars = 0;
+  for (size_t at = r.output.find("\r["); at != std::string::npos; at = r.output.find("\r[", at + 1)) ++bars;
+  EXPECT_GE(bars, 2u) << r.output;
+  EXPECT_TRUE(contains(r.output, "/400 ")) << r.output;
+}
+
 class TrainLmBadInputTest : public ::testing::TestWithParam<BadCommandLine> {};
 
 TEST_P(TrainLmBadInputTest, ExitsTwoWithAClearMessage) {
