@@ -10,7 +10,8 @@
 #   bench/gpu/fp8_acceptance.sh speed     llama-8b seq 2048 --shard full on GPUS (2): dtrain bf16 and fp8
 #                                         beside the FSDP2 peer in bf16 and with --float8
 #                                         (bench/lm_compare.py --precision bf16, then fp8)
-# Knobs: GPUS (2), LLAMA_BATCH (2), STEPS (20), WARMUP (8), ROUNDS (1), DTRAIN_ARGS, PEER_ARGS,
+# Knobs: CONVERGE_MODEL (gpt2-124m), CONVERGE_SEQ (1024), CONVERGE_BATCH (16), CONVERGE_LR (6e-4),
+# CONVERGE_GOAL (1.01: llama-1b's is 1.015), GPUS (2), LLAMA_BATCH (2), STEPS (20), WARMUP (8), ROUNDS (1), DTRAIN_ARGS, PEER_ARGS,
 # BUDGET_S (540). Results: $OUT/<phase>.tgz.
 set -uo pipefail
 started=$(date +%s)
@@ -44,22 +45,23 @@ case "$phase" in
     grep -h -B2 -A8 "Error\|error:" "$OUT"/tiny-*.log | head -30
     ;;
   converge)
-    steps=${STEPS_CONVERGE:-1000}
+    steps=${STEPS_CONVERGE:-1000} model=${CONVERGE_MODEL:-gpt2-124m}
     for precision in bf16 fp8; do
-      log "gpt2-124m $precision, $steps steps ($(left) s left)"
-      "$dtrain" launch --nproc-per-node "$gpus" "$dtrain" train --model gpt2-124m --dataset text --seq-len 1024 \
-        --batch-size 16 --optimizer adamw --lr 6e-4 --warmup 0.02 --schedule cosine --clip-grad-norm 1.0 --seed 7 \
-        --precision $precision --max-steps "$steps" --eval-batches 20 --log-every 100 --progress lines \
-        --metrics-jsonl "$OUT/converge-$precision.jsonl" ${DTRAIN_ARGS:-} > "$OUT/converge-$precision.txt" 2>&1
-      echo "exit $?"; grep -E "val loss|nan|inf" "$OUT/converge-$precision.txt" | tail -3
+      log "$model $precision, $steps steps ($(left) s left)"
+      "$dtrain" launch --nproc-per-node "$gpus" "$dtrain" train --model "$model" --dataset text \
+        --seq-len "${CONVERGE_SEQ:-1024}" --batch-size "${CONVERGE_BATCH:-16}" --optimizer adamw --lr "${CONVERGE_LR:-6e-4}" \
+        --warmup 0.02 --schedule cosine --clip-grad-norm 1.0 --seed 7 \
+        --precision $precision --max-steps "$steps" --eval-batches 20 --log-every 20 --progress lines \
+        --metrics-jsonl "$OUT/converge-$model-$precision.jsonl" ${DTRAIN_ARGS:-} > "$OUT/converge-$model-$precision.txt" 2>&1
+      echo "exit $?"; grep -E "val loss|nan|inf" "$OUT/converge-$model-$precision.txt" | tail -3
     done
-    python3 - "$OUT" <<'EOF'
+    python3 - "$OUT" "$model" "${CONVERGE_GOAL:-1.01}" <<'EOF'
 import json, math, sys
-out = sys.argv[1]
+out, model, goal = sys.argv[1], sys.argv[2], float(sys.argv[3])
 val = {}
 for precision in ("bf16", "fp8"):
     steps = []
-    for line in open(f"{out}/converge-{precision}.jsonl"):
+    for line in open(f"{out}/converge-{model}-{precision}.jsonl"):
         r = json.loads(line)
         if r.get("event") == "step":
             steps.append(r["loss"])
@@ -68,7 +70,7 @@ for precision in ("bf16", "fp8"):
     bad = sum(1 for x in steps if not math.isfinite(x))
     print(f"{precision}: {len(steps)} step records, {bad} non-finite, val loss {val.get(precision)}")
 if val.get("bf16") and val.get("fp8"):
-    print(f"fp8 / bf16 validation loss: {val['fp8'] / val['bf16']:.4f} (goal <= 1.01)")
+    print(f"{model} fp8 / bf16 validation loss: {val['fp8'] / val['bf16']:.4f} (goal <= {goal})")
 EOF
     ;;
   speed)

@@ -2,7 +2,8 @@
 # Hugging Face import and export against transformers itself, on the GPU
 # machine (whose image has transformers; the check runs on its CPUs, a
 # minute at most): transformers writes small random LlamaForCausalLM (GQA,
-# tied + sharded, bf16) and GPT2LMHeadModel directories and their logits;
+# tied + sharded, bf16, Llama 3.1's scaled rotary frequencies) and
+# GPT2LMHeadModel directories and their logits;
 # models_test's HfCheckpointTest.TransformersWrittenDirectories* imports
 # each into dtrain (logits within 1e-4) and exports it back; from_pretrained
 # loads every export and its logits are compared with transformers' own.
@@ -23,4 +24,6 @@ echo "models_test HfCheckpoint* exit $?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|relative" -A3 "$OUT/hf_test.log" | head -30
 log "from_pretrained of dtrain's exports"
 python3 bench/peers/hf_transformers_check.py load "$dirs" 2>&1 | tail -8
-rm -rf "$dirs"  # small, but nothing to bring back
+# The configs each side wrote, for the record; the weights stay behind.
+(cd "$dirs" && find . -name config.json | tar czf "$OUT/configs.tgz" -T -)
+rm -rf "$dirs"

@@ -17,7 +17,8 @@
 # leaves them out); a --breakdown time split of gpt2-124m runs next, and with
 # PROFILE=1 Nsight Compute times every kernel of one eager gpt2-124m step
 # ($OUT/kernels.csv; bench/gpu/kernel_table.py sums it by kernel).
-# Knobs: ROUNDS (2), STEPS (40), WARMUP (10), LLAMA_BATCH (4), SKIP_LLAMA, PEER_COMPILE
+# Knobs: BUILD_TESTS (the test programs built beside dtrain; SKIP_FUSED_TEST=1 runs none of
+# them), ROUNDS (2), STEPS (40), WARMUP (10), LLAMA_BATCH (4), SKIP_LLAMA, PEER_COMPILE
 # (default | max-autotune-no-cudagraphs | none), PEER_PARALLEL (ddp | fsdp2),
 # DTRAIN_ARGS, PEER_ARGS, BUDGET_S. Needs .deps/ as the other GPU scripts.
 # Logs and results go to $OUT/<phase>.tgz (lm_compare.md, lm_compare.json).
@@ -31,8 +32,8 @@ source bench/gpu/lib.sh
 # dtrain with the fused CUDA kernels, and models_test's Fused* tests (every fused
 # operation and whole tiny models against the libtorch path) beside it.
 build() {
-  local tests="models_test optim_test kernels_test"
-  [ -n "${SKIP_FUSED_TEST:-}" ] && tests=""
+  local tests="${BUILD_TESTS-models_test optim_test kernels_test}"
+  [ -n "${SKIP_FUSED_TEST:-}" ] && tests="${BUILD_TESTS:-}"
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_WITH_GLOO=OFF -DDTRAIN_WITH_TORCH=ON \
     -DDTRAIN_WITH_NCCL=ON -DDTRAIN_WITH_CUDA_KERNELS=ON -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_DEPS_PREFIX="$PWD/.deps" \
     -DCMAKE_PREFIX_PATH="$PWD/.deps/usr;$torch_prefix" \

@@ -46,9 +46,18 @@ def rotate_half(x):
 def llama_logits(cfg, w, tokens):
     d, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     kv = cfg.get("num_key_value_heads") or heads
-    hd, eps, theta = d // heads, cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 10000.0)
+    hd, eps = d // heads, cfg.get("rms_norm_eps", 1e-6)
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}  # transformers 5's, 4's
+    theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
     b, t = tokens.shape
     inv = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    if rope.get("rope_type", rope.get("type")) == "llama3":  # Llama 3.1's long-context frequencies
+        factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+        old = rope["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - low) / (high - low)
+        blended = (1 - smooth) * inv / factor + smooth * inv
+        inv = torch.where(wavelen > old / low, inv / factor, torch.where(wavelen < old / high, inv, blended))
     angles = torch.outer(torch.arange(t, dtype=torch.float64), inv)
     emb = torch.cat((angles, angles), dim=-1)
     cos, sin = emb.cos().float(), emb.sin().float()

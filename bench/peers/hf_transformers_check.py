@@ -23,7 +23,21 @@ import torch
 
 from lm_models import save_safetensors
 
-MODELS = ("llama_gqa", "llama_tied_sharded", "llama_bf16", "gpt2")
+MODELS = ("llama_gqa", "llama_tied_sharded", "llama_bf16", "llama3_rope", "gpt2")
+
+
+def rope_kwargs(name):
+    """rope_theta 500000, and Llama 3.1's scaled frequencies for llama3_rope,
+    as this transformers spells them (4: rope_theta and rope_scaling; 5:
+    rope_parameters)."""
+    import transformers
+    rope = {"rope_type": "default"}
+    if name == "llama3_rope":  # wavelengths on both sides of the blend at 128 positions
+        rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64}
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        return {"rope_parameters": dict(rope, rope_theta=500000.0)}
+    return {"rope_theta": 500000.0, "rope_scaling": None if rope["rope_type"] == "default" else rope}
 
 
 def build(name):
@@ -32,13 +46,15 @@ def build(name):
     if name.startswith("llama"):
         cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=8,
                           num_key_value_heads=2, vocab_size=211, max_position_embeddings=128, rms_norm_eps=1e-5,
-                          rope_theta=500000.0, tie_word_embeddings=(name == "llama_tied_sharded"))
+                          tie_word_embeddings=(name == "llama_tied_sharded"), **rope_kwargs(name))
         return LlamaForCausalLM(cfg)
     cfg = GPT2Config(n_embd=128, n_layer=2, n_head=4, vocab_size=211, n_positions=64)
     return GPT2LMHeadModel(cfg)
 
 
 def write(out):
+    import transformers
+    print("transformers", transformers.__version__)
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     tokens = torch.randint(0, 211, (2, 24))

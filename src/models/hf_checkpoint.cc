@@ -177,7 +177,15 @@ void exportHf(LanguageModel& model, const std::string& dir, torch::ScalarType dt
          {"num_key_value_heads", c.kv_heads}, {"vocab_size", c.vocab_size}, {"max_position_embeddings", c.max_seq_len},
          {"rms_norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta}, {"tie_word_embeddings", c.tie_embeddings},
          {"hidden_act", "silu"}, {"attention_bias", false}, {"mlp_bias", false}, {"head_dim", c.headDim()},
-         {"torch_dtype", torch_dtype}};
+         {"torch_dtype", torch_dtype}, {"rope_scaling", nullptr}};
+    // transformers 4's form, which every later version reads too.
+    if (c.rope_scaling.enabled()) {
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", c.rope_scaling.factor},
+                           {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                           {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                           {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
+    }
   } else {
     j = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"n_embd", c.dim}, {"n_inner", c.ffn_dim},
          {"n_layer", c.layers}, {"n_head", c.heads}, {"vocab_size", c.vocab_size}, {"n_positions", c.max_seq_len},

@@ -11,11 +11,12 @@
 // - readHfConfig maps the config's fields (Llama: hidden_size,
 //   intermediate_size, num_hidden_layers, num_attention_heads,
 //   num_key_value_heads, vocab_size, max_position_embeddings, rms_norm_eps,
-//   rope_theta, tie_word_embeddings; GPT-2: n_embd, n_inner, n_layer,
-//   n_head, vocab_size, n_positions, layer_norm_epsilon,
-//   tie_word_embeddings). What dtrain does not compute the same way is a
-//   ConfigError naming the field, its value and what is expected: another
-//   architecture, rope_scaling, a head_dim other than hidden_size / heads,
+//   rope_theta, tie_word_embeddings, rope_scaling of type default or
+//   llama3 -- or transformers 5's rope_parameters holding them; GPT-2:
+//   n_embd, n_inner, n_layer, n_head, vocab_size, n_positions,
+//   layer_norm_epsilon, tie_word_embeddings). What dtrain does not compute
+//   the same way is a ConfigError naming the field, its value and what is
+//   expected: another architecture, another rope_type, a head_dim other than hidden_size / heads,
 //   attention or MLP biases on Llama, an activation other than silu (Llama)
 //   or gelu_new (GPT-2).
 // - loadHfWeights copies every tensor into the parameter it maps to,

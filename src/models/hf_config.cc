@@ -49,6 +49,31 @@ void expectField(const nlohmann::json& j, const std::string& path, const std::st
   }
 }
 
+// The rotary embedding: transformers 4 writes rope_theta and rope_scaling
+// (null, or {"rope_type" or "type": ..., factors}); transformers 5 one
+// rope_parameters object holding rope_theta and rope_type beside the
+// factors. "default" and "llama3" are what dtrain computes.
+void readRope(const nlohmann::json& j, const std::string& path, LanguageModelConfig& c) {
+  c.rope_theta = field<double>(j, path, "rope_theta", 10000.0);
+  std::string key = "rope_scaling";
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) key = "rope_parameters";
+  if (!j.contains(key) || j[key].is_null()) return;
+  const nlohmann::json& r = j[key];
+  const std::string where = path + ": '" + key + "'";
+  if (!r.is_object()) throw ConfigError(where + " is " + r.dump() + ", not an object");
+  if (key == "rope_parameters") c.rope_theta = field<double>(r, where, "rope_theta", c.rope_theta);
+  const std::string type = field<std::string>(r, where, r.contains("rope_type") ? "rope_type" : "type", "default");
+  if (type == "default") return;
+  if (type != "llama3") {
+    throw ConfigError(where + " has rope_type '" + type + "'; dtrain computes 'default' and 'llama3' rotary "
+                      "frequencies");
+  }
+  c.rope_scaling.factor = field<double>(r, where, "factor");
+  c.rope_scaling.low_freq_factor = field<double>(r, where, "low_freq_factor");
+  c.rope_scaling.high_freq_factor = field<double>(r, where, "high_freq_factor");
+  c.rope_scaling.original_max_position = field<int64_t>(r, where, "original_max_position_embeddings");
+}
+
 LanguageModelConfig llamaConfig(const nlohmann::json& j, const std::string& path) {
   LanguageModelConfig c;
   c.family = LmFamily::kLlama;
@@ -61,12 +86,8 @@ LanguageModelConfig llamaConfig(const nlohmann::json& j, const std::string& path
   c.vocab_size = field<int64_t>(j, path, "vocab_size");
   c.max_seq_len = field<int64_t>(j, path, "max_position_embeddings", int64_t{2048});
   c.norm_eps = field<double>(j, path, "rms_norm_eps", 1e-6);
-  c.rope_theta = field<double>(j, path, "rope_theta", 10000.0);
   c.tie_embeddings = field<bool>(j, path, "tie_word_embeddings", false);
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    throw ConfigError(path + ": 'rope_scaling' is " + j["rope_scaling"].dump() +
-                      "; dtrain's rotary embedding has no scaling yet (expected null)");
-  }
+  readRope(j, path, c);
   if (c.heads > 0 && c.dim % c.heads == 0) {
     expectField(j, path, "head_dim", c.dim / c.heads, "heads of hidden_size / num_attention_heads");
   }

@@ -150,20 +150,20 @@ class LlamaBlock : public TransformerBlock {
 
 }  // namespace
 
-RotaryCache::RotaryCache(int64_t max_seq_len, int64_t head_dim, double theta)
-    : max_seq_len_(max_seq_len), head_dim_(head_dim), theta_(theta) {}
+RotaryCache::RotaryCache(int64_t max_seq_len, int64_t head_dim, double theta, const RopeScaling& scaling)
+    : max_seq_len_(max_seq_len), head_dim_(head_dim), theta_(theta), scaling_(scaling) {}
 
 const ops::RotaryTable& RotaryCache::tableFor(const torch::Tensor& x) {
   const torch::ScalarType dtype = x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
   if (!table_.cos.defined() || table_.cos.device() != x.device() || table_.cos.scalar_type() != dtype) {
-    table_ = ops::rotaryTable(max_seq_len_, head_dim_, theta_, x.device(), dtype);
+    table_ = ops::rotaryTable(max_seq_len_, head_dim_, theta_, x.device(), dtype, scaling_);
   }
   return table_;
 }
 
 Llama::Llama(const LanguageModelConfig& c) : LanguageModel(c) {
   tok_embeddings_ = register_module("tok_embeddings", nn::Embedding(c.vocab_size, c.dim));
-  auto rotary = std::make_shared<RotaryCache>(c.max_seq_len, c.headDim(), c.rope_theta);
+  auto rotary = std::make_shared<RotaryCache>(c.max_seq_len, c.headDim(), c.rope_theta, c.rope_scaling);
   auto layers = register_module("layers", nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
     auto block = std::make_shared<LlamaBlock>(c, rotary, splitRef());

@@ -20,7 +20,7 @@ namespace dtrain::models {
 // move to another device or precision.
 class RotaryCache {
  public:
-  RotaryCache(int64_t max_seq_len, int64_t head_dim, double theta);
+  RotaryCache(int64_t max_seq_len, int64_t head_dim, double theta, const RopeScaling& scaling = {});
   // The table for activations like x (float32 for all but double).
   const ops::RotaryTable& tableFor(const torch::Tensor& x);
 
@@ -28,6 +28,7 @@ class RotaryCache {
   int64_t max_seq_len_;
   int64_t head_dim_;
   double theta_;
+  RopeScaling scaling_;
   ops::RotaryTable table_;
 };
 

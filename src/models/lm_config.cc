@@ -4,6 +4,7 @@
 #include "models/catalog.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -197,10 +198,40 @@ void validateLanguageModel(const LanguageModelConfig& c) {
     throw ConfigError(model + "--rope-theta must be positive, got " + formatDouble(c.rope_theta));
   }
   if (!(c.norm_eps > 0)) throw ConfigError(model + "norm_eps must be positive, got " + formatDouble(c.norm_eps));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.enabled() && (c.family != LmFamily::kLlama || !(s.factor > 0) || !(s.low_freq_factor > 0) ||
+                      !(s.high_freq_factor > s.low_freq_factor) || s.original_max_position <= 0)) {
+    throw ConfigError(model + "rope scaling needs a llama model, a positive factor, 0 < low_freq_factor < "
+                      "high_freq_factor and a positive original_max_position_embeddings (got factor " +
+                      formatDouble(s.factor) + ", low " + formatDouble(s.low_freq_factor) + ", high " +
+                      formatDouble(s.high_freq_factor) + ", original " + std::to_string(s.original_max_position) + ")");
+  }
+}
+
+std::vector<double> rotaryFrequencies(int64_t head_dim, double theta, const RopeScaling& scaling) {
+  std::vector<double> f;
+  for (int64_t i = 0; i < head_dim; i += 2) {
+    f.push_back(std::pow(theta, -static_cast<double>(i) / static_cast<double>(head_dim)));
+  }
+  if (!scaling.enabled()) return f;
+  const double original = static_cast<double>(scaling.original_max_position);
+  const double long_wavelength = original / scaling.low_freq_factor;
+  const double short_wavelength = original / scaling.high_freq_factor;
+  for (double& x : f) {
+    const double wavelength = 2 * M_PI / x;
+    if (wavelength > long_wavelength) {
+      x /= scaling.factor;
+    } else if (wavelength >= short_wavelength) {
+      const double smooth = (original / wavelength - scaling.low_freq_factor) /
+                            (scaling.high_freq_factor - scaling.low_freq_factor);
+      x = (1 - smooth) * x / scaling.factor + smooth * x;
+    }
+  }
+  return f;
 }
 
 std::map<std::string, std::string> languageModelMetadata(const LanguageModelConfig& c) {
-  return {{"name", c.name},
+  std::map<std::string, std::string> m{{"name", c.name},
           {"family", lmFamilyName(c.family)},
           {"layers", std::to_string(c.layers)},
           {"dim", std::to_string(c.dim)},
@@ -213,6 +244,13 @@ std::map<std::string, std::string> languageModelMetadata(const LanguageModelConf
           {"tie_embeddings", c.tie_embeddings ? "true" : "false"},
           {"rope_theta", formatDouble(c.rope_theta)},
           {"norm_eps", formatDouble(c.norm_eps)}};
+  if (c.rope_scaling.enabled()) {
+    m["rope_scaling_factor"] = formatDouble(c.rope_scaling.factor);
+    m["rope_scaling_low_freq_factor"] = formatDouble(c.rope_scaling.low_freq_factor);
+    m["rope_scaling_high_freq_factor"] = formatDouble(c.rope_scaling.high_freq_factor);
+    m["rope_scaling_original_max_position"] = std::to_string(c.rope_scaling.original_max_position);
+  }
+  return m;
 }
 
 LanguageModelConfig languageModelFromMetadata(const std::map<std::string, std::string>& metadata) {
@@ -238,6 +276,12 @@ LanguageModelConfig languageModelFromMetadata(const std::map<std::string, std::s
   c.tie_embeddings = tied == "true";
   c.rope_theta = realKey(metadata, "rope_theta");
   c.norm_eps = realKey(metadata, "norm_eps");
+  if (metadata.count("rope_scaling_factor") != 0) {  // written only for a scaled rotary embedding
+    c.rope_scaling.factor = realKey(metadata, "rope_scaling_factor");
+    c.rope_scaling.low_freq_factor = realKey(metadata, "rope_scaling_low_freq_factor");
+    c.rope_scaling.high_freq_factor = realKey(metadata, "rope_scaling_high_freq_factor");
+    c.rope_scaling.original_max_position = integerKey(metadata, "rope_scaling_original_max_position");
+  }
   validateLanguageModel(c);
   return c;
 }

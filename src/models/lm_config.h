@@ -9,8 +9,8 @@
 //   gpt2   as GPT-2: learned positions, pre-LayerNorm, GELU (tanh), biases,
 //          tied input/output embeddings, one key/value head per query head.
 //   llama  as Llama 3: RMSNorm, rotary positions (Meta's interleaved pairs),
-//          SwiGLU, grouped-query attention, no biases. Llama 3.1+'s
-//          long-context rotary scaling is not modelled.
+//          SwiGLU, grouped-query attention, no biases; Llama 3.1+'s
+//          long-context rotary scaling (RopeScaling) where a config has it.
 // Named sizes (vocab 50257 / 128256 by default):
 //   gpt2 = gpt2-124m  12 layers,  768 dim, 12 heads       (GPT-2 small)
 //          gpt2-350m  24 layers, 1024 dim, 16 heads       (GPT-2 medium)
@@ -27,10 +27,28 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dtrain::models {
 
 enum class LmFamily { kGpt2, kLlama };
+
+// Llama 3.1's long-context rotary scaling (Hugging Face's rope_scaling of
+// type "llama3"): a frequency whose wavelength 2 pi / f exceeds
+// original_max_position / low_freq_factor is divided by `factor`, one whose
+// wavelength is below original_max_position / high_freq_factor is kept, and
+// those between are blended linearly in original_max_position / wavelength.
+// factor 1 is no scaling.
+struct RopeScaling {
+  double factor = 1;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int64_t original_max_position = 8192;
+  bool enabled() const { return factor != 1; }
+};
+
+// The rotary frequencies theta^(-2i / head_dim) for i < head_dim / 2, scaled.
+std::vector<double> rotaryFrequencies(int64_t head_dim, double theta, const RopeScaling& scaling = {});
 
 // "gpt2" | "llama".
 const char* lmFamilyName(LmFamily family);
@@ -51,6 +69,7 @@ struct LanguageModelConfig {
   int64_t vocab_size = 50257;
   bool tie_embeddings = true;   // the output head reuses the token embedding
   double rope_theta = 500000;   // llama only
+  RopeScaling rope_scaling;     // llama only
   double norm_eps = 1e-5;
 
   int64_t headDim() const { return dim / heads; }

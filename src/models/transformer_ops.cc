@@ -144,10 +144,10 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
 }
 
 RotaryTable rotaryTable(int64_t seq_len, int64_t head_dim, double theta, torch::Device device,
-                        torch::ScalarType dtype) {
+                        torch::ScalarType dtype, const RopeScaling& scaling) {
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
-  const torch::Tensor exponents = torch::arange(0, head_dim, 2, f64) / static_cast<double>(head_dim);
-  const torch::Tensor frequencies = torch::pow(theta, -exponents);
+  const std::vector<double> f = rotaryFrequencies(head_dim, theta, scaling);
+  const torch::Tensor frequencies = torch::tensor(f, f64);
   const torch::Tensor angles = torch::outer(torch::arange(seq_len, f64), frequencies);
   return {angles.cos().to(device, dtype), angles.sin().to(device, dtype), frequencies.to(device, torch::kFloat)};
 }

@@ -18,6 +18,8 @@
 
 #include <torch/torch.h>
 
+#include "models/lm_config.h"
+
 namespace dtrain::models::ops {
 
 // The residual stream after an update and its normalisation, as the fused
@@ -62,7 +64,8 @@ torch::Tensor geluMlp(const torch::Tensor& x, const torch::Tensor& fc_weight, co
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
 // cos and sin of the rotary angles, [seq, head_dim / 2]: position t and
-// pair i turn by t * theta^(-2i / head_dim). Computed in float64 (a float32
+// pair i turn by t * theta^(-2i / head_dim), scaled as `scaling` says
+// (Llama 3.1's long-context frequencies). Computed in float64 (a float32
 // t * frequency is off by ~1e-3 rad at t = 8192) and stored as `dtype`
 // (float32, or float64 for double models).
 struct RotaryTable {
@@ -75,7 +78,7 @@ struct RotaryTable {
   torch::Tensor inv_freq{};
 };
 RotaryTable rotaryTable(int64_t seq_len, int64_t head_dim, double theta, torch::Device device,
-                        torch::ScalarType dtype = torch::kFloat);
+                        torch::ScalarType dtype = torch::kFloat, const RopeScaling& scaling = {});
 
 // Rotates x [batch, seq, heads, head_dim] by the table's first seq rows.
 // Pairs are interleaved (x[2i], x[2i+1]) as in Meta's Llama checkpoints
