@@ -7,6 +7,11 @@
 #   bench/gpu/fp8_acceptance.sh converge  gpt2-124m on the embedded text, the same data order, fp8 and bf16:
 #                                         STEPS_CONVERGE (1000) steps each, validation losses side by side
 #                                         (goal: fp8 within 1% of bf16, no non-finite loss)
+#   bench/gpu/fp8_acceptance.sh throughput  dtrain bench train on 1 GPU, bf16 then fp8, for THROUGHPUT_CONFIGS
+#                                         (lines "model seq batch [extra flags]"; default gpt2-124m 1024 16,
+#                                         llama-1b 2048 4, llama-8b 2048 2 --layers 8)
+#   bench/gpu/fp8_acceptance.sh profile   Nsight Compute's duration of every kernel of one eager step of
+#                                         PROFILE_MODEL (llama-8b --layers 2), fp8 then bf16, summed by kernel
 #   bench/gpu/fp8_acceptance.sh speed     llama-8b seq 2048 --shard full on GPUS (2): dtrain bf16 and fp8
 #                                         beside the FSDP2 peer in bf16 and with --float8
 #                                         (bench/lm_compare.py --precision bf16, then fp8)
@@ -74,7 +79,7 @@ if val.get("bf16") and val.get("fp8"):
 EOF
     ;;
   speed)
-    for precision in bf16 fp8; do
+    for precision in ${SPEED_PRECISIONS:-bf16 fp8}; do
       log "llama-8b seq 2048, --shard full, $precision ($(left) s left)"
       python3 bench/lm_compare.py --dtrain "$dtrain" --config llama-8b 2048 "${LLAMA_BATCH:-2}" "$gpus" \
         --steps "${STEPS:-20}" --warmup "${WARMUP:-8}" --rounds "${ROUNDS:-1}" --deadline-s "$(left)" \
@@ -84,6 +89,37 @@ EOF
       grep -E "FAILED|^failed|timed out|Error|note" "$OUT/lm_compare-$precision.log" | tail -10
     done
     ;;
-  *) echo "unknown phase $phase (check | converge | speed)"; exit 2 ;;
+  throughput)
+    # dtrain alone, bf16 then fp8 on one GPU, each shape back to back.
+    while read -r model seq batch extra; do
+      for precision in bf16 fp8; do
+        [ "$(left)" -lt 40 ] && { echo "out of time before $model $precision"; break 2; }
+        "$dtrain" bench train --gpus 1 --model "$model" $extra --seq-len "$seq" --batch-size "$batch" \
+          --precision $precision --steps "${STEPS:-20}" --warmup "${WARMUP:-8}" --json ${DTRAIN_ARGS:-} \
+          > "$OUT/tp-$model$extra-$precision.json" 2> "$OUT/tp-$model$extra-$precision.log"
+        echo "$model $extra seq $seq batch $batch $precision: exit $?" \
+          "$(grep -oE '"(tokens_per_s|mfu|peak_memory_bytes|fp8_flops_share|step_ms)":[^,}]*' "$OUT/tp-$model$extra-$precision.json" | tr '\n' ' ')"
+      done
+    done <<< "${THROUGHPUT_CONFIGS:-gpt2-124m 1024 16
+llama-1b 2048 4
+llama-8b 2048 2 --layers 8}"
+    ;;
+  profile)
+    # Every kernel of one eager step under Nsight Compute (its duration
+    # only), bf16 and fp8: where FP8's time goes (bench/gpu/kernel_table.py).
+    for precision in ${PROFILE_PRECISIONS:-fp8 bf16}; do
+      [ "$(left)" -lt 40 ] && { echo "out of time before the $precision profile"; break; }
+      log "ncu: ${PROFILE_MODEL:-llama-8b --layers 2} $precision ($(left) s left)"
+      RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29613 \
+        timeout "$(left)" ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        --page raw --log-file "$OUT/ncu-$precision.log" "$dtrain" bench train --model ${PROFILE_MODEL:-llama-8b --layers 2} \
+        --seq-len 2048 --batch-size 2 --precision $precision --no-cuda-graphs --steps 1 --warmup 1 \
+        > "$OUT/kernels-$precision.csv" 2> "$OUT/ncu-$precision.err"
+      echo "ncu exit $?"
+      python3 bench/gpu/kernel_table.py "$OUT/kernels-$precision.csv" "$OUT/ncu-$precision.log" --top 25 2>&1 \
+        | tee "$OUT/kernel-table-$precision.txt" | head -45
+    done
+    ;;
+  *) echo "unknown phase $phase (check | converge | speed | throughput | profile)"; exit 2 ;;
 esac
 echo "fp8_acceptance $phase done after $(( $(date +%s) - started )) s"

@@ -18,7 +18,7 @@ dirs=$OUT/hf
 log "transformers writes the models"
 python3 bench/peers/hf_transformers_check.py write "$dirs" 2>&1 | tail -8
 log "dtrain imports (logits vs transformers) and exports"
-DTRAIN_HF_CHECK_DIR=$dirs timeout 120 build-gpu/tests/models/models_test --gtest_brief=1 \
+DTRAIN_TEST_PYTHON=$(command -v python3) DTRAIN_HF_CHECK_DIR=$dirs timeout 120 build-gpu/tests/models/models_test --gtest_brief=1 \
   --gtest_filter='HfCheckpoint*' > "$OUT/hf_test.log" 2>&1
 echo "models_test HfCheckpoint* exit $?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|relative" -A3 "$OUT/hf_test.log" | head -30

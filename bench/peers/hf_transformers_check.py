@@ -67,7 +67,11 @@ def write(out):
         kwargs = {"max_shard_size": "200KB"} if name == "llama_tied_sharded" else {}
         saved = model.to(torch.bfloat16) if name == "llama_bf16" else model
         saved.save_pretrained(os.path.join(out, name), safe_serialization=True, **kwargs)
-        model = saved.float()
+        # The directory's logits as a user gets them: loaded afresh in fp32
+        # (saved.float() would keep the rotary inv_freq buffer that
+        # .to(bfloat16) rounded, 1e-4 off the file's model).
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(os.path.join(out, name), torch_dtype=torch.float32).eval()
         with torch.no_grad():
             logits = model(tokens).logits.float()
         save_safetensors(os.path.join(out, name + ".logits"), {"logits": logits.contiguous()})

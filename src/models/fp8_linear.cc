@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "libtorch/compat.h"
+#include "models/fused_ops_cuda.h"
 
 #if DTRAIN_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -12,71 +13,100 @@ namespace {
 
 thread_local int scope_depth = 0;
 
-// A tensor cast to float8 with its scale: value = data / scale.
+// A tensor cast to float8 with its scale: value = data / scale = data * inverse.
 struct Cast {
   torch::Tensor data;
-  torch::Tensor scale;  // float32 scalar
+  torch::Tensor scale;    // float32 scalar
+  torch::Tensor inverse;  // 1 / scale
 };
 
+// The fused kernel's two passes where it takes t (fused_ops_cuda.h), else
+// libtorch's operations; the same bits either way.
 Cast castFp8(const torch::Tensor& t, at::ScalarType type, double max) {
+  if (auto fused = fused::fp8Cast(t, type == compat::float8E5m2())) {
+    return {std::move(fused->data), std::move(fused->scale), std::move(fused->inverse)};
+  }
   const torch::Tensor wide = t.to(torch::kFloat);
   const torch::Tensor scale = fp8Scale(wide.abs().max(), max);
-  return {(wide * scale).clamp(-max, max).to(type), scale};
+  return {(wide * scale).clamp(-max, max).to(type), scale, scale.reciprocal()};
 }
 
 // a row-major [M, K] x b [K, N] column-major: the product, dequantized.
 // Fast accumulation in forward only (torchao's float8 default).
-torch::Tensor product(const Cast& a, const torch::Tensor& b_data, const torch::Tensor& b_scale,
+torch::Tensor product(const Cast& a, const torch::Tensor& b_data, const torch::Tensor& b_inverse,
                       const torch::Tensor& bias, at::ScalarType out, bool fast_accum = false) {
-  return compat::scaledMm(a.data, b_data, a.scale.reciprocal(), b_scale.reciprocal(), bias, out, fast_accum);
+  return compat::scaledMm(a.data, b_data, a.inverse, b_inverse, bias, out, fast_accum);
 }
 
 // Column-major [rows, cols] storage of a row-major matrix.
 torch::Tensor columnMajor(const torch::Tensor& m) { return m.t().contiguous().t(); }
 
+torch::Tensor fp8Forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                         const torch::Tensor& bias) {
+  const torch::Tensor flat = x.reshape({-1, x.size(-1)});
+  const Cast x8 = castFp8(flat, compat::float8E4m3(), kFp8E4m3Max);
+  const Cast w8 = castFp8(weight, compat::float8E4m3(), kFp8E4m3Max);
+  // bf16 out, as a product under autocast; the bias added after (cuBLASLt
+  // takes a bias only of a 16-bit dtype).
+  const at::ScalarType out = torch::kBFloat16;
+  // Wᵀ of a row-major W [N, K] is the column-major [K, N] cuBLASLt wants.
+  torch::Tensor y = product(x8, w8.data.t(), w8.inverse, {}, out, /*fast_accum=*/true);
+  if (bias.defined()) y = y + bias.to(out);
+  ctx->save_for_backward({x8.data, x8.inverse, w8.data, w8.inverse});
+  ctx->saved_data["has_bias"] = bias.defined();
+  ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+  ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+  ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : x.scalar_type());
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  return y.view(sizes);
+}
+
+// dx, dw and (with a bias) db.
+torch::autograd::variable_list fp8Backward(torch::autograd::AutogradContext* ctx,
+                                           const torch::autograd::variable_list& grads) {
+  const auto saved = ctx->get_saved_variables();
+  const Cast x8{saved[0], {}, saved[1]}, w8{saved[2], {}, saved[3]};
+  const torch::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
+  const Cast g8 = castFp8(g, compat::float8E5m2(), kFp8E5m2Max);
+  // g [M, N] x W [N, K] and gᵀ [N, M] x x [M, K].
+  const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+  const torch::Tensor dx = product(g8, columnMajor(w8.data), w8.inverse, {}, x_dtype);
+  const Cast gt{g8.data.t().contiguous(), g8.scale, g8.inverse};
+  const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+  const torch::Tensor dw = product(gt, columnMajor(x8.data), x8.inverse, {}, weight_dtype);
+  std::vector<int64_t> sizes = grads[0].sizes().vec();
+  sizes.back() = w8.data.size(1);
+  if (!ctx->saved_data["has_bias"].toBool()) return {dx.view(sizes), dw};
+  const torch::Tensor db = g.sum(std::vector<int64_t>{0}, /*keepdim=*/false, torch::kFloat)
+                               .to(static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
+  return {dx.view(sizes), dw, db};
+}
+
+// Two functions, since an autograd function's inputs must all be defined
+// tensors (an undefined bias failed in libtorch 2.11: "tensor does not have
+// a device").
 class Fp8LinearFunction : public torch::autograd::Function<Fp8LinearFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight, const torch::Tensor& bias) {
-    const torch::Tensor flat = x.reshape({-1, x.size(-1)});
-    const Cast x8 = castFp8(flat, compat::float8E4m3(), kFp8E4m3Max);
-    const Cast w8 = castFp8(weight, compat::float8E4m3(), kFp8E4m3Max);
-    // bf16 out, as a product under autocast; the bias added after (cuBLASLt
-    // takes a bias only of a 16-bit dtype).
-    const at::ScalarType out = torch::kBFloat16;
-    // Wᵀ of a row-major W [N, K] is the column-major [K, N] cuBLASLt wants.
-    torch::Tensor y = product(x8, w8.data.t(), w8.scale, {}, out, /*fast_accum=*/true);
-    if (bias.defined()) y = y + bias.to(out);
-    ctx->save_for_backward({x8.data, x8.scale, w8.data, w8.scale});
-    ctx->saved_data["has_bias"] = bias.defined();
-    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
-    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
-    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : x.scalar_type());
-    std::vector<int64_t> sizes = x.sizes().vec();
-    sizes.back() = weight.size(0);
-    return y.view(sizes);
+    return fp8Forward(ctx, x, weight, bias);
   }
-
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const Cast x8{saved[0], saved[1]}, w8{saved[2], saved[3]};
-    const torch::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
-    const Cast g8 = castFp8(g, compat::float8E5m2(), kFp8E5m2Max);
-    // g [M, N] x W [N, K] and gᵀ [N, M] x x [M, K].
-    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-    const torch::Tensor dx = product(g8, columnMajor(w8.data), w8.scale, {}, x_dtype);
-    const Cast gt{g8.data.t().contiguous(), g8.scale};
-    const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
-    const torch::Tensor dw = product(gt, columnMajor(x8.data), x8.scale, {}, weight_dtype);
-    torch::Tensor db;
-    if (ctx->saved_data["has_bias"].toBool()) {
-      db = g.sum(std::vector<int64_t>{0}, /*keepdim=*/false, torch::kFloat)
-               .to(static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
-    }
-    std::vector<int64_t> sizes = grads[0].sizes().vec();
-    sizes.back() = w8.data.size(1);
-    return {dx.view(sizes), dw, db};
+    return fp8Backward(ctx, grads);
+  }
+};
+
+class Fp8LinearNoBiasFunction : public torch::autograd::Function<Fp8LinearNoBiasFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight) {
+    return fp8Forward(ctx, x, weight, {});
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    return fp8Backward(ctx, grads);
   }
 };
 
@@ -98,7 +128,7 @@ bool fp8Takes(const torch::Tensor& x, const torch::Tensor& weight) {
 
 torch::Tensor fp8Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   if (!compat::kHasScaledMm) throw ConfigError("fp8: " + fp8Unsupported(x.device()));
-  return Fp8LinearFunction::apply(x, weight, bias);
+  return bias.defined() ? Fp8LinearFunction::apply(x, weight, bias) : Fp8LinearNoBiasFunction::apply(x, weight);
 }
 
 std::string fp8Unsupported(torch::Device device) {

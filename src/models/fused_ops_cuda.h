@@ -106,4 +106,17 @@ std::optional<torch::Tensor> batchNormAct(const torch::Tensor& x, const torch::T
 // not x nor int64 indices. resnet.cc takes it for the ImageNet stem.
 std::optional<torch::Tensor> maxPool2d(const torch::Tensor& x, int64_t kernel, int64_t stride, int64_t padding);
 
+// x cast to float8 (e4m3, or e5m2 when `e5m2`) with its tensorwise scale, in
+// two passes (models/kernels/fp8_cast.h): the bits of fp8_linear's libtorch
+// composition. data has x's shape (x's values, contiguous, scaled); scale
+// and inverse (1 / scale) are float32 scalars on x's device. No autograd.
+// Takes fp32 or bf16 x of at least one element on a CUDA device, in a
+// libtorch with float8 types; declines anything else.
+struct Fp8Cast {
+  torch::Tensor data;
+  torch::Tensor scale;
+  torch::Tensor inverse;
+};
+std::optional<Fp8Cast> fp8Cast(const torch::Tensor& x, bool e5m2);
+
 }  // namespace dtrain::models::fused

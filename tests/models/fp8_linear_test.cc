@@ -9,7 +9,9 @@
 #include <cmath>
 #include <limits>
 
+#include "libtorch/compat.h"
 #include "models/fp8_linear.h"
+#include "models/fused_ops_cuda.h"
 #include "models/language_model.h"
 #include "tests/models/fused_test_util.h"
 
@@ -100,6 +102,58 @@ TEST(Fp8Test, ZerosLargeValuesAndNanBehave) {
   torch::Tensor nan = torch::randn({16, 64}, cuda.dtype(torch::kBFloat16));
   nan[0][0] = std::nanf("");
   EXPECT_FALSE(torch::isfinite(fp8Linear(nan, w, {})).all().item<bool>()) << "a NaN is not hidden";
+}
+
+// The fused cast's bits against libtorch's composition (what fp8_linear.cc
+// runs without the kernels), NaN for NaN: sizes on the vector path and off
+// it, an unaligned view, zeros, a huge value, values down to fp8's
+// subnormals, infinity and NaN, fp32 and bf16 in, e4m3 and e5m2 out.
+TEST(Fp8Test, TheFusedCastIsLibtorchsCastBitForBit) {
+  DTRAIN_SKIP_WITHOUT_FP8();
+  if (!fused::compiledIn()) GTEST_SKIP() << "this build has no fused kernels";
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(11);
+  std::vector<std::pair<std::string, torch::Tensor>> inputs;
+  const torch::Tensor spread = torch::randn({4099}, cuda) * torch::exp(torch::rand({4099}, cuda) * -20);
+  torch::Tensor huge = torch::randn({256, 64}, cuda);
+  huge[7][3] = 1e30;
+  torch::Tensor inf = torch::randn({64, 64}, cuda);
+  inf[1][1] = std::numeric_limits<float>::infinity();
+  torch::Tensor nan = torch::randn({64, 64}, cuda);
+  nan[5][9] = std::nanf("");
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const std::string d = dtype == torch::kFloat ? "fp32 " : "bf16 ";
+    inputs.emplace_back(d + "randn 1000x768", (torch::randn({1000, 768}, cuda) * 3).to(dtype));
+    inputs.emplace_back(d + "7 elements", torch::randn({7}, cuda).to(dtype));
+    inputs.emplace_back(d + "unaligned view", torch::randn({4103}, cuda).to(dtype).narrow(0, 1, 4099));
+    inputs.emplace_back(d + "zeros", torch::zeros({64, 64}, cuda.dtype(dtype)));
+    inputs.emplace_back(d + "spread", spread.to(dtype));
+    inputs.emplace_back(d + "huge", huge.to(dtype));
+    inputs.emplace_back(d + "inf", inf.to(dtype));
+    inputs.emplace_back(d + "nan", nan.to(dtype));
+  }
+  for (const auto& [name, x] : inputs) {
+    for (const bool e5m2 : {false, true}) {
+      SCOPED_TRACE(name + (e5m2 ? " to e5m2" : " to e4m3"));
+      const double max = e5m2 ? kFp8E5m2Max : kFp8E4m3Max;
+      const auto type = e5m2 ? compat::float8E5m2() : compat::float8E4m3();
+      const torch::Tensor wide = x.to(torch::kFloat);
+      const torch::Tensor scale = fp8Scale(wide.abs().max(), max);
+      const torch::Tensor want = (wide * scale).clamp(-max, max).to(type);
+      const std::optional<fused::Fp8Cast> got = fused::fp8Cast(x, e5m2);
+      ASSERT_TRUE(got.has_value());
+      ASSERT_EQ(got->data.scalar_type(), type);
+      ASSERT_EQ(got->data.sizes(), x.sizes());
+      const auto bits = [](const torch::Tensor& t) { return t.reshape({-1}).view(torch::kInt).cpu(); };
+      EXPECT_TRUE(torch::equal(bits(got->scale), bits(scale))) << got->scale.item<float>() << " vs " << scale.item<float>();
+      EXPECT_TRUE(torch::equal(bits(got->inverse), bits(scale.reciprocal())));
+      const torch::Tensor got_nan = got->data.to(torch::kFloat).isnan(), want_nan = want.to(torch::kFloat).isnan();
+      EXPECT_TRUE(torch::equal(got_nan, want_nan)) << "NaN where libtorch has NaN";
+      const torch::Tensor got_bits = got->data.view(torch::kByte).masked_fill(got_nan, 0);
+      const torch::Tensor want_bits = want.view(torch::kByte).masked_fill(want_nan, 0);
+      EXPECT_EQ((got_bits != want_bits).sum().item<int64_t>(), 0) << "elements whose bits differ";
+    }
+  }
 }
 
 TEST(Fp8Test, ALanguageModelsLossUnderFp8FollowsBf16) {

@@ -6,6 +6,7 @@
 #include "models/kernels/activation.h"
 #include "models/kernels/batch_norm.h"
 #include "models/kernels/cross_entropy.h"
+#include "models/kernels/fp8_cast.h"
 #include "models/kernels/kernel_types.h"
 #include "models/kernels/max_pool.h"
 #include "models/kernels/normalization.h"

@@ -1,0 +1,28 @@
+// fp8Cast over models/kernels/fp8_cast.h (fused_ops_cuda.h).
+#include "libtorch/compat.h"
+#include "models/fused_ops_cuda.h"
+#include "models/fused_ops_support.h"
+
+namespace dtrain::models::fused {
+
+using namespace detail;
+
+std::optional<Fp8Cast> fp8Cast(const torch::Tensor& x, bool e5m2) {
+  if (!compat::kHasScaledMm || !activeFor(x) || x.numel() == 0 || !isKernelType(x.scalar_type())) {
+    return std::nullopt;
+  }
+  const KernelScope scope(x);
+  const torch::Tensor in = aligned(x);
+  Fp8Cast out;
+  out.data = at::empty(in.sizes(), in.options().dtype(e5m2 ? compat::float8E5m2() : compat::float8E4m3()));
+  out.scale = at::empty({}, in.options().dtype(torch::kFloat));
+  out.inverse = at::empty({}, in.options().dtype(torch::kFloat));
+  const torch::Tensor scratch = workspace(kernels::fp8_cast_workspace_size(in.numel()), in);
+  DTRAIN_CUDA_CHECK(kernels::fp8_cast(out.data.data_ptr(), out.scale.data_ptr<float>(), out.inverse.data_ptr<float>(),
+                                      in.data_ptr(), kernelType(in), in.numel(),
+                                      e5m2 ? kernels::Fp8Format::kE5M2 : kernels::Fp8Format::kE4M3,
+                                      scratch.data_ptr(), streamOf(in)));
+  return out;
+}
+
+}  // namespace dtrain::models::fused

@@ -1,0 +1,146 @@
+// Tensorwise float8 casts (fp8_cast.h): the absolute maximum in fixed
+// blocks (partials, then one block finishes them into the scale), then one
+// pass that scales, clamps and rounds.
+#include <cuda_fp8.h>
+
+#include "models/kernels/device_utils.cuh"
+#include "models/kernels/fp8_cast.h"
+
+namespace dtrain::kernels {
+namespace detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxBlocks = 1024;
+constexpr int64_t kElementsPerBlock = 16384;
+
+int amax_blocks(int64_t n) {
+  return static_cast<int>(std::min<int64_t>(std::max<int64_t>(ceil_div(n, kElementsPerBlock), 1), kMaxBlocks));
+}
+
+// max that keeps NaN, as torch's max reduction does (fmaxf would drop it).
+__device__ __forceinline__ float nan_max(float a, float b) { return (a != a || b != b) ? __int_as_float(0x7fc00000) : fmaxf(a, b); }
+
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float warp_max[kWarps];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float m = 0;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kWarps; ++w) m = nan_max(m, warp_max[w]);
+  }
+  return m;
+}
+
+// 8 elements per 16-byte access for bf16, 4 for fp32, when aligned.
+template <typename T>
+constexpr int kVector = 16 / static_cast<int>(sizeof(T));
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) amax_partials(const T* x, int64_t n, bool vector, float* partials) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  float acc = 0;
+  int64_t scalar_from = 0;
+  if (vector) {
+    constexpr int V = kVector<T>;
+    const int64_t packs = n / V;
+    for (int64_t k = first; k < packs; k += stride) {
+      float v[V];
+      load_floats<T, V>(x + k * V, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc = nan_max(acc, fabsf(v[j]));
+    }
+    scalar_from = packs * V;
+  }
+  for (int64_t i = scalar_from + first; i < n; i += stride) acc = nan_max(acc, fabsf(to_float(x[i])));
+  const float m = block_max(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = m;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    amax_finish(const float* partials, int blocks, float fmax, float* scale, float* inverse) {
+  float acc = 0;
+  for (int i = threadIdx.x; i < blocks; i += blockDim.x) acc = nan_max(acc, partials[i]);
+  const float amax = block_max(acc);
+  if (threadIdx.x == 0) {
+    const float clamped = amax != amax ? amax : fmaxf(amax, 1e-12f);  // clamp_min keeps NaN
+    const float s = fmax / clamped;  // torch's scalar / tensor divides (a reciprocal first is 1 ulp off)
+    *scale = s;
+    *inverse = 1.0f / s;
+  }
+}
+
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ __nv_fp8_storage_t to_fp8(float v, float s, float fmax) {
+  v *= s;
+  if (!(v != v)) v = fminf(fmaxf(v, -fmax), fmax);  // torch's clamp: NaN passes through
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, F);
+}
+
+template <typename T, __nv_fp8_interpretation_t F>
+__global__ void __launch_bounds__(kThreads)
+    scaled_cast(__nv_fp8_storage_t* y, const T* x, int64_t n, bool vector, const float* scale, float fmax) {
+  const float s = *scale;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t scalar_from = 0;
+  if (vector) {
+    constexpr int V = kVector<T>;
+    const int64_t packs = n / V;
+    for (int64_t k = first; k < packs; k += stride) {
+      float v[V];
+      load_floats<T, V>(x + k * V, v);
+      Pack<__nv_fp8_storage_t, V> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.v[j] = to_fp8<F>(v[j], s, fmax);
+      store_pack<__nv_fp8_storage_t, V>(y + k * V, out);
+    }
+    scalar_from = packs * V;
+  }
+  for (int64_t i = scalar_from + first; i < n; i += stride) y[i] = to_fp8<F>(to_float(x[i]), s, fmax);
+}
+
+template <typename T>
+cudaError_t launch(void* y, float* scale, float* inverse, const void* x_raw, int64_t n, Fp8Format format,
+                   void* workspace, cudaStream_t stream) {
+  const T* x = static_cast<const T*>(x_raw);
+  auto* out = static_cast<__nv_fp8_storage_t*>(y);
+  const bool vector = reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  const int blocks = amax_blocks(n);
+  auto* partials = static_cast<float*>(workspace);
+  amax_partials<T><<<blocks, kThreads, 0, stream>>>(x, n, vector, partials);
+  const bool e4m3 = format == Fp8Format::kE4M3;
+  const float fmax = e4m3 ? 448.0f : 57344.0f;
+  amax_finish<<<1, kThreads, 0, stream>>>(partials, blocks, fmax, scale, inverse);
+  const int cast_blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(ceil_div(n, int64_t{kThreads} * 8), 1),
+                                                             int64_t{65535}));
+  if (e4m3) {
+    scaled_cast<T, __NV_E4M3><<<cast_blocks, kThreads, 0, stream>>>(out, x, n, vector, scale, fmax);
+  } else {
+    scaled_cast<T, __NV_E5M2><<<cast_blocks, kThreads, 0, stream>>>(out, x, n, vector, scale, fmax);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace detail
+
+size_t fp8_cast_workspace_size(int64_t n) {
+  return n <= 0 ? 0 : static_cast<size_t>(detail::amax_blocks(n)) * sizeof(float);
+}
+
+cudaError_t fp8_cast(void* y, float* scale, float* inverse, const void* x, DType dtype, int64_t n, Fp8Format format,
+                     void* workspace, cudaStream_t stream) {
+  if (y == nullptr || scale == nullptr || inverse == nullptr || x == nullptr || workspace == nullptr || n <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  return dtype == DType::kFloat32
+             ? detail::launch<float>(y, scale, inverse, x, n, format, workspace, stream)
+             : detail::launch<detail::bf16>(y, scale, inverse, x, n, format, workspace, stream);
+}
+
+}  // namespace dtrain::kernels

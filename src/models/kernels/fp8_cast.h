@@ -1,0 +1,28 @@
+// Casts to float8 with tensorwise dynamic scaling, in two passes over the
+// input (its absolute maximum, then the scaled cast) instead of the six
+// that libtorch's operations make (to fp32, abs, max, multiply, clamp, to
+// fp8), for --precision fp8's products (models/fp8_linear.h).
+//
+// The result is the libtorch composition's, bit for bit:
+//   amax  = max |x| (NaN if any element is NaN)
+//   scale = fmax / max(amax, 1e-12)               (fp32 division)
+//   y     = fp8(clamp(x * scale, -fmax, fmax))    (round to nearest even; NaN stays NaN)
+// with fmax 448 for e4m3 and 57344 for e5m2. `inverse` receives 1 / scale
+// (the dequantising factor the scaled product takes). Conventions as
+// kernel_types.h: x fp32 or bf16, any n >= 1, 16-byte alignment for the
+// vector path, deterministic, nothing read on the host (capturable).
+#pragma once
+
+#include "models/kernels/kernel_types.h"
+
+namespace dtrain::kernels {
+
+enum class Fp8Format : uint8_t { kE4M3, kE5M2 };
+
+// Bytes of workspace fp8_cast needs for n elements (4 per block of the amax pass).
+size_t fp8_cast_workspace_size(int64_t n);
+
+cudaError_t fp8_cast(void* y, float* scale, float* inverse, const void* x, DType dtype, int64_t n, Fp8Format format,
+                     void* workspace, cudaStream_t stream);
+
+}  // namespace dtrain::kernels
