@@ -22,6 +22,10 @@ std::mutex& consoleMutex() {
   return mutex;
 }
 
+// The stream whose carriage-return line (a progress bar) is on the console,
+// null for none. Guarded by consoleMutex().
+const void* open_bar = nullptr;
+
 // Writes all of `text`; false when the fd refuses (EPIPE, EBADF, ...).
 bool writeAll(int fd, const char* data, size_t size) {
   while (size > 0) {
@@ -213,11 +217,18 @@ void LogRouter::readStream(Stream& stream, char* buf, size_t size) {
   } else if (stream.pending.size() >= kMaxLineBytes) {
     emitLines(stream, stream.pending.size());
   }
+  showCarriageReturn(stream);
+}
+
+void LogRouter::showCarriageReturn(Stream& stream) {
+  const size_t cr = stream.pending.rfind('\r');
+  if (!stream.to_console || cr == std::string::npos || cr + 1 == stream.pending.size()) return;
+  writeConsole(stream, {{std::string_view(stream.pending).substr(cr + 1), true}}, /*transient=*/true);
+  stream.pending.clear();
 }
 
 void LogRouter::emitLines(Stream& stream, size_t end) {
-  const std::string& prefix = workers_[stream.worker].prefix;
-  std::string console;
+  std::vector<std::pair<std::string_view, bool>> console;
   std::vector<std::string> lines;
   size_t begin = 0;
   while (begin < end) {
@@ -225,15 +236,14 @@ void LogRouter::emitLines(Stream& stream, size_t end) {
     size_t line_end = (newline == std::string::npos || newline >= end) ? end : newline;
     std::string_view line(stream.pending.data() + begin, line_end - begin);
     if (stream.to_console) {
-      console.append(prefix);
-      console.append(line);
-      console.push_back('\n');
+      const size_t cr = line.rfind('\r');
+      console.emplace_back(cr == std::string_view::npos ? line : line.substr(cr + 1), cr != std::string_view::npos);
     }
     if (stream.is_stderr) lines.emplace_back(line);
     begin = line_end + 1;
   }
+  if (!console.empty()) writeConsole(stream, console);
   stream.pending.erase(0, end);
-  if (!console.empty()) writeConsole(stream.is_stderr ? console_stderr_ : console_stdout_, console);
   if (!lines.empty()) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& tail = workers_[stream.worker].tail;
@@ -244,15 +254,46 @@ void LogRouter::emitLines(Stream& stream, size_t end) {
   }
 }
 
-void LogRouter::writeConsole(int fd, const std::string& text) {
+void LogRouter::writeConsole(const Stream& stream, const std::vector<std::pair<std::string_view, bool>>& lines,
+                             bool transient) {
+  const int fd = stream.is_stderr ? console_stderr_ : console_stdout_;
   if (fd < 0 || console_broken_.load()) return;
+  const std::string& prefix = workers_[stream.worker].prefix;
   std::lock_guard<std::mutex> lock(consoleMutex());
+  std::string text;
+  bool first = true;
+  for (const auto& [line, had_cr] : lines) {
+    if (open_bar == &stream && first) {
+      // This stream's bar is on the console: an update or a line that
+      // redraws it overwrites it, its newline ends it, other text goes below.
+      if (transient || had_cr) {
+        text.append("\r").append(prefix).append(line);
+      } else if (!line.empty()) {
+        text.append("\n").append(prefix).append(line);
+      }
+    } else {
+      if (open_bar != nullptr && first) text.push_back('\n');  // another worker's bar stays, ended
+      if (transient) text.push_back('\r');
+      text.append(prefix).append(line);
+    }
+    if (!transient) text.push_back('\n');
+    first = false;
+  }
+  open_bar = transient ? &stream : nullptr;
   if (!writeAll(fd, text.data(), text.size())) console_broken_.store(true);
 }
 
 void LogRouter::closeStream(Stream& stream) {
   if (stream.eof) return;
   if (!stream.pending.empty()) emitLines(stream, stream.pending.size());
+  {
+    std::lock_guard<std::mutex> lock(consoleMutex());
+    if (open_bar == &stream) {  // a bar with no newline after it: end its line
+      open_bar = nullptr;
+      const int fd = stream.is_stderr ? console_stderr_ : console_stdout_;
+      if (fd >= 0 && !console_broken_.load() && !writeAll(fd, "\n", 1)) console_broken_.store(true);
+    }
+  }
   if (stream.fd >= 0) ::close(stream.fd);
   stream.fd = -1;
   if (stream.file_fd >= 0) ::close(stream.file_fd);

@@ -13,6 +13,12 @@
 //   (no prefix, byte for byte), whether or not it also goes to the console.
 // - The last kTailLines stderr lines of each worker are kept in memory.
 // - A console that went away (EPIPE) is dropped silently; files go on.
+// - Carriage-return updates (a progress bar: "\r...", no newline yet) reach
+//   the console at once as "\r" + prefix + the text after the last "\r",
+//   for the worker's own terminal's effect; the newline that ends them
+//   ends the bar's line, and any other console line first ends an open bar.
+//   A complete line shows the text after its last "\r". Files get the raw
+//   bytes; tails keep whole lines only.
 #pragma once
 
 #include <atomic>
@@ -36,6 +42,10 @@ namespace dtrain {
 // without braces, and $$ for a literal $. Unknown names stay as written.
 // An empty template means kDefaultLinePrefixTemplate.
 inline constexpr const char* kDefaultLinePrefixTemplate = "[${host}:${rank}]: ";
+
+// Set to 1 in a worker's environment when its stderr reaches the launcher's
+// terminal through the router (dtrain train then draws its progress bar).
+inline constexpr const char* kProgressTerminalVariable = "DTRAIN_PROGRESS_TERMINAL";
 std::string formatLinePrefix(const std::string& prefix_template, int rank, int local_rank,
                              const std::string& role_name, const std::string& host);
 
@@ -101,8 +111,15 @@ class LogRouter {
   // Routes the lines in stream.pending[0, end) (each ended by '\n', the
   // last one possibly not) and drops them from pending.
   void emitLines(Stream& stream, size_t end);
+  // A carriage-return update left in stream.pending after its last
+  // newline: on the console at once, dropped from pending.
+  void showCarriageReturn(Stream& stream);
   void closeStream(Stream& stream);
-  void writeConsole(int fd, const std::string& text);
+  // The console lines of `stream` (each shown as a terminal shows it: the
+  // text after its last '\r', had_cr saying there was one), or with
+  // `transient` one carriage-return update, composed with the open bar.
+  void writeConsole(const Stream& stream, const std::vector<std::pair<std::string_view, bool>>& lines,
+                    bool transient = false);
 
   const int console_stdout_;
   const int console_stderr_;

@@ -66,18 +66,23 @@ class WorkerGroup::Impl {
     }
   }
 
+  // A redirected stream goes to its file only; tee puts it back on the console.
+  bool toConsole(const Worker& worker, bool is_stderr) const {
+    const StreamSet redirect = streamSetFor(spec.redirects, worker.local_rank);
+    const StreamSet tee = streamSetFor(spec.tees, worker.local_rank);
+    const bool shown = !spec.local_ranks_filter || spec.local_ranks_filter->count(worker.local_rank) > 0;
+    return shown && (is_stderr ? !includesStderr(redirect) || includesStderr(tee)
+                               : !includesStdout(redirect) || includesStdout(tee));
+  }
+
   WorkerStreams streamsFor(const Worker& worker, const SpawnedProcess& process) const {
     WorkerStreams streams;
     streams.stdout_fd = process.stdout_fd;
     streams.stderr_fd = process.stderr_fd;
     streams.prefix = formatLinePrefix(spec.line_prefix_template, worker.global_rank, worker.local_rank,
                                       spec.role, spec.host);
-    const StreamSet redirect = streamSetFor(spec.redirects, worker.local_rank);
-    const StreamSet tee = streamSetFor(spec.tees, worker.local_rank);
-    const bool shown = !spec.local_ranks_filter || spec.local_ranks_filter->count(worker.local_rank) > 0;
-    // A redirected stream goes to its file only; tee puts it back on the console.
-    streams.stdout_to_console = shown && (!includesStdout(redirect) || includesStdout(tee));
-    streams.stderr_to_console = shown && (!includesStderr(redirect) || includesStderr(tee));
+    streams.stdout_to_console = toConsole(worker, /*is_stderr=*/false);
+    streams.stderr_to_console = toConsole(worker, /*is_stderr=*/true);
     if (!spec.log_dir.empty()) {
       const std::string dir = spec.log_dir + "/attempt_" + std::to_string(spec.attempt) + "/" +
                               std::to_string(worker.local_rank);
@@ -151,6 +156,16 @@ void WorkerGroup::start() {
   std::vector<StartedProcess> started;
   started.reserve(g.workers.size());
   size_t awaited = 0;
+  // A worker whose stderr reaches this terminal through the router may draw
+  // a progress bar there (dtrain train's --progress auto): the router passes
+  // its carriage-return updates through.
+  const bool terminal = ::isatty(STDERR_FILENO) != 0;
+  for (auto& worker : g.workers) {
+    auto& env = g.envs[worker.local_rank];
+    if (terminal && g.toConsole(worker, /*is_stderr=*/true) && env.count(kProgressTerminalVariable) == 0) {
+      env[kProgressTerminalVariable] = "1";
+    }
+  }
   try {
     for (auto& worker : g.workers) started.push_back(startProcess(g.spec.argv, g.envs[worker.local_rank]));
     for (auto& worker : g.workers) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "train/train_settings.h"
 
 namespace dtrain {
 
@@ -28,7 +29,9 @@ std::string formatDuration(double seconds) {
 ProgressDisplay::ProgressDisplay(ProgressMode mode, const std::string& metrics_path) : metrics_path_(metrics_path) {
   switch (mode) {
     case ProgressMode::kAuto:
-      bar_ = isatty(STDERR_FILENO) != 0;
+      // Our terminal, or the launcher's when our stderr reaches it through
+      // its log router (dtrain launch sets the variable then).
+      bar_ = isatty(STDERR_FILENO) != 0 || progressTerminalSetting();
       lines_ = !bar_;
       break;
     case ProgressMode::kBar: bar_ = true; break;

@@ -316,7 +316,8 @@ void declareObservability(OptionSet& set, ObservabilityOptions& o) {
   set.choice("--progress", o.progress,
              {{"auto", ProgressMode::kAuto}, {"bar", ProgressMode::kBar}, {"lines", ProgressMode::kLines},
               {"none", ProgressMode::kNone}},
-             "Progress display: a bar on a terminal (auto), plain lines, or none");
+             "Progress display: a bar on a terminal (auto; also when dtrain launch routes rank 0's stderr to "
+             "one), plain lines, or none");
   set.toggle("--print-bucket-timeline", o.print_bucket_timeline,
              "At the end, print when each gradient bucket's all-reduce ran against the end of backward");
   set.path("--timeline", o.timeline,

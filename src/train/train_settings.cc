@@ -26,6 +26,10 @@ DTRAIN_SETTING(std::string, kFaultSignalAt, "fault-signal-at", "DTRAIN_FAULT_SIG
                "SIGNAL (USR1, TERM or INT) to itself, or to its parent (the launcher), after STEP steps, in the "
                "first attempt only.");
 
+DTRAIN_SETTING(bool, kProgressTerminal, "progress-terminal", "DTRAIN_PROGRESS_TERMINAL", false,
+               "Set to 1 by dtrain launch for a worker whose stderr reaches the launcher's terminal through its log "
+               "router: --progress auto then draws the bar there.");
+
 std::string checkNonNegative(const int64_t& bytes) { return bytes >= 0 ? "" : "a number of bytes >= 0"; }
 
 DTRAIN_SETTING_CHECKED(int64_t, kDeviceMemory, "device-memory", "DTRAIN_DEVICE_MEMORY_BYTES", 0,
@@ -38,6 +42,7 @@ DTRAIN_SETTING_CHECKED(int64_t, kDeviceMemory, "device-memory", "DTRAIN_DEVICE_M
 }  // namespace
 
 int64_t deviceMemorySetting() { return kDeviceMemory.get(); }
+bool progressTerminalSetting() { return kProgressTerminal.get(); }
 std::string backendSetting() { return kBackend.get(); }
 std::string faultKillAtSetting() { return kFaultKillAt.get(); }
 std::string faultKillInCheckpointSetting() { return kFaultKillInCheckpoint.get(); }

@@ -11,6 +11,10 @@ namespace dtrain {
 // the GPU's free memory).
 int64_t deviceMemorySetting();
 
+// DTRAIN_PROGRESS_TERMINAL: dtrain launch routes this worker's stderr to a
+// terminal.
+bool progressTerminalSetting();
+
 // DTRAIN_BACKEND: auto | nccl | gloo.
 std::string backendSetting();
 // DTRAIN_FAULT_KILL_AT: "" or RANK:STEP (restart drills).

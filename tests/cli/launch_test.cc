@@ -200,6 +200,27 @@ TEST(LaunchTest, PrefixTemplateFromTorchrunsVariable) {
   EXPECT_NE(r.output.find("<trainer-1>hello"), std::string::npos) << r.output;
 }
 
+// Workers learn that their stderr reaches a terminal through the router
+// (dtrain train then draws its progress bar): under a pseudo-terminal
+// (script(1)) the variable is 1, through a pipe it is unset, and a worker
+// whose stderr is redirected to its file never gets it.
+TEST(LaunchTest, WorkersAreToldWhenTheirStderrReachesATerminal) {
+  const std::string dir = makeTempDir("dtrain-launch-tty");
+  std::ofstream(dir + "/worker.sh") << "echo \"tty=$DTRAIN_PROGRESS_TERMINAL\"\n";
+  const std::string worker = " --no-python sh " + dir + "/worker.sh";
+  const std::string job = launch() + " --nproc-per-node 2 --master-port " + std::to_string(freePort());
+  auto r = runCommand("script -qec \"" + job + " --redirects 1:2 --log-dir " + dir + worker + "\" /dev/null", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(":0]: tty=1"), std::string::npos) << r.output;
+  const size_t rank1 = r.output.find(":1]: tty=");
+  ASSERT_NE(rank1, std::string::npos) << r.output;
+  EXPECT_NE(r.output[rank1 + 9], '1') << "rank 1's stderr goes to its file only: " << r.output;
+  r = runCommand(job + worker + " 2>&1 | cat", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("tty=1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("]: tty="), std::string::npos) << r.output;
+}
+
 // Writes a worker script into `dir` and returns its path (no shell quoting
 // games in the launch command lines).
 std::string writeScript(const std::string& dir, const std::string& name, const std::string& body) {

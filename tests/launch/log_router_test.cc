@@ -146,6 +146,43 @@ TEST_F(LogRouterTest, FlushesAPartialLastLineAtEofAndCopiesRawBytesToFiles) {
   EXPECT_EQ(readFile(dir_ + "/p/stderr.log"), "\nafter an empty line");
 }
 
+// A progress bar ("\r" updates with no newline) reaches the console at
+// once, prefixed; its newline ends its line; another worker's line first
+// ends it; a complete line shows what a terminal would (after its last \r).
+TEST_F(LogRouterTest, CarriageReturnUpdatesPassThroughAsTheyCome) {
+  LogRouter router(console_out_, console_err_);
+  Pipe out0, err0, out1, err1;
+  addWorker(router, "r0> ", out0, err0, /*with_files=*/true);
+  addWorker(router, "r1> ", out1, err1);
+  router.start();
+  std::string want;
+  const auto step = [&](int fd, const std::string& bytes, const std::string& shown) {
+    writeAllTo(fd, bytes);
+    want += shown;
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (consoleErr() != want && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(2ms);
+    ASSERT_EQ(consoleErr(), want) << "after writing '" << bytes << "'";
+  };
+  step(err0.write, "\r[#   ] 25%\x1b[K", "\rr0> [#   ] 25%\x1b[K");
+  step(err0.write, "\r[##  ] 50%\x1b[K", "\rr0> [##  ] 50%\x1b[K");
+  step(err1.write, "hello\n", "\nr1> hello\n");
+  step(err0.write, "\r[### ] 75%\x1b[K", "\rr0> [### ] 75%\x1b[K");
+  step(err0.write, "\nstep 3 done\n", "\nr0> step 3 done\n");
+  step(err0.write, "\r[####] 100%\x1b[K\n", "r0> [####] 100%\x1b[K\n");
+  step(err0.write, "\r[#   ] 25%\x1b[K", "\rr0> [#   ] 25%\x1b[K");
+  ::close(out0.write);
+  ::close(err0.write);
+  ::close(out1.write);
+  ::close(err1.write);
+  router.finish(5s);
+  EXPECT_EQ(consoleErr(), want + "\n") << "an open bar's line is ended when its stream closes";
+  EXPECT_EQ(readFile(dir_ + "/r0> /stderr.log"),
+            "\r[#   ] 25%\x1b[K\r[##  ] 50%\x1b[K\r[### ] 75%\x1b[K\nstep 3 done\n\r[####] 100%\x1b[K\n"
+            "\r[#   ] 25%\x1b[K")
+      << "files get the raw bytes";
+  EXPECT_EQ(consoleOut(), "");
+}
+
 TEST_F(LogRouterTest, KeepsTheLastTwentyStderrLines) {
   LogRouter router(console_out_, console_err_);
   Pipe out, err;
