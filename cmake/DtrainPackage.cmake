@@ -5,7 +5,11 @@
 # are listed below. docs/packaging.md says how it is built and tested.
 set(CPACK_PACKAGE_NAME dtrain)
 set(CPACK_PACKAGE_VENDOR "dtrain")
-set(CPACK_PACKAGE_CONTACT "dtrain maintainers <dtrain@localhost>")
+set(DTRAIN_PACKAGE_MAINTAINER "dtrain maintainers <dtrain@localhost>" CACHE STRING
+    "The Debian package's Maintainer, \"Name <address>\" (DEBFULLNAME and DEBEMAIL at cpack time win)")
+set(CPACK_PACKAGE_CONTACT "${DTRAIN_PACKAGE_MAINTAINER}")
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${DTRAIN_PACKAGE_MAINTAINER}")
+set(CPACK_PROJECT_CONFIG_FILE ${CMAKE_CURRENT_LIST_DIR}/DtrainPackageMaintainer.cmake)
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "distributed data-parallel training on GPU clusters (torchrun-compatible launcher, NCCL/Gloo collectives, libtorch runtime)")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_INSTALL_DIRECTORY dtrain)

@@ -26,11 +26,15 @@ pass() { echo "ok - $1"; }
 fail() { echo "FAIL - $1"; failures=$((failures + 1)); }
 fatal() { echo "FAIL - $1"; exit 1; }
 
-(cd "$build" && cpack -G DEB -B "$T/package") > "$T/cpack.log" 2>&1 || fatal "cpack -G DEB failed:"$'\n'"$(tail -n 40 "$T/cpack.log")"
+(cd "$build" && DEBFULLNAME="Jane Packager" DEBEMAIL=jane@example.org cpack -G DEB -B "$T/package") > "$T/cpack.log" 2>&1 \
+  || fatal "cpack -G DEB failed:"$'\n'"$(tail -n 40 "$T/cpack.log")"
 deb=$(ls "$T"/package/dtrain_*_*.deb 2> /dev/null | head -n 1)
 [[ -n $deb ]] || fatal "cpack made no dtrain_<version>_<arch>.deb: $(ls "$T/package")"
 pass "cpack made $(basename "$deb") ($(du -h "$deb" | cut -f1))"
 echo "Depends: $(dpkg-deb -f "$deb" Depends)"
+maintainer=$(dpkg-deb -f "$deb" Maintainer)
+if [[ $maintainer == "Jane Packager <jane@example.org>" ]]; then pass "Maintainer is whoever built it (DEBFULLNAME, DEBEMAIL)"
+else fail "Maintainer is '$maintainer', expected the builder's DEBFULLNAME <DEBEMAIL>"; fi
 
 depends=$(dpkg-deb -f "$deb" Depends)
 for lib in libtorch libc6 libstdc++6; do
