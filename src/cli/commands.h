@@ -21,6 +21,7 @@ void registerSlurm(CLI::App& app, ExitCode& exit_code);
 void registerTrain(CLI::App& app, ExitCode& exit_code);
 void registerGenerate(CLI::App& app, ExitCode& exit_code);
 void registerCheckpoint(CLI::App& app, ExitCode& exit_code);
+void registerPlan(CLI::App& app, ExitCode& exit_code);
 void registerBenchTrain(CLI::App& bench, ExitCode& exit_code);
 // Only in builds with the tokenizers (data/, DTRAIN_WITH_TOKENIZE).
 void registerTokenize(CLI::App& app, ExitCode& exit_code);

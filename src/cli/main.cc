@@ -107,6 +107,7 @@ int runMain(int argc, char** argv) {
   dtrain::cli::registerTrain(app, exit_code);
   dtrain::cli::registerGenerate(app, exit_code);
   dtrain::cli::registerCheckpoint(app, exit_code);
+  dtrain::cli::registerPlan(app, exit_code);
 #endif
 #if DTRAIN_WITH_TOKENIZE
   dtrain::cli::registerTokenize(app, exit_code);

@@ -291,10 +291,12 @@ std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& e) {
   return text + formula + gibText(static_cast<int64_t>(paper));
 }
 
+int64_t neededDeviceBytes(const MemoryInputs& in, int64_t device_bytes) {
+  return estimateMemory(in).total() + (in.gpu ? kGiB + device_bytes / 20 : 0);
+}
+
 void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& device_name) {
-  const auto needs = [device_bytes](const MemoryInputs& m) {
-    return estimateMemory(m).total() + (m.gpu ? kGiB + device_bytes / 20 : 0);
-  };
+  const auto needs = [device_bytes](const MemoryInputs& m) { return neededDeviceBytes(m, device_bytes); };
   if (device_bytes <= 0 || needs(in) <= device_bytes) return;
   const MemoryEstimate e = estimateMemory(in);
   std::string why = "the model does not fit on " + device_name + " (" + gibText(device_bytes) + "): " +

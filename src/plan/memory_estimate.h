@@ -127,5 +127,7 @@ std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& estim
 // size, and the first of these that fits: --shard gradients, --shard full,
 // --activation-checkpointing, both, a smaller --batch-size.
 void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& device_name);
+// The estimate plus that margin: what checkFits compares with device_bytes.
+int64_t neededDeviceBytes(const MemoryInputs& in, int64_t device_bytes);
 
 }  // namespace dtrain

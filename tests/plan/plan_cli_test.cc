@@ -1,0 +1,75 @@
+// `dtrain plan` end to end: the table and its JSON, the best layout's
+// command line run as printed (a tiny llama on 4 CPU ranks, synthetic data
+// in place of the text corpus), and every bad input an exit 2 naming it.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/command.h"
+
+namespace dtrain::testing {
+namespace {
+
+const std::string kTiny = " plan --model llama --layers 4 --dim 64 --heads 4 --kv-heads 2 --ffn-dim 128 --vocab-size 512"
+                          " --seq-len 64 --gpus 4 --gpu h100 --tokens-per-step 2048";
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+TEST(PlanCliTest, TheLayoutsFitAndTheBestRunsAsPrinted) {
+  const CommandResult r = runCommand(dtrainBin() + kTiny + " --train-tokens 1e9 --price on-demand=3,spot=1.5 --json", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_FALSE(j["layouts"].empty());
+  EXPECT_GT(j["refused"].get<int>(), 0) << "tp 4 over 2 key/value heads, ... are dtrain train's refusals";
+  double last = 0;
+  for (const auto& layout : j["layouts"]) {
+    EXPECT_LE(layout["memory_gib_per_gpu"].get<double>(), 79.6);
+    EXPECT_GE(layout["step_s"].get<double>(), last) << "fastest first";
+    last = layout["step_s"].get<double>();
+    EXPECT_NEAR(layout["cost"]["spot"].get<double>(), layout["gpu_hours"].get<double>() * 1.5, 1e-6);
+  }
+  // The fastest, run as printed for 2 steps (the corpus swapped for synthetic tokens).
+  std::string command = j["layouts"][0]["command"].get<std::string>();
+  ASSERT_EQ(command.rfind("dtrain launch --nnodes 1 --nproc-per-node 4 --standalone dtrain train ", 0), 0) << command;
+  command = replaced(replaced(command, "dtrain train", dtrainBin() + " train"), "dtrain launch", dtrainBin() + " launch");
+  command = replaced(command, "--dataset text", "--dataset synthetic");
+  const CommandResult run = runCommand(command + " --max-steps 2 --progress none 2>&1", 240);
+  ASSERT_EQ(run.exit_code, 0) << command << "\n" << run.output;
+  EXPECT_NE(run.output.find("2 steps"), std::string::npos) << run.output;
+
+  const CommandResult table = runCommand(dtrainBin() + kTiny + " --capex 100000 --power-kw-per-node 8 "
+                                         "--electricity-price 0.12 --price on-demand=3 --train-tokens 1e9 2>&1", 60);
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_NE(table.output.find("| # | layout | GiB/GPU | tokens/s | MFU | time | GPU-hours | on-demand | owned |"),
+            std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("8410 power"), std::string::npos) << "8 kW x $0.12 x 8,760 h: " << table.output;
+  EXPECT_NE(table.output.find("owning is cheaper above"), std::string::npos) << table.output;
+}
+
+TEST(PlanCliTest, BadInputIsAnExitTwoNamingIt) {
+  const struct {
+    std::string args, says;
+  } cases[] = {
+      {kTiny + " --gpu v100", "--gpu 'v100' is not in dtrain's table of GPUs"},
+      {kTiny + " --price on-demand=-2", "--price 'on-demand=-2': expected NAME=PRICE with a price >= 0"},
+      {kTiny + " --price spot", "--price 'spot'"},
+      {kTiny + " --gpu a100-40g --precision fp8", "the a100-40g has no FP8 tensor cores"},
+      {kTiny + " --capex 1000", "--capex needs --power-kw-per-node"},
+      {" plan --model llama-8b --gpus 1 --gpu a100-40g --seq-len 2048 --tokens-per-step 1048576",
+       "it needs about 4 GPUs (1 x 4)"},
+      {" plan --model resnet50 --gpus 8", "--model resnet50: dtrain plan sizes language models"},
+      {" plan --gpus 8", "needs --model"},
+  };
+  for (const auto& c : cases) {
+    const CommandResult r = runCommand(dtrainBin() + c.args + " 2>&1", 120);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace dtrain::testing

@@ -1,0 +1,96 @@
+// dtrain plan's arithmetic (plan/run_cost.h, plan/step_model.h,
+// plan/gpu_catalog.h): seed 003's cost of owning 10 DGX A100 to the
+// dollar, the break-even utilisation, and the step model's parts.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "models/lm_config.h"
+#include "models/lm_counts.h"
+#include "plan/gpu_catalog.h"
+#include "plan/run_cost.h"
+#include "plan/step_model.h"
+
+namespace dtrain::plan {
+namespace {
+
+// Seed 003, section 5: 10 DGX A100 nodes at 8 kW each and $0.12 per kWh.
+OnPremises seed003() {
+  OnPremises site;
+  site.capex_per_node = 199000;  // a DGX A100's list price
+  site.power_kw_per_node = 8;
+  site.electricity_per_kwh = 0.12;
+  site.maintenance_per_node_year = 20000;
+  site.years = 3;
+  site.utilization = 0.7;
+  return site;
+}
+
+TEST(RunCostTest, Seed003sPowerBillAndOwnershipToTheDollar) {
+  const Tco t = ownershipCost(seed003(), 10, 8);
+  EXPECT_DOUBLE_EQ(t.power_per_year, 84096.0) << "8 kW x $0.12/kWh x 8,760 h x 10 nodes";
+  EXPECT_DOUBLE_EQ(t.capex, 1990000.0);
+  EXPECT_DOUBLE_EQ(t.maintenance_per_year, 200000.0);
+  EXPECT_DOUBLE_EQ(t.total, 1990000.0 + 3 * (84096.0 + 200000.0));
+  // 80 GPUs x 8,760 h x 3 years x 70%.
+  EXPECT_NEAR(t.per_gpu_hour, t.total / (80 * 8760 * 3 * 0.7), 1e-9);
+}
+
+TEST(RunCostTest, OwningCostsWhatRentingDoesAtTheBreakEvenUtilisation) {
+  OnPremises site = seed003();
+  const double price = 2.5;
+  const double u = breakEvenUtilization(site, 10, 8, price);
+  EXPECT_GT(u, 0);
+  EXPECT_LT(u, 1);
+  site.utilization = u;
+  EXPECT_NEAR(ownershipCost(site, 10, 8).per_gpu_hour, price, 1e-9);
+  EXPECT_GT(breakEvenUtilization(site, 10, 8, 0.1), 1) << "a price that low is never beaten";
+}
+
+TEST(GpuCatalogTest, NamesAndRefusals) {
+  EXPECT_EQ(gpuByName("H100-SXM").name, "h100");
+  EXPECT_EQ(gpuByName("A100").name, "a100-80g");
+  EXPECT_GT(gpuByName("h200").memory_gib, 140);
+  EXPECT_EQ(gpuByName("a100-40g").fp8_tflops, 0) << "no FP8 tensor cores";
+  try {
+    gpuByName("v100");
+    FAIL() << "an unknown GPU is refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(e.message().find("--gpu 'v100' is not in dtrain's table"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("h100, h200"), std::string::npos) << e.message();
+  }
+}
+
+TEST(StepModelTest, ComputeBubbleAndCommunication) {
+  models::LanguageModelOverrides o;
+  o.seq_len = 2048;
+  const models::LanguageModelConfig llama = models::namedLanguageModel("llama-8b", o);
+  Cluster c;
+  c.gpu = gpuByName("h100");
+  c.nodes = 1;
+  c.gpus_per_node = 8;
+  const int64_t tokens = int64_t{1} << 22;
+  Layout dp8{1, 1, 8, ShardStage::kNone, 1, 256, false, false};
+  const StepTime a = predictStep(llama, c, dp8, tokens);
+  const double flops = models::trainingFlopsPerToken(llama, 2048) * static_cast<double>(tokens);
+  EXPECT_NEAR(a.compute_s, flops / (8 * 989.4e12 * kDefaultEfficiency), 1e-9);
+  EXPECT_NEAR(a.data_s, 2 * 7.0 / 8 * 4 * static_cast<double>(models::parameterCount(llama)) / 353e9, 1e-9);
+  EXPECT_EQ(a.exposed_s, 0) << "the gradients' reduction hides under a long backward";
+  EXPECT_NEAR(a.mfu, kDefaultEfficiency, 1e-9);
+  Layout checkpointed = dp8;
+  checkpointed.activation_checkpointing = true;
+  EXPECT_NEAR(predictStep(llama, c, checkpointed, tokens).compute_s, a.compute_s * 4 / 3, 1e-9);
+  // A pipeline of 4 stages and 16 micro-batches idles (p - 1) / (M + p - 1) of its time.
+  Layout pp4{1, 4, 2, ShardStage::kNone, 1, 16, false, false};
+  const StepTime p = predictStep(llama, c, pp4, int64_t{2} * 16 * 2048);
+  EXPECT_NEAR(p.bubble_s / (p.compute_s + p.bubble_s), 3.0 / 19.0, 1e-9);
+  // Across nodes the data-parallel group's bandwidth is the network's.
+  Cluster two = c;
+  two.nodes = 2;
+  Layout dp16 = dp8;
+  dp16.dp = 16;
+  EXPECT_NEAR(predictStep(llama, two, dp16, tokens).data_s, 2 * 15.0 / 16 * 4 *
+                  static_cast<double>(models::parameterCount(llama)) / (two.inter_node_gbs * 1e9), 1e-9);
+}
+
+}  // namespace
+}  // namespace dtrain::plan
