@@ -15,6 +15,8 @@
 
 namespace dtrain::data {
 
+class PieceCache;
+
 class Gpt2Tokenizer : public Tokenizer {
  public:
   // Reads dir/encoder.json and dir/vocab.bpe (errors: loadGpt2Vocabulary).
@@ -30,7 +32,6 @@ class Gpt2Tokenizer : public Tokenizer {
   std::string name() const override { return "gpt2"; }
 
  private:
-  class PieceCache;
   void encodePiece(std::string_view piece, std::vector<uint32_t>& ids) const;
 
   Gpt2Vocabulary vocab_;
