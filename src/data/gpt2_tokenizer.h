@@ -19,7 +19,8 @@ class PieceCache;
 
 class Gpt2Tokenizer : public Tokenizer {
  public:
-  // Reads dir/encoder.json and dir/vocab.bpe (errors: loadGpt2Vocabulary).
+  // Reads dir/encoder.json and dir/vocab.bpe, or dir/vocab.json and dir/merges.txt
+  // (errors: loadGpt2Vocabulary).
   explicit Gpt2Tokenizer(const std::string& dir);
   explicit Gpt2Tokenizer(Gpt2Vocabulary vocabulary);
   ~Gpt2Tokenizer() override;
