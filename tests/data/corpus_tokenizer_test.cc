@@ -1,6 +1,7 @@
 // Text files to token shards (data/corpus_tokenizer.h) with the byte
 // tokenizer, whose ids are the bytes: documents, the end-of-text before each,
-// the validation split, shard sizes, thread counts, and refused input.
+// the validation split, shard sizes, thread counts, and refused input; a
+// Llama-3-style tokenizer's documents between its begin- and end-of-text.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,7 +10,9 @@
 #include "data/byte_tokenizer.h"
 #include "data/corpus_tokenizer.h"
 #include "data/document_split.h"
+#include "data/hf_tokenizer.h"
 #include "data/token_shard.h"
+#include "tests/data/hf_tokenizer_files.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
@@ -167,6 +170,22 @@ TEST_F(CorpusTest, ExistingShardsOfTheSameNameAreRefused) {
   EXPECT_TRUE(contains(error, "already holds shards named tokens_*.bin")) << error;
   options.name = "other";
   EXPECT_EQ(tokenizeCorpus({good}, tokenizer_, options, {}).shards.size(), 1u);
+}
+
+TEST_F(CorpusTest, ATokenizerWithABeginOfTextFramesEachDocument) {
+  using T = testing::TinyLlamaIds;
+  testing::writeTinyLlama(dir_.path());
+  const HfTokenizer llama(dir_.path());
+  CorpusOptions options;
+  options.out_dir = dir_ / "llama";
+  options.split = {Mode::kSeparatorLine, "%"};
+  const CorpusSummary summary = tokenizeCorpus({file("a.txt", "the\n%\nhello\n")}, llama, options, {});
+  ASSERT_EQ(summary.shards.size(), 1u);
+  const TokenShard shard(summary.shards[0].path, llama.vocabSize());
+  std::vector<uint32_t> tokens;
+  for (int64_t i = 0; i < shard.size(); ++i) tokens.push_back(shard.token(i));
+  EXPECT_EQ(tokens, (std::vector<uint32_t>{T::kBeginOfText, 't', T::kHe, '\n', T::kEndOfText, T::kBeginOfText,
+                                           T::kHello, '\n', T::kEndOfText}));
 }
 
 }  // namespace
