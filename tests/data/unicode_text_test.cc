@@ -1,5 +1,8 @@
-// UTF-8 decoding, the Unicode classes and the pre-tokenizers of GPT-2 and of
-// Llama 3 / Qwen 2, each against hand-checked cases (GPT-2's tokenizer as a
+// UTF-8 decoding, the Unicode classes, NFC (when it was written, checked
+// against Unicode 15.0's NormalizationTest.txt for the characters of 9.0,
+// whose tables it has, and against Hugging Face's tokenizers for every code
+// point) and the pre-tokenizers of GPT-2 and of Llama 3 / Qwen 2, each
+// against hand-checked cases (GPT-2's tokenizer as a
 // whole is compared with the npm encoder in gpt2_tokenizer_test.cc; Llama
 // 3's with Hugging Face's tokenizers by bench/peers/hf_tokenizer_check.py).
 #include <gtest/gtest.h>
@@ -10,6 +13,7 @@
 #include "data/gpt2_pretokenizer.h"
 #include "data/llama3_pretokenizer.h"
 #include "data/unicode_classes.h"
+#include "data/unicode_nfc.h"
 #include "data/utf8.h"
 
 namespace dtrain::data {
@@ -115,6 +119,30 @@ TEST(Gpt2Pretokenizer, InvalidBytesAreOtherCharactersAndNothingIsLost) {
   std::string joined;
   for (const std::string& piece : pieces(text)) joined += piece;
   EXPECT_EQ(joined, text);
+}
+
+TEST(UnicodeNfc, ComposesDecomposesAndReorders) {
+  EXPECT_EQ(toNfc("plain ASCII, unchanged"), "plain ASCII, unchanged");
+  EXPECT_EQ(toNfc("cafe\u0301"), "caf\u00E9");
+  EXPECT_EQ(toNfc("A\u030A \u212B"), "\u00C5 \u00C5");  // the Angstrom sign is a singleton
+  EXPECT_EQ(toNfc("\u2126"), "\u03A9");                    // so is the Ohm sign
+  EXPECT_EQ(toNfc("a\u0302\u0323 a\u0323\u0302"), "\u1EAD \u1EAD");  // reordered by class, then composed
+  EXPECT_EQ(toNfc("a\u0301\u0301"), "\u00E1\u0301");     // the second is blocked by the first
+  EXPECT_EQ(toNfc("\u0958"), "\u0915\u093C");              // excluded from composition
+  EXPECT_EQ(toNfc("\u0344"), "\u0308\u0301");              // a non-starter decomposition
+  EXPECT_EQ(toNfc("\u0B47\u0B3E"), "\u0B4B");              // two starters compose
+  EXPECT_EQ(toNfc("\u1100\u1161\u11A8 \uAC00\u11A8"), "\uAC01 \uAC01");  // Hangul, by arithmetic
+  EXPECT_EQ(toNfc("\uD55C\uAE00"), "\uD55C\uAE00");       // already composed
+  EXPECT_EQ(toNfc("\u0301leading mark"), "\u0301leading mark");
+  EXPECT_EQ(toNfc("\u1E0B\u0323"), "\u1E0D\u0307");       // d with dot above + dot below
+  // Unicode 9.0's tables, as Hugging Face's tokenizers: U+1DFA (10.0, class
+  // 218 since) is of class 0 here, so it blocks what follows.
+  EXPECT_EQ(toNfc("a\u1DFA\u0301"), "a\u1DFA\u0301");
+}
+
+TEST(UnicodeNfc, InvalidBytesStayAndNothingComposesAcrossThem) {
+  EXPECT_EQ(toNfc("e\xFF\u0301"), "e\xFF\u0301");
+  EXPECT_EQ(toNfc("\xC3" "e\u0301\x80"), "\xC3\u00E9\x80");
 }
 
 std::vector<std::string> llama3(std::string_view text, size_t max_digits = 3) {
