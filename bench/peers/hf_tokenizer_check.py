@@ -12,7 +12,8 @@ has it; no network is needed).
    the two as bos_token and eos_token.
 2. Derives three more tokenizer.json files from it: the same with
    ignore_merges (as Llama 3's own has), with Qwen 2's pattern (one digit at
-   a time), and with GPT-2's pre-tokenizer (a lone ByteLevel, use_regex).
+   a time) and NFC normalizer, and with GPT-2's pre-tokenizer (a lone
+   ByteLevel, use_regex).
 3. For each tokenizer and each corpus file (plus DIR/tricky.txt, written
    here: digits, contractions in either case, newlines, trailing spaces,
    unicode, the special tokens in the text), encodes the file with
@@ -54,7 +55,8 @@ TRICKY = "".join([
     "Spaces:  two   three    four\t\ttabs \u00a0nbsp \u3000ideographic trailing   \n",
     "Newlines:\n\n\nthree\r\n\r\nwindows \n \n  \n\nend.\n\n",
     "Punctuation: (hello) [x] {y} !!! ??? ... --- ``` ### @user #tag http://example.com/a?b=c&d=e\n",
-    "Unicode: café naïve Ångström cafe\u0301 你好，世界！ 안녕하세요 Привет мир Γειά σου 😀👍🏽 👨‍👩‍👧‍👦\n",
+    "Unicode: café naïve Ångström cafe\u0301 A\u030a \u212b a\u0302\u0323 \u1100\u1161\u11a8 你好，世界！ 안녕하세요 "
+    "Привет мир Γειά σου 😀👍🏽 👨‍👩‍👧‍👦\n",
     "Special: ", BOS, "text", EOS, " more ", EOS, EOS, " <|begin_of_text| <|end_of_text|>x\n",
     "Code:\n    def f(x):\n        return x ** 2  # square\n\n\n",
     "trailing spaces at the very end   ",
@@ -88,6 +90,7 @@ def variants(trained):
     with_ignore["model"]["ignore_merges"] = True
     qwen = copy.deepcopy(trained)
     qwen["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": QWEN2_PATTERN}
+    qwen["normalizer"] = {"type": "NFC"}
     gpt2 = copy.deepcopy(trained)
     gpt2["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     return {"llama3": trained, "llama3_ignore_merges": with_ignore, "qwen2": qwen, "gpt2": gpt2}

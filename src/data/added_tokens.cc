@@ -28,15 +28,9 @@ std::pair<size_t, size_t> AddedTokenMatcher::Group::find(std::string_view text, 
   return {std::string_view::npos, 0};
 }
 
-void AddedTokenMatcher::Group::split(std::string_view text, const Group* next,
-                                     std::vector<Segment>& segments) const {
+void AddedTokenMatcher::Group::split(std::string_view text, std::vector<Segment>& segments) const {
   const auto stretch = [&](std::string_view between) {
-    if (between.empty()) return;
-    if (next != nullptr) {
-      next->split(between, nullptr, segments);
-    } else {
-      segments.push_back({between, -1});
-    }
+    if (!between.empty()) segments.push_back({between, -1});
   };
   size_t pos = 0;
   for (;;) {
@@ -47,10 +41,6 @@ void AddedTokenMatcher::Group::split(std::string_view text, const Group* next,
     pos = at + length;
   }
   stretch(text.substr(pos));
-}
-
-void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& segments) const {
-  exact_.split(text, &normalized_, segments);
 }
 
 }  // namespace dtrain::data

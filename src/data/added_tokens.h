@@ -5,9 +5,10 @@
 //
 // At each position the longest token that starts there wins, the leftmost
 // position first (Aho-Corasick's leftmost-longest). The tokens that are not
-// "normalized" are found first; the normalized ones then in the stretches
-// left between them (with no normalizer, in the same text). The stretches
-// between tokens are pre-tokenized each on its own, so no piece spans a token.
+// "normalized" are found first, in the text as given (splitExact); the
+// normalized ones then in each stretch left between them, once the
+// normalizer has run over it (splitNormalized). The stretches between tokens
+// are pre-tokenized each on its own, so no piece spans a token.
 #pragma once
 
 #include <array>
@@ -33,9 +34,13 @@ class AddedTokenMatcher {
 
   explicit AddedTokenMatcher(const std::vector<HfAddedToken>& tokens);
 
-  // Appends the segments of `text`, in order, to `segments`: no text segment
-  // is empty, and their concatenation is `text`.
-  void split(std::string_view text, std::vector<Segment>& segments) const;
+  // Append the segments of `text`, in order, to `segments`, finding the
+  // tokens that are not normalized, or those that are: no text segment is
+  // empty, and their concatenation is `text`.
+  void splitExact(std::string_view text, std::vector<Segment>& segments) const { exact_.split(text, segments); }
+  void splitNormalized(std::string_view text, std::vector<Segment>& segments) const {
+    normalized_.split(text, segments);
+  }
 
  private:
   struct Group {
@@ -50,7 +55,7 @@ class AddedTokenMatcher {
     void add(const std::string& content, uint32_t id);
     // The first token in text[from..]: its position and length (npos when none).
     std::pair<size_t, size_t> find(std::string_view text, size_t from) const;
-    void split(std::string_view text, const Group* next, std::vector<Segment>& segments) const;
+    void split(std::string_view text, std::vector<Segment>& segments) const;
   };
 
   Group exact_, normalized_;

@@ -4,6 +4,7 @@
 #include "data/gpt2_pretokenizer.h"
 #include "data/llama3_pretokenizer.h"
 #include "data/piece_cache.h"
+#include "data/unicode_nfc.h"
 
 namespace dtrain::data {
 
@@ -21,13 +22,28 @@ std::vector<uint32_t> HfTokenizer::encode(std::string_view text) const {
 }
 
 void HfTokenizer::encodeInto(std::string_view text, std::vector<uint32_t>& ids) const {
-  std::vector<AddedTokenMatcher::Segment> segments;
-  added_.split(text, segments);
-  for (const AddedTokenMatcher::Segment& segment : segments) {
+  std::vector<AddedTokenMatcher::Segment> outer, inner;
+  std::string normalized;
+  added_.splitExact(text, outer);
+  for (const AddedTokenMatcher::Segment& segment : outer) {
     if (segment.id >= 0) {
       ids.push_back(static_cast<uint32_t>(segment.id));
-    } else {
-      encodeStretch(segment.text, ids);
+      continue;
+    }
+    std::string_view stretch = segment.text;
+    if (spec_.nfc) {
+      normalized.clear();
+      appendNfc(stretch, normalized);
+      stretch = normalized;
+    }
+    inner.clear();
+    added_.splitNormalized(stretch, inner);
+    for (const AddedTokenMatcher::Segment& part : inner) {
+      if (part.id >= 0) {
+        ids.push_back(static_cast<uint32_t>(part.id));
+      } else {
+        encodeStretch(part.text, ids);
+      }
     }
   }
 }

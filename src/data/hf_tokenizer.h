@@ -5,11 +5,13 @@
 //
 // encode(): the added tokens are found in the text first (data/added_tokens.h;
 // "<|endoftext|>" in the text is that token's id, as in tokenizers); each
-// stretch between them is cut by the pre-tokenizer's pattern
+// stretch between them is normalized (NFC, data/unicode_nfc.h, when the
+// normalizer says so) and cut by the pre-tokenizer's pattern
 // (data/gpt2_pretokenizer.h or data/llama3_pretokenizer.h); each piece's
 // bytes are merged by rank (data/bpe_merges.h; with ignore_merges, a piece
 // that is a token as a whole is that token). decode(): each id's bytes
-// (an added token's content), so decode(encode(text)) == text for any bytes.
+// (an added token's content), so decode(encode(text)) == text for any bytes
+// (with NFC: for any text already in NFC).
 //
 // The merge order is GPT-2's encoder.py's, which is the tokenizers library's
 // whenever a merge's parts are made by merges ranked before it (as in every

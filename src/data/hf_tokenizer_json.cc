@@ -93,8 +93,9 @@ class TokenizerJson {
     readModel(*model);
     readAddedTokens(JsonFile::find(root, "added_tokens"));
     const json* normalizer = JsonFile::find(root, "normalizer");
-    if (normalizer != nullptr && !normalizer->is_null()) {
-      file_.refuse("normalizer", normalizer, "null (dtrain has no normalizers)");
+    spec_.nfc = normalizer != nullptr && normalizer->is_object() && normalizer->value("type", json()) == "NFC";
+    if (normalizer != nullptr && !normalizer->is_null() && !spec_.nfc) {
+      file_.refuse("normalizer", normalizer, "null or {\"type\": \"NFC\"} (the normalizers dtrain has)");
     }
     spec_.split = readPreTokenizer(JsonFile::find(root, "pre_tokenizer"));
     const json* decoder = JsonFile::find(root, "decoder");

@@ -12,7 +12,7 @@
 //                  (Llama 3's, Qwen 2's or GPT-2's; behavior Isolated) and a
 //                  ByteLevel without use_regex; add_prefix_space false
 //   added_tokens   matched in the text before pre-tokenization
-//   normalizer     null
+//   normalizer     null, or NFC (Qwen 2's; data/unicode_nfc.h)
 //   decoder        null or ByteLevel
 // post_processor (what a pipeline adds around one sequence), truncation and
 // padding are not read: dtrain frames documents itself (data/tokenizer.h).
@@ -45,7 +45,7 @@ struct HfAddedToken {
   uint32_t id = 0;
   std::string content;
   // Hugging Face matches the tokens that are not "normalized" first, then
-  // the others in what is left (with no normalizer, on the same text).
+  // the others in what is left, once it is normalized.
   bool normalized = false;
 };
 
@@ -61,6 +61,7 @@ struct HfTokenizerSpec {
   // With ignore_merges: the bytes of each vocabulary token -> its id.
   std::unordered_map<std::string, uint32_t> ids_by_bytes;
   PieceSplit split = PieceSplit::kGpt2;
+  bool nfc = false;  // the normalizer: NFC, or none
   std::vector<HfAddedToken> added;
   std::optional<uint32_t> bos;
   uint32_t eos = 0;

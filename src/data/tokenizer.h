@@ -25,7 +25,8 @@
 //   hf finds its added tokens (special ones included) in the text, as
 //   Hugging Face's tokenizers does, so that its ids are the library's.
 //   Whoever joins documents (`dtrain tokenize`) frames them (documentFrame).
-// - decode(encode(text)) == text for any bytes with `byte`, `gpt2` and `hf`,
+// - decode(encode(text)) == text for any bytes with `byte`, `gpt2` and `hf`
+//   (an hf tokenizer whose normalizer is NFC: for text already in NFC),
 //   and any UTF-8 with `sentencepiece` models trained by dtrain (identity
 //   normalization, byte fallback). decode() writes the end-of-text id as
 //   "<|endoftext|>" (hf: as its token's text), and refuses an id >=

@@ -52,7 +52,7 @@ const std::vector<Refusal>& refusals() {
        "model.merges[6] is [\"q\",\"z\"]; expected two tokens of model.vocab whose concatenation is one too"},
       {"merge_of_three", [](json& t) { t["model"]["merges"].push_back("a b c"); }, "model.merges[6] is \"a b c\""},
       {"merge_of_one", [](json& t) { t["model"]["merges"][0] = json::array({"a"}); }, "model.merges[0] is [\"a\"]"},
-      {"normalizer", [](json& t) { t["normalizer"] = {{"type", "NFC"}}; }, "normalizer is {\"type\":\"NFC\"}"},
+      {"normalizer", [](json& t) { t["normalizer"] = {{"type", "NFKC"}}; }, "normalizer is {\"type\":\"NFKC\"}"},
       {"no_pre_tokenizer", [](json& t) { t["pre_tokenizer"] = nullptr; }, "pre_tokenizer is null"},
       {"pre_tokenizer_type", [](json& t) { t["pre_tokenizer"] = {{"type", "Whitespace"}}; },
        "pre_tokenizer.type is \"Whitespace\""},
