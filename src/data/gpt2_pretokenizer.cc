@@ -1,36 +1,9 @@
 #include "data/gpt2_pretokenizer.h"
 
-#include "data/unicode_classes.h"
-#include "data/utf8.h"
+#include "data/code_point_cursor.h"
 
 namespace dtrain::data {
 namespace {
-
-// The text as code points with their classes, read one at a time.
-class CodePointCursor {
- public:
-  explicit CodePointCursor(std::string_view text) : text_(text) {}
-
-  bool atEnd(size_t pos) const { return pos >= text_.size(); }
-  // Byte length of the character at `pos` (an invalid byte is one character).
-  size_t length(size_t pos) const {
-    char32_t cp;
-    const size_t n = decodeUtf8(text_, pos, &cp);
-    return n == 0 ? 1 : n;
-  }
-  CharClass charClass(size_t pos) const {
-    char32_t cp;
-    return decodeUtf8(text_, pos, &cp) == 0 ? CharClass::kOther : classifyCodePoint(cp);
-  }
-  // Past the run of characters of class `c` that starts at `pos`.
-  size_t skipRun(size_t pos, CharClass c) const {
-    while (!atEnd(pos) && charClass(pos) == c) pos += length(pos);
-    return pos;
-  }
-
- private:
-  std::string_view text_;
-};
 
 // 's 't 're 've 'm 'll 'd (lower case only, as in GPT-2): the length, or 0.
 size_t contractionLength(std::string_view rest) {
@@ -58,8 +31,7 @@ size_t pieceEnd(const CodePointCursor& cursor, std::string_view text, size_t pos
   // non-space follows, so that character can lead the next word (" word").
   const size_t end = cursor.skipRun(pos, CharClass::kSpace);
   if (cursor.atEnd(end)) return end;
-  size_t last = pos;
-  for (size_t p = pos; p < end; p += cursor.length(p)) last = p;
+  const size_t last = cursor.lastCharacter(pos, end);
   return last > pos ? last : end;
 }
 

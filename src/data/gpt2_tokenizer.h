@@ -15,9 +15,12 @@
 
 namespace dtrain::data {
 
+class PieceCache;
+
 class Gpt2Tokenizer : public Tokenizer {
  public:
-  // Reads dir/encoder.json and dir/vocab.bpe (errors: loadGpt2Vocabulary).
+  // Reads dir/encoder.json and dir/vocab.bpe, or dir/vocab.json and dir/merges.txt
+  // (errors: loadGpt2Vocabulary).
   explicit Gpt2Tokenizer(const std::string& dir);
   explicit Gpt2Tokenizer(Gpt2Vocabulary vocabulary);
   ~Gpt2Tokenizer() override;
@@ -30,7 +33,6 @@ class Gpt2Tokenizer : public Tokenizer {
   std::string name() const override { return "gpt2"; }
 
  private:
-  class PieceCache;
   void encodePiece(std::string_view piece, std::vector<uint32_t>& ids) const;
 
   Gpt2Vocabulary vocab_;

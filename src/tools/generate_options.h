@@ -27,7 +27,7 @@ struct GenerateOptions {
   int64_t top_k = 0;             // 0: all of the vocabulary
   uint64_t seed = 0;             // the sampling generator's seed
   TokenizerKind tokenizer = TokenizerKind::kUnset;  // kUnset: the checkpoint's
-  std::string tokenizer_dir;     // gpt2: encoder.json + vocab.bpe; sentencepiece: the .model file
+  std::string tokenizer_dir;     // gpt2, hf: a directory; sentencepiece: the .model file
   GenerateDevice device = GenerateDevice::kAuto;
   ComputePrecision precision = ComputePrecision::kFp32;  // fp32 | bf16 (autocast)
 };

@@ -94,11 +94,18 @@ std::unique_ptr<data::Tokenizer> chooseTokenizer(const GenerateOptions& o, const
   const bool from_flags = given || !o.tokenizer_dir.empty();
   if (given && tokenizerKindName(o.tokenizer) != kind) dir.clear();  // the saved path was for another kind
   if (given) kind = tokenizerKindName(o.tokenizer);
-  if (!o.tokenizer_dir.empty()) dir = o.tokenizer_dir;
+  if (!o.tokenizer_dir.empty()) {
+    dir = o.tokenizer_dir;
+    try {
+      if (!given) kind = data::tokenizerKindAt(dir);
+    } catch (const ConfigError& e) {
+      throw ConfigError("--tokenizer-dir without --tokenizer: " + e.message());
+    }
+  }
   if (kind.empty()) {
     throw ConfigError("checkpoint " + path +
-                      " names no tokenizer (a model trained on token shards): give --tokenizer (byte, gpt2 or "
-                      "sentencepiece) and, for gpt2 and sentencepiece, --tokenizer-dir");
+                      " names no tokenizer (a model trained on token shards that `dtrain tokenize` did not write): "
+                      "give --tokenizer (byte, gpt2, sentencepiece or hf) and, but for byte, --tokenizer-dir");
   }
   try {
     return data::makeTokenizer(kind, dir);
@@ -126,20 +133,30 @@ int64_t windowOf(const models::LanguageModelConfig& c) {
   return c.family == models::LmFamily::kGpt2 ? c.seq_len : 0;
 }
 
-// The prompt's tokens (the end-of-text token alone for an empty prompt),
-// checked against the model's vocabulary and positions.
-std::vector<int64_t> contextTokens(const GenerateOptions& o, const data::Tokenizer& tokenizer,
-                                   const models::LanguageModelConfig& c) {
+// The prompt's tokens, after the begin-of-text token of a tokenizer that has
+// one (Llama 3: documents were framed so, data/tokenizer.h), else the
+// end-of-text token alone for an empty prompt; checked against the model's
+// vocabulary and positions.
+struct PromptTokens {
+  std::vector<int64_t> tokens;
+  size_t framing = 0;  // tokens before the prompt's own
+};
+
+PromptTokens contextTokens(const GenerateOptions& o, const data::Tokenizer& tokenizer,
+                           const models::LanguageModelConfig& c) {
   if (tokenizer.vocabSize() > c.vocab_size) {
     throw ConfigError("tokenizer " + tokenizer.name() + " has " + std::to_string(tokenizer.vocabSize()) +
                       " ids, more than the model's vocabulary of " + std::to_string(c.vocab_size) +
                       " (was it trained with another --tokenizer?)");
   }
   const std::vector<uint32_t> ids = tokenizer.encode(o.prompt);
-  std::vector<int64_t> context(ids.begin(), ids.end());
-  if (context.empty()) context.push_back(tokenizer.eotToken());
+  const data::DocumentFrame frame = data::documentFrame(tokenizer);
+  PromptTokens context;
+  if (frame.after || ids.empty()) context.tokens.push_back(frame.before);
+  context.framing = context.tokens.size();
+  context.tokens.insert(context.tokens.end(), ids.begin(), ids.end());
   if (windowOf(c) > 0) return context;  // any length: the window slides
-  const int64_t prompt = static_cast<int64_t>(context.size()), limit = c.max_seq_len;
+  const int64_t prompt = static_cast<int64_t>(context.tokens.size()), limit = c.max_seq_len;
   if (prompt >= limit) {
     throw ConfigError("--prompt: " + std::to_string(prompt) + " tokens, but the model has " + std::to_string(limit) +
                       " positions; expected at most " + std::to_string(limit - 1) +
@@ -274,7 +291,7 @@ int runGeneration(const GenerateOptions& o) {
   const auto [path, state] = loadNamedModel(o.checkpoint, "--checkpoint");
   const models::LanguageModelConfig config = configOf(path, state.meta);
   const std::unique_ptr<data::Tokenizer> tokenizer = chooseTokenizer(o, path, state.meta);
-  const std::vector<int64_t> context = contextTokens(o, *tokenizer, config);
+  const PromptTokens context = contextTokens(o, *tokenizer, config);
   const torch::Device device = pickDevice(o.device);
   const Precision precision = autocastPrecision(o.precision);
 
@@ -283,21 +300,21 @@ int runGeneration(const GenerateOptions& o) {
   lm->to(device);
   lm->eval();
   std::fprintf(stderr, "%s\n", describe(path, config, *tokenizer, device, precision).c_str());
-  notePastTheTrainedLength(config, static_cast<int64_t>(context.size()), o.max_new_tokens);
+  notePastTheTrainedLength(config, static_cast<int64_t>(context.tokens.size()), o.max_new_tokens);
 
   TokenSampler sampler(o, tokenizer->vocabSize(), device);
   const Completion done =
-      complete(*lm, context, o.max_new_tokens, sampler, tokenizer->eotToken(), device, precision, windowOf(config));
-  // The prompt as given (an empty one's end-of-text token left out) and the
-  // completion, decoded together so a character split between them stays whole.
-  // (encode() never emits the end-of-text token, so a leading one was put there for an empty prompt.)
-  std::vector<uint32_t> ids;
-  if (context.front() != tokenizer->eotToken()) ids.assign(context.begin(), context.end());
+      complete(*lm, context.tokens, o.max_new_tokens, sampler, tokenizer->eotToken(), device, precision,
+               windowOf(config));
+  // The prompt as given (the framing token left out) and the completion,
+  // decoded together so a character split between them stays whole.
+  std::vector<uint32_t> ids(context.tokens.begin() + static_cast<std::ptrdiff_t>(context.framing),
+                            context.tokens.end());
   ids.insert(ids.end(), done.tokens.begin(), done.tokens.end());
   const std::string text = tokenizer->decode(ids) + "\n";
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
-  printTiming(done, static_cast<int64_t>(context.size()));
+  printTiming(done, static_cast<int64_t>(context.tokens.size()));
   return 0;
 }
 

@@ -9,8 +9,8 @@
 // batch (the next batch of that epoch), world_size, batch_size, model,
 // dataset, optimizer, seed, tensor_layout "parameters"; a language model's
 // "model_config" (the string pairs of models::languageModelMetadata) and,
-// when it trained on the embedded corpus, "tokenizer" {kind, path}: what
-// `dtrain generate` needs.
+// when its tokenizer is known (the embedded corpus's, the flags', the token
+// shards' own), "tokenizer" {kind, path}: what `dtrain generate` needs.
 //
 // A pipeline's stages hold different tensors: each stage lays out its own
 // (its ranks as a world of their own), and rank 0 writes the union into
@@ -61,7 +61,7 @@ struct CheckpointIdentity {
   int64_t batch_size = 0;  // per rank
   uint64_t seed = 0;
   std::map<std::string, std::string> model_config;  // language models
-  std::string tokenizer, tokenizer_path;            // language models on the embedded corpus
+  std::string tokenizer, tokenizer_path;            // language models whose tokenizer is known
 };
 
 struct TrainCheckpointMeta;

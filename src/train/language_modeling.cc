@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "data/embedded_corpus.h"
+#include "data/shard_tokenizer.h"
 #include "data/token_dataset.h"
 #include "data/token_shard_set.h"
 #include "data/tokenizer.h"
@@ -59,10 +60,20 @@ LanguageModelTask::LanguageModelTask(const DataOptions& data, const ModelSpec& m
 }
 
 void LanguageModelTask::openText() {
+  // The tokenizer the flags name ("" for none): data::makeTokenizer and the
+  // checkpoint's meta take the word.
+  tokenizer_ = tokenizerKindName(options_.tokenizer);
+  tokenizer_path_ = options_.tokenizer_dir;
+  if (tokenizer_.empty() && !tokenizer_path_.empty()) {
+    try {
+      tokenizer_ = data::tokenizerKindAt(tokenizer_path_);
+    } catch (const ConfigError& e) {
+      throw ConfigError("--tokenizer-dir without --tokenizer: " + e.message());
+    }
+  }
   std::string dir = options_.data_dir;
   if (dir.empty()) {
-    tokenizer_ = tokenizerKindName(options_.tokenizer);  // data::makeTokenizer and the checkpoint's meta take the word
-    tokenizer_path_ = options_.tokenizer_dir;
+    if (tokenizer_.empty()) tokenizer_ = "byte";
     dir = data::preparedEmbeddedCorpus(tokenizer_, tokenizer_path_, options_.cache_dir);
     // The model's vocabulary is the tokenizer's unless --vocab-size says
     // otherwise (257 byte-level symbols would otherwise sit in a 50257-row
@@ -74,10 +85,27 @@ void LanguageModelTask::openText() {
     }
   }
   train_ = data::TokenShardSet::open(dir, "train", config_.vocab_size);
+  if (!options_.data_dir.empty()) nameShardTokenizer();
   if (!options_.val_data.empty()) {
     val_ = data::TokenShardSet::open(options_.val_data, "", config_.vocab_size);
   } else if (hasShards(dir, "val")) {
     val_ = data::TokenShardSet::open(dir, "val", config_.vocab_size);
+  }
+}
+
+void LanguageModelTask::nameShardTokenizer() {
+  if (tokenizer_.empty()) {
+    if (const auto named = data::shardTokenizer(data::findTokenShards(options_.data_dir, "train"))) {
+      tokenizer_ = named->kind;
+      tokenizer_path_ = named->path;
+    }
+    return;
+  }
+  // Named by the flags: it must load, and its ids fit the model.
+  const int64_t vocab = data::makeTokenizer(tokenizer_, tokenizer_path_)->vocabSize();
+  if (vocab > config_.vocab_size) {
+    throw ConfigError("--tokenizer " + tokenizer_ + " has " + std::to_string(vocab) + " ids, more than the model's " +
+                      "vocabulary of " + std::to_string(config_.vocab_size) + " (--vocab-size)");
   }
 }
 

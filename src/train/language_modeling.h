@@ -38,13 +38,16 @@ class LanguageModelTask : public Task {
   // does not divide.
   int64_t accumulation(int world_size) const;
   const models::LanguageModelConfig& config() const { return config_; }
-  // How the embedded corpus was tokenized ("" for shards and synthetic
-  // tokens), for checkpoints and `dtrain generate`.
+  // How the text was tokenized: the embedded corpus's tokenizer, on token
+  // shards the one the flags name, else the shards' own
+  // (data/shard_tokenizer.h); "" when none is known (synthetic tokens,
+  // shards of other writers), for checkpoints and `dtrain generate`.
   const std::string& tokenizer() const { return tokenizer_; }
   const std::string& tokenizerPath() const { return tokenizer_path_; }
 
  private:
   void openText();
+  void nameShardTokenizer();
   void makeSynthetic();
 
   DataOptions options_;

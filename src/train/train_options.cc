@@ -33,7 +33,10 @@ const Words<DatasetKind> kDatasets = {{"fashion-mnist", DatasetKind::kFashionMni
                                       {"synthetic", DatasetKind::kSynthetic},
                                       {"text", DatasetKind::kText}};
 const Words<TokenizerKind> kTokenizers = {
-    {"byte", TokenizerKind::kByte}, {"gpt2", TokenizerKind::kGpt2}, {"sentencepiece", TokenizerKind::kSentencePiece}};
+    {"byte", TokenizerKind::kByte},
+    {"gpt2", TokenizerKind::kGpt2},
+    {"sentencepiece", TokenizerKind::kSentencePiece},
+    {"hf", TokenizerKind::kHf}};
 const Words<StemKind> kStems = {
     {"auto", StemKind::kAuto}, {"cifar", StemKind::kCifar}, {"imagenet", StemKind::kImageNet}};
 const Words<OptimizerKind> kOptimizers = {
@@ -210,9 +213,14 @@ void declareData(OptionSet& set, DataOptions& o) {
            "Text: validation token shards (a directory, a shard or a glob; default: the *_val_* shards of "
            "--data-dir)");
   declareTokenizerChoice(set, o.tokenizer,
-                         "Text without --data-dir: how the default corpus (Debian's fortunes) is tokenized");
+                         "Text: how the default corpus (Debian's fortunes) is tokenized; with --data-dir, the "
+                         "shards' tokenizer, named in the checkpoints for `dtrain generate` (default: the one in "
+                         "the NAME_tokenizer.json `dtrain tokenize` writes beside them)")
+      .optional(TokenizerKind::kUnset, "the kind --tokenizer-dir holds, else byte; on shards, theirs");
   set.path("--tokenizer-dir", o.tokenizer_dir,
-           "gpt2: the directory of encoder.json and vocab.bpe; sentencepiece: the .model file");
+           "gpt2: the directory of encoder.json and vocab.bpe (or vocab.json and merges.txt); hf: the directory of "
+           "a Hugging Face tokenizer.json; sentencepiece: the .model file. Without --tokenizer, the kind is what "
+           "it holds");
   set.path("--cache-dir", o.cache_dir,
            "Where the tokenized default corpus is kept (default: $XDG_CACHE_HOME/dtrain, else ~/.cache/dtrain)")
       .creatableDirectory();

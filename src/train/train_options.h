@@ -23,9 +23,9 @@ class OptionSet;
 // functions give a value's word as the flag spells it (and as files and
 // library calls that take words, such as data::makeTokenizer, want it).
 enum class DatasetKind { kFashionMnist, kMnist, kCifar10, kSynthetic, kText };
-// kUnset: not given (dtrain generate: the checkpoint's; dtrain tokenize:
-// byte, or the SentencePiece model it trains).
-enum class TokenizerKind { kByte, kGpt2, kSentencePiece, kUnset };
+// kUnset: not given (dtrain train: byte, or the kind --tokenizer-dir holds,
+// and on token shards the shards' own; dtrain generate: the checkpoint's).
+enum class TokenizerKind { kByte, kGpt2, kSentencePiece, kHf, kUnset };
 enum class TieEmbeddings { kAuto, kOn, kOff };  // auto: as the named size does
 enum class StemKind { kAuto, kCifar, kImageNet };  // ResNets; auto: cifar up to 64 pixels
 enum class OptimizerKind { kSgd, kAdamW, kAuto };  // auto: by model kind (withModelDefaults)
@@ -56,8 +56,11 @@ struct DataOptions {
   int64_t synthetic_image_size = 32;
   // Language models.
   std::string val_data;                   // validation shards; default: the *_val_* shards of --data-dir
-  TokenizerKind tokenizer = TokenizerKind::kByte;  // how the embedded corpus is tokenized
-  std::string tokenizer_dir;              // gpt2: encoder.json + vocab.bpe; sentencepiece: the .model file
+  // How text becomes tokens: how the embedded corpus is tokenized, and what
+  // a checkpoint names for `dtrain generate` (on token shards: the flags,
+  // else the shards' own, data/shard_tokenizer.h).
+  TokenizerKind tokenizer = TokenizerKind::kUnset;
+  std::string tokenizer_dir;              // gpt2, hf: a directory; sentencepiece: the .model file
   std::string cache_dir;                  // where the tokenized embedded corpus is kept
   int64_t tokens_per_step = 0;            // global tokens per optimizer step (0: one micro-batch per rank)
   int64_t eval_batches = 0;               // validation batches per rank per evaluation (0: all)

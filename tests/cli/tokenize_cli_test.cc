@@ -1,6 +1,8 @@
 // `dtrain tokenize` as a real process: shards with llm.c's header and the
-// token count it reports, a SentencePiece model trained and used, and bad
-// input refused with exit 2 naming the file (and byte offset) or the option.
+// token count it reports, a SentencePiece model trained and used, a Hugging
+// Face tokenizer.json found from --tokenizer-dir alone, the file naming the
+// tokenizer beside the shards, and bad input refused with exit 2 naming the
+// file (and byte offset) or the option.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "tests/data/hf_tokenizer_files.h"
 #include "tests/support/command.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
@@ -95,6 +98,27 @@ TEST_F(TokenizeCliTest, Gpt2ShardsHoldGpt2Ids) {
   EXPECT_EQ(shard.tokens, (std::vector<uint32_t>{50256, 15496, 995}));
 }
 
+TEST_F(TokenizeCliTest, ATokenizerJsonDirectoryIsEnoughAndTheShardsNameIt) {
+  using T = TinyLlamaIds;
+  ASSERT_EQ(::mkdir((dir_ / "llama").c_str(), 0755), 0);
+  writeTinyLlama(dir_ / "llama");
+  const auto r = runCommand(tokenize(file("a.txt", "the\n%\nhello\n") + " --doc-separator % --tokenizer-dir " +
+                                     (dir_ / "llama") + " --out " + (dir_ / "out") + " --name docs"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "with hf (vocab 265)")) << r.output;
+  EXPECT_TRUE(contains(r.output, (dir_ / "out/docs_tokenizer.json") + "  the tokenizer (hf, ")) << r.output;
+  EXPECT_EQ(readShard(dir_ / "out/docs_train_000000.bin").tokens,
+            (std::vector<uint32_t>{T::kBeginOfText, 't', T::kHe, '\n', T::kEndOfText, T::kBeginOfText, T::kHello,
+                                   '\n', T::kEndOfText}));
+  const nlohmann::json sidecar = nlohmann::json::parse(readFile(dir_ / "out/docs_tokenizer.json"));
+  EXPECT_EQ(sidecar["kind"], "hf");
+  EXPECT_TRUE(sidecar["path"].get<std::string>().starts_with("/")) << sidecar.dump();
+  EXPECT_EQ(sidecar["vocab_size"], 265);
+  // The byte tokenizer's shards name it too.
+  ASSERT_EQ(runCommand(tokenize(file("b.txt", "bytes\n") + " --out " + (dir_ / "bytes"))).exit_code, 0);
+  EXPECT_TRUE(contains(readFile(dir_ / "bytes/tokens_tokenizer.json"), "\"kind\": \"byte\"")) << r.output;
+}
+
 TEST_F(TokenizeCliTest, TrainsASentencePieceModelAndTokenizesWithIt) {
   if (!data::haveSentencePiece()) GTEST_SKIP() << "this build has no SentencePiece";
   std::string text;
@@ -148,6 +172,18 @@ TEST_F(TokenizeCliTest, BadOptionsAreNamed) {
   auto r = runCommand(tokenize(text + out + " --tokenizer gpt2"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "--tokenizer gpt2 needs --tokenizer-dir")) << r.output;
+  r = runCommand(tokenize(text + out + " --tokenizer hf"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--tokenizer hf needs --tokenizer-dir DIR holding a Hugging Face tokenizer.json"))
+      << r.output;
+  r = runCommand(tokenize(text + out + " --tokenizer-dir " + (dir_ / "nowhere")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--tokenizer-dir without --tokenizer: tokenizer " + (dir_ / "nowhere") +
+                                     ": no such file or directory"))
+      << r.output;
+  r = runCommand(tokenize(text + out + " --tokenizer byte --tokenizer-dir " + dir_.path()));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "--tokenizer-dir is for --tokenizer gpt2, sentencepiece or hf")) << r.output;
   r = runCommand(tokenize(text + out + " --val-fraction 1"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(contains(r.output, "--val-fraction")) << r.output;

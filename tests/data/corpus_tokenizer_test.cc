@@ -1,15 +1,21 @@
 // Text files to token shards (data/corpus_tokenizer.h) with the byte
 // tokenizer, whose ids are the bytes: documents, the end-of-text before each,
-// the validation split, shard sizes, thread counts, and refused input.
+// the validation split, shard sizes, thread counts, and refused input; a
+// Llama-3-style tokenizer's documents between its begin- and end-of-text;
+// the file naming the shards' tokenizer (data/shard_tokenizer.h).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "data/byte_tokenizer.h"
 #include "data/corpus_tokenizer.h"
 #include "data/document_split.h"
+#include "data/hf_tokenizer.h"
+#include "data/shard_tokenizer.h"
 #include "data/token_shard.h"
+#include "tests/data/hf_tokenizer_files.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
 
@@ -167,6 +173,46 @@ TEST_F(CorpusTest, ExistingShardsOfTheSameNameAreRefused) {
   EXPECT_TRUE(contains(error, "already holds shards named tokens_*.bin")) << error;
   options.name = "other";
   EXPECT_EQ(tokenizeCorpus({good}, tokenizer_, options, {}).shards.size(), 1u);
+}
+
+TEST_F(CorpusTest, ATokenizerWithABeginOfTextFramesEachDocument) {
+  using T = testing::TinyLlamaIds;
+  testing::writeTinyLlama(dir_.path());
+  const HfTokenizer llama(dir_.path());
+  CorpusOptions options;
+  options.out_dir = dir_ / "llama";
+  options.split = {Mode::kSeparatorLine, "%"};
+  const CorpusSummary summary = tokenizeCorpus({file("a.txt", "the\n%\nhello\n")}, llama, options, {});
+  ASSERT_EQ(summary.shards.size(), 1u);
+  const TokenShard shard(summary.shards[0].path, llama.vocabSize());
+  std::vector<uint32_t> tokens;
+  for (int64_t i = 0; i < shard.size(); ++i) tokens.push_back(shard.token(i));
+  EXPECT_EQ(tokens, (std::vector<uint32_t>{T::kBeginOfText, 't', T::kHe, '\n', T::kEndOfText, T::kBeginOfText,
+                                           T::kHello, '\n', T::kEndOfText}));
+}
+
+TEST(ShardTokenizer, NamesTheTokenizerOfASeries) {
+  testing::TempDir dir("shard-tokenizer");
+  const std::string shard = dir / "docs_train_000001.bin", val = dir / "docs_val_000000.bin";
+  EXPECT_EQ(shardTokenizer({shard}), std::nullopt);  // none written: llm.c's shards
+  writeShardTokenizer(dir.path(), "docs", {"hf", dir.path() + "/./"}, 265);
+  const auto named = shardTokenizer({val, shard});
+  ASSERT_TRUE(named);
+  EXPECT_EQ(named->kind, "hf");
+  char* absolute = ::realpath(dir.path().c_str(), nullptr);
+  EXPECT_EQ(named->path, std::string(absolute));  // made absolute
+  std::free(absolute);
+  EXPECT_TRUE(contains(testing::readFile(dir / "docs_tokenizer.json"), "\"vocab_size\": 265"));
+  EXPECT_EQ(shardTokenizer({dir / "fineweb.bin"}), std::nullopt);  // not llm.c's naming
+  EXPECT_EQ(shardTokenizer({shard, dir / "other_train_000000.bin"}), std::nullopt);  // a series without one
+
+  writeShardTokenizer(dir.path(), "other", {"byte", ""}, 257);
+  std::string error = configErrorOf([&] { shardTokenizer({shard, dir / "other_train_000000.bin"}); });
+  EXPECT_TRUE(contains(error, "made by two tokenizers")) << error;
+  EXPECT_TRUE(contains(error, dir / "other_tokenizer.json" + " names byte")) << error;
+  testing::writeFile(dir / "other_tokenizer.json", "{\"kind\": 3}");
+  error = configErrorOf([&] { shardTokenizer({dir / "other_val_000000.bin"}); });
+  EXPECT_TRUE(contains(error, dir / "other_tokenizer.json: \"kind\" is 3")) << error;
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
-// The GPT-2 vocabulary files and the merge loop, on a small vocabulary made
-// here: what loads, what is refused (naming the directory, file and line),
-// and merges applied in encoder.py's order.
+// The GPT-2 vocabulary files (OpenAI's names and Hugging Face's) and the
+// merge loop, on a small vocabulary made here: what loads, what is refused
+// (naming the directory, file and line), and merges applied in encoder.py's
+// order.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -109,6 +112,22 @@ TEST(Gpt2Vocabulary, MissingFilesAreNamedWithTheirDirectory) {
   error = configErrorOf([&] { Gpt2Tokenizer tokenizer(dir / "nowhere"); });
   EXPECT_TRUE(contains(error, dir / "nowhere")) << error;
   EXPECT_TRUE(contains(error, "does not exist")) << error;
+}
+
+TEST(Gpt2Vocabulary, HuggingFacesVocabJsonAndMergesTxtAreTheSameFiles) {
+  testing::TempDir dir("gpt2-vocab");
+  writeVocabulary(dir.path(), {{" ", "t"}, {"h", "e"}, {" t", "he"}});
+  const std::vector<uint32_t> ids = Gpt2Tokenizer(dir.path()).encode(" the then");
+  ASSERT_EQ(::rename((dir / "encoder.json").c_str(), (dir / "vocab.json").c_str()), 0);
+  ASSERT_EQ(::rename((dir / "vocab.bpe").c_str(), (dir / "merges.txt").c_str()), 0);
+  EXPECT_EQ(Gpt2Tokenizer(dir.path()).encode(" the then"), ids);
+  testing::writeFile(dir / "merges.txt", "#version: 0.2\nx y\n");
+  std::string error = configErrorOf([&] { Gpt2Tokenizer tokenizer(dir.path()); });
+  EXPECT_TRUE(contains(error, "merges.txt line 2")) << error;
+  EXPECT_TRUE(contains(error, "not in vocab.json")) << error;
+  ASSERT_EQ(::unlink((dir / "merges.txt").c_str()), 0);
+  error = configErrorOf([&] { Gpt2Tokenizer tokenizer(dir.path()); });
+  EXPECT_TRUE(contains(error, dir.path() + " has no merges.txt")) << error;
 }
 
 TEST(Gpt2Vocabulary, MalformedFilesAreNamedWithTheLine) {

@@ -4,7 +4,8 @@
 // command is tested whatever the trainer does). The text starts with the
 // prompt, a seed gives the same text, greedy decoding is the argmax
 // continuation of the full forward (no KV cache) computed here, and bad
-// input exits 2 naming the input.
+// input exits 2 naming the input. A model trained on shards of `dtrain
+// tokenize` (a Llama-3-style tokenizer.json) generates without --tokenizer.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -19,6 +20,7 @@
 #include "dtrain/checkpoint.h"
 #include "models/language_model.h"
 #include "models/lm_config.h"
+#include "tests/data/hf_tokenizer_files.h"
 #include "tests/support/command.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
@@ -143,7 +145,7 @@ class GenerateCliTest : public ::testing::Test {
     writeByteShards(*dir_ / "shards");
     const CommandResult trained = runCommand(
         dtrainBin() + " train --model gpt2 --layers 2 --dim 64 --heads 4 --seq-len 32 --vocab-size 257 "
-                      "--dataset text --data-dir " + (*dir_ / "shards") + " --tokenizer byte --batch-size 8 "
+                      "--dataset text --data-dir " + (*dir_ / "shards") + " --batch-size 8 "
                       "--optimizer adamw --lr 0.01 --warmup 0 --max-steps 20 --progress none --seed 3 --checkpoint-dir " +
                       (*dir_ / "ckpt") + " 2>&1",
         300);
@@ -213,6 +215,31 @@ TEST_F(GenerateCliTest, LearnedPositionsSeeAWindowOfTheTrainedLength) {
                                       "--tokenizer byte --seed 2");
   ASSERT_EQ(said.exit_code, 0) << said.output;
   EXPECT_TRUE(contains(said.output, "trained on 32 of its 1024 positions; it sees the last 32 tokens")) << said.output;
+}
+
+// `dtrain tokenize` names its tokenizer beside the shards, `dtrain train` on
+// them names it in its checkpoints, and `dtrain generate` needs no flag: a
+// Llama-3-style tokenizer.json here, whose prompts begin with <|begin_of_text|>.
+TEST(GenerateFromTokenizedShards, FindsTheTokenizerWithoutFlags) {
+  TempDir dir("generate-tokenized");
+  ASSERT_EQ(::mkdir((dir / "llama").c_str(), 0755), 0);
+  testing::writeTinyLlama(dir / "llama");
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Hello world, hello dtrain " + std::to_string(i * 7) + ". The quick fox.\n%\n";
+  testing::writeFile(dir / "corpus.txt", text);
+  CommandResult r = runCommand(dtrainBin() + " tokenize " + (dir / "corpus.txt") + " --doc-separator % " +
+                               "--tokenizer-dir " + (dir / "llama") + " --out " + (dir / "shards") + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = runCommand(dtrainBin() + " train --model llama --layers 1 --dim 32 --heads 2 --kv-heads 2 --seq-len 16 "
+                 "--vocab-size 320 --dataset text --data-dir " + (dir / "shards") + " --batch-size 4 --max-steps 2 "
+                 "--progress none --checkpoint-dir " + (dir / "ckpt") + " 2>&1",
+                 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = generate("--checkpoint " + (dir / "ckpt") + " --prompt Hello --max-new-tokens 4 --temperature 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "tokenizer hf")) << r.output;
+  EXPECT_TRUE(contains(r.output, "prompt of 6 tokens")) << r.output;  // <|begin_of_text|> H e l l o
+  EXPECT_TRUE(contains(r.output, "\nHello")) << r.output;               // the prompt, without <|begin_of_text|>
 }
 
 TEST(GenerateCliBadInput, ExitsTwoNamingTheInput) {

@@ -228,6 +228,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCommandLine{"seq_len_above_positions", "--model gpt2 --seq-len 2048 --dataset synthetic", "--seq-len 2048"},
         BadCommandLine{"tokenizer_dir_missing_file", "--model gpt2 --dataset text --tokenizer gpt2 --tokenizer-dir /tmp",
                  "encoder.json"},
+        BadCommandLine{"tokenizer_dir_of_nothing", "--model gpt2 --dataset text --tokenizer-dir /nonexistent-tokenizer",
+                 "--tokenizer-dir without --tokenizer: tokenizer /nonexistent-tokenizer: no such file or directory"},
         BadCommandLine{"empty_corpus", "--model gpt2 --layers 2 --dim 64 --heads 4 --seq-len 64 --batch-size 4 "
                                      "--dataset text --data-dir " + emptyShardDir(),
                  "empty_train_000000.bin"},
