@@ -13,6 +13,7 @@
 
 #include "data/token_source.h"
 #include "models/lm_config.h"
+#include "models/lora_config.h"
 #include "train/task.h"
 
 namespace dtrain {
@@ -38,6 +39,8 @@ class LanguageModelTask : public Task {
   // does not divide.
   int64_t accumulation(int world_size) const;
   const models::LanguageModelConfig& config() const { return config_; }
+  // The adapters makeModel adds (--lora-rank; rank 0: none).
+  const models::LoraConfig& lora() const { return lora_; }
   // How the embedded corpus was tokenized ("" for shards and synthetic
   // tokens), for checkpoints and `dtrain generate`.
   const std::string& tokenizer() const { return tokenizer_; }
@@ -51,6 +54,7 @@ class LanguageModelTask : public Task {
   ModelSpec spec_;
   uint64_t seed_;
   models::LanguageModelConfig config_;
+  models::LoraConfig lora_;
   std::shared_ptr<const data::TokenSource> train_, val_;  // val_ may be null
   std::string tokenizer_, tokenizer_path_;
 };
