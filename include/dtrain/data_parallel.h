@@ -17,6 +17,11 @@
 //   order backward produces gradients), each padded to 16 bytes.
 // - Construction broadcasts parameters and buffers from rank 0, so every
 //   rank starts from rank 0's model.
+// - Frozen parameters (requires_grad false: a LoRA run's base) are none of
+//   DataParallel's: they stay where and as they are (every rank holds them
+//   whole, ZeRO-3 included), in no slab, bucket, optimizer state or
+//   collective, and get no gradient; each rank must hold the same values
+//   (the same seed, or the same files loaded).
 // - Buckets are contiguous slices of the gradient slab: the first ~1 MiB
 //   (first_bucket_mb), then up to bucket_mb each. During backward a bucket
 //   is all-reduced (averaged) as soon as all its gradients are accumulated,

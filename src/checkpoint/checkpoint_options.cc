@@ -26,6 +26,10 @@ void declareCheckpointExportOptions(OptionSet& set, CheckpointToolOptions& o) {
   set.choice("--format", o.format, {"safetensors", "hf"},
              "safetensors: one file of dtrain's names; hf: a Hugging Face model directory (config.json and "
              "model.safetensors) that transformers' from_pretrained loads (gpt2, llama)");
+  set.toggle("--merge-lora", o.merge_lora,
+             "A checkpoint of `dtrain train --lora-rank` (its adapters alone): rebuild its base (the --init-from "
+             "directory, or the fresh weights of its seed) and export the whole model with each adapted weight "
+             "W + (alpha / r) B A. Without it such a checkpoint exports its adapters (safetensors only)");
 }
 
 const char* checkpointActionName(CheckpointAction action) {

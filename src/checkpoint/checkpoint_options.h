@@ -24,6 +24,7 @@ struct CheckpointToolOptions {
   bool json = false;  // info: one JSON object instead of text
   std::string out;    // consolidate: the .dtck file to write; export: the .safetensors file (hf: a directory)
   std::string format = "safetensors";  // export: safetensors | hf
+  bool merge_lora = false;  // export: a LoRA run's adapters folded into its base (checkpoint/lora_merge.h)
 };
 
 void declareCheckpointInfoOptions(OptionSet& set, CheckpointToolOptions& options);

@@ -17,6 +17,7 @@
 
 #include "checkpoint/checkpoint_file_writer.h"
 #include "checkpoint/checkpoint_sharded.h"
+#include "checkpoint/lora_merge.h"
 #include "checkpoint/meta_checks.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -114,6 +115,14 @@ void printInfo(const CheckpointReader& reader) {
         << word("vocab_size") << "; trained on " << word("seq_len") << " tokens of context (of its "
         << word("max_seq_len") << " positions)\n";
   }
+  if (meta.contains("lora") && meta["lora"].is_object()) {
+    const nlohmann::json& lora = meta["lora"];
+    const std::string base = lora.value("init_from", "");
+    out << "  LoRA adapters: rank " << metaText(lora, "rank") << ", alpha " << metaText(lora, "alpha") << ", on "
+        << metaText(lora, "targets") << "; base "
+        << (base.empty() ? "the fresh weights of seed " + metaText(meta, "seed") : base)
+        << " (not in the checkpoint)\n";
+  }
   if (meta.contains("tokenizer") && meta["tokenizer"].is_object()) {
     out << "  tokenizer " << metaText(meta["tokenizer"], "kind") << "\n";
   }
@@ -186,6 +195,32 @@ void exportWeights(const CheckpointReader& reader, const std::string& out) {
   for (const auto& item : tensors) elements += item.second.numel();
   std::cerr << "dtrain checkpoint export: " << tensors.size() << " tensor(s), " << elements << " elements from "
             << reader.path() << " to " << out << " (" << fileBytes(out) << " bytes)" << std::endl;
+}
+
+// --merge-lora: the whole model a LoRA run's checkpoint stands for, as one
+// safetensors file of dtrain's names (what exportWeights writes of a
+// whole model's checkpoint) or a Hugging Face directory.
+void exportMerged(const CheckpointReader& reader, const std::string& out, const std::string& format) {
+  const std::shared_ptr<models::LanguageModel> model = mergedLoraModel(reader);
+  const std::string staging = out + ".partial";
+  std::filesystem::remove_all(staging);
+  if (format == "hf") {
+    models::exportHf(*model, staging, torch::kFloat);
+  } else {
+    models::NamedTensors tensors;
+    for (const auto& item : model->named_parameters(/*recurse=*/true)) tensors.emplace_back(item.key(), item.value());
+    std::map<std::string, std::string> metadata = models::languageModelMetadata(model->config());
+    metadata.insert({{"format", "pt"},
+                     {"step", metaText(reader.meta(), "step")},
+                     {"model", metaText(reader.meta(), "model")}});
+    models::writeSafetensors(staging, tensors, metadata);
+  }
+  std::filesystem::remove_all(out);
+  std::filesystem::rename(staging, out);
+  const std::string base = reader.meta().at("lora").value("init_from", "");
+  std::cerr << "dtrain checkpoint export: the LoRA adapters of " << reader.path() << " merged into their base ("
+            << (base.empty() ? "the fresh weights of seed " + metaText(reader.meta(), "seed") : base) << "), "
+            << model->named_parameters().size() << " parameters to " << out << std::endl;
 }
 
 // A Hugging Face directory: the checkpoint's language model rebuilt from
@@ -277,7 +312,13 @@ int runCheckpointTool(const CheckpointToolOptions& options) {
   checkCheckpointToolOptions(options);
   const std::unique_ptr<CheckpointReader> reader = openNamedCheckpoint(options.checkpoint, "CHECKPOINT");
   if (options.action == CheckpointAction::kExport) {
-    if (options.format == "hf") {
+    if (options.merge_lora || (holdsLoraAdapters(*reader) && options.format == "hf")) {
+      if (!options.merge_lora) {
+        throw ConfigError("checkpoint " + reader->path() + " holds a LoRA run's adapters, not a whole model; "
+                          "--format hf exports one with --merge-lora");
+      }
+      exportMerged(*reader, options.out, options.format);
+    } else if (options.format == "hf") {
       exportHfDirectory(*reader, options.out);
     } else {
       exportWeights(*reader, options.out);

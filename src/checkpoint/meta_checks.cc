@@ -1,6 +1,7 @@
 #include "checkpoint/meta_checks.h"
 
 #include <limits>
+#include <map>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -65,15 +66,19 @@ class MetaChecker {
     if (value != nullptr && *value != kParameterLayout) fail("tensor_layout", expected, *value);
   }
 
-  // "model_config": the string pairs of a language model's config.
-  void modelConfig() const {
+  // "model_config" (a language model's config), "lora" (its adapters):
+  // string pairs, returned.
+  std::map<std::string, std::string> stringPairs(const char* name) const {
     const char* expected = "an object of strings";
-    const nlohmann::json* value = find("model_config", false, expected);
-    if (value == nullptr) return;
-    if (!value->is_object()) fail("model_config", expected, *value);
+    const nlohmann::json* value = find(name, false, expected);
+    if (value == nullptr) return {};
+    if (!value->is_object()) fail(name, expected, *value);
+    std::map<std::string, std::string> pairs;
     for (const auto& [key, item] : value->items()) {
-      if (!item.is_string()) fail(("model_config." + key).c_str(), "a string", item);
+      if (!item.is_string()) fail((std::string(name) + "." + key).c_str(), "a string", item);
+      pairs[key] = item.get<std::string>();
     }
+    return pairs;
   }
 
   // "tokenizer": {kind, path}, what `dtrain generate` rebuilds the tokenizer from.
@@ -130,7 +135,8 @@ TrainCheckpointMeta checkTrainCheckpointMeta(const std::string& file, const nloh
   out.optimizer = check.text("optimizer", true);
   check.unsignedInteger("seed");
   check.tensorLayout();
-  check.modelConfig();
+  check.stringPairs("model_config");
+  out.lora = check.stringPairs("lora");
   check.tokenizer();
   return out;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,8 @@ struct TrainCheckpointMeta {
   int64_t data_ranks = 0;  // the data-parallel ranks (world_size / tp); 0: not in the meta (= world_size)
   int64_t batch_size = 0;  // per rank; 0: not in the meta
   std::string model, dataset, optimizer;
+  // A LoRA run's adapters and base (job_checkpoint.h); empty otherwise.
+  std::map<std::string, std::string> lora;
 };
 
 // Whether the fields a resume goes on from must all be there (step, epoch,
@@ -41,7 +44,7 @@ struct TrainCheckpointMeta {
 enum class MetaFields { kPresentOnes, kAllForResume };
 
 // Checks every field `meta` holds of those a `dtrain train` checkpoint
-// writes (the ones above, seed, tensor_layout, model_config, tokenizer);
+// writes (the ones above, seed, tensor_layout, model_config, lora, tokenizer);
 // fields it does not know are left alone. ConfigError naming `file` (the
 // file that holds the meta) and the first bad field:
 //   checkpoint F: field 'step': expected a non-negative integer (at most N), got "abc"

@@ -24,23 +24,23 @@ ops::ResidualAndNormed addLayerNorm(const ResidualStream& in, const nn::LayerNor
 // hidden units (models/tensor_split.h).
 class Gpt2Attention : public nn::Module {
  public:
-  Gpt2Attention(const LanguageModelConfig& c, std::shared_ptr<const TensorSplitRef> split)
+  Gpt2Attention(const LanguageModelConfig& c, std::shared_ptr<const BlockSeams> seams)
       : head_dim_(c.dim / c.heads),
-        split_(std::move(split)),
+        seams_(std::move(seams)),
         c_attn(register_module("c_attn", nn::Linear(c.dim, 3 * c.dim))),
         c_proj(register_module("c_proj", nn::Linear(c.dim, c.dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    TensorSplit* split = split_->split;
+    TensorSplit* split = seams_->split;
     const torch::Tensor product = split != nullptr ? split->columnLinears(x, {c_attn->weight}, {c_attn->bias})[0]
-                                                   : ops::linear(x, c_attn->weight, c_attn->bias);
+                                                   : blockLinear(*seams_, x, c_attn->weight, c_attn->bias);
     const std::vector<torch::Tensor> qkv = byHead(product);
     return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), product);
   }
 
   // forward for new positions, earlier keys and values from the slot.
   torch::Tensor forwardCached(const torch::Tensor& x, KvSlot& slot) {
-    const std::vector<torch::Tensor> qkv = byHead(ops::linear(x, c_attn->weight, c_attn->bias));
+    const std::vector<torch::Tensor> qkv = byHead(blockLinear(*seams_, x, c_attn->weight, c_attn->bias));
     const auto [keys, values] = slot.append(qkv[1], qkv[2]);
     return output(ops::cachedAttention(qkv[0], keys, values, slot.offset()), x);
   }
@@ -57,11 +57,11 @@ class Gpt2Attention : public nn::Module {
   // The heads' outputs y [B, heads, T, head_dim] back to [B, T, heads x head_dim], projected.
   torch::Tensor output(const torch::Tensor& y, const torch::Tensor& x) {
     const torch::Tensor flat = y.transpose(1, 2).reshape({x.size(0), x.size(1), y.size(1) * y.size(3)});
-    return rowSplitLinear(*split_, flat, c_proj->weight, c_proj->bias);
+    return rowSplitLinear(*seams_, flat, c_proj->weight, c_proj->bias);
   }
 
   int64_t head_dim_;
-  std::shared_ptr<const TensorSplitRef> split_;
+  std::shared_ptr<const BlockSeams> seams_;
 
  public:
   nn::Linear c_attn;
@@ -70,20 +70,30 @@ class Gpt2Attention : public nn::Module {
 
 class Gpt2Mlp : public nn::Module {
  public:
-  Gpt2Mlp(const LanguageModelConfig& c, std::shared_ptr<const TensorSplitRef> split)
-      : split_(std::move(split)),
+  Gpt2Mlp(const LanguageModelConfig& c, std::shared_ptr<const BlockSeams> seams)
+      : seams_(std::move(seams)),
         c_fc(register_module("c_fc", nn::Linear(c.dim, c.ffn_dim))),
         c_proj(register_module("c_proj", nn::Linear(c.ffn_dim, c.dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    TensorSplit* split = split_->split;
-    if (split == nullptr) return ops::geluMlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
+    TensorSplit* split = seams_->split;
+    if (split == nullptr) {
+      const LoraAdapters& lora = seams_->lora;
+      if (!lora.adapts(c_fc->weight) && !lora.adapts(c_proj->weight)) {
+        return ops::geluMlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
+      }
+      // The adapters' products join the layers' own before the GELU and after it.
+      const torch::Tensor hidden = lora.adapts(c_fc->weight)
+                                       ? torch::gelu(blockLinear(*seams_, x, c_fc->weight, c_fc->bias), "tanh")
+                                       : ops::linearGelu(x, c_fc->weight, c_fc->bias);
+      return blockLinear(*seams_, hidden, c_proj->weight, c_proj->bias);
+    }
     const torch::Tensor partial = ops::geluMlp(split->columnInput(x), c_fc->weight, c_fc->bias, c_proj->weight, {});
     return split->rowOutput(partial) + c_proj->bias;
   }
 
  private:
-  std::shared_ptr<const TensorSplitRef> split_;
+  std::shared_ptr<const BlockSeams> seams_;
 
  public:
   nn::Linear c_fc;
@@ -92,12 +102,12 @@ class Gpt2Mlp : public nn::Module {
 
 class Gpt2Block : public TransformerBlock {
  public:
-  Gpt2Block(const LanguageModelConfig& c, const std::shared_ptr<const TensorSplitRef>& split)
+  Gpt2Block(const LanguageModelConfig& c, const std::shared_ptr<const BlockSeams>& seams)
       : eps_(c.norm_eps),
         ln_1(register_module("ln_1", layerNorm(c))),
-        attn(register_module("attn", std::make_shared<Gpt2Attention>(c, split))),
+        attn(register_module("attn", std::make_shared<Gpt2Attention>(c, seams))),
         ln_2(register_module("ln_2", layerNorm(c))),
-        mlp(register_module("mlp", std::make_shared<Gpt2Mlp>(c, split))) {}
+        mlp(register_module("mlp", std::make_shared<Gpt2Mlp>(c, seams))) {}
 
   ResidualStream forwardStream(const ResidualStream& in) override {
     return around(in, [&](const torch::Tensor& normed) { return attn->forward(normed); });
@@ -136,7 +146,7 @@ Gpt2::Gpt2(const LanguageModelConfig& c) : LanguageModel(c) {
   wpe_ = transformer_->register_module("wpe", nn::Embedding(c.max_seq_len, c.dim));
   auto h = transformer_->register_module("h", nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
-    auto block = std::make_shared<Gpt2Block>(c, splitRef());
+    auto block = std::make_shared<Gpt2Block>(c, seams());
     h->push_back(block);
     addBlock(block);
   }
@@ -184,6 +194,29 @@ torch::Tensor Gpt2::finalNormOf(const ResidualStream& stream) {
 torch::Tensor Gpt2::outputWeight() { return lm_head_ ? lm_head_->weight : wte_->weight; }
 
 std::vector<torch::Tensor> Gpt2::embeddingParameters() { return {wte_->weight, wpe_->weight}; }
+
+std::optional<LoraSite> Gpt2::loraSite(int64_t block, LoraTarget target) {
+  auto& b = static_cast<Gpt2Block&>(*blocks().at(static_cast<size_t>(block)));
+  const auto whole = [](nn::Linear& layer) {
+    return LoraSite{layer.get(), layer->weight, 0, layer->weight.size(0), ""};
+  };
+  // q, k and v: a third of the fused projection's rows each.
+  const auto third = [&b](int64_t index, const char* suffix) {
+    const torch::Tensor& w = b.attn->c_attn->weight;
+    const int64_t width = w.size(0) / 3;
+    return LoraSite{b.attn->c_attn.get(), w, index * width, width, suffix};
+  };
+  switch (target) {
+    case LoraTarget::kQ: return third(0, "_q");
+    case LoraTarget::kK: return third(1, "_k");
+    case LoraTarget::kV: return third(2, "_v");
+    case LoraTarget::kO: return whole(b.attn->c_proj);
+    case LoraTarget::kUp: return whole(b.mlp->c_fc);
+    case LoraTarget::kDown: return whole(b.mlp->c_proj);
+    case LoraTarget::kGate: break;  // GPT-2's MLP has no gate
+  }
+  return std::nullopt;
+}
 
 std::vector<torch::Tensor> Gpt2::headParameters() {
   std::vector<torch::Tensor> head = {ln_f_->weight, ln_f_->bias};

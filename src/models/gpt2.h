@@ -29,6 +29,9 @@ class Gpt2 : public LanguageModel {
   std::vector<torch::Tensor> embeddingParameters() override;
   std::vector<torch::Tensor> headParameters() override;
 
+ protected:
+  std::optional<LoraSite> loraSite(int64_t block, LoraTarget target) override;
+
  private:
   void initWeights();
 

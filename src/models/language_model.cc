@@ -17,10 +17,17 @@ std::string shapeText(const torch::Tensor& t) {
 
 }  // namespace
 
-torch::Tensor rowSplitLinear(const TensorSplitRef& ref, const torch::Tensor& x, const torch::Tensor& weight,
+torch::Tensor blockLinear(const BlockSeams& seams, const torch::Tensor& x, const torch::Tensor& weight,
+                          const torch::Tensor& bias) {
+  const torch::Tensor out = ops::linear(x, weight, bias);
+  if (!seams.lora.adapts(weight)) return out;
+  return out + seams.lora.delta(x, weight);
+}
+
+torch::Tensor rowSplitLinear(const BlockSeams& seams, const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias) {
-  if (ref.split == nullptr) return ops::linear(x, weight, bias);
-  const torch::Tensor out = ref.split->rowLinear(x, weight);
+  if (seams.split == nullptr) return blockLinear(seams, x, weight, bias);
+  const torch::Tensor out = seams.split->rowLinear(x, weight);
   return bias.defined() ? out + bias : out;
 }
 
@@ -103,6 +110,26 @@ torch::Tensor LanguageModel::lossOf(const ResidualStream& stream, const torch::T
 
 torch::Tensor LanguageModel::hidden(const torch::Tensor& tokens) {
   return finalNormOf(forwardBlocks(embedStream(tokens), 0, static_cast<int64_t>(blocks_.size())));
+}
+
+void LanguageModel::addLora(const LoraConfig& config) {
+  validateLora(config, config_.family);
+  if (!seams_->lora.empty()) throw ConfigError("language model '" + config_.name + "' has LoRA adapters already");
+  if (seams_->split != nullptr) {
+    throw ConfigError("language model '" + config_.name + "': LoRA adapters go on a whole model, not on one "
+                      "split over tensor-parallel ranks");
+  }
+  for (torch::Tensor& p : parameters()) p.requires_grad_(false);
+  for (int64_t b = 0; b < static_cast<int64_t>(blocks_.size()); ++b) {
+    for (LoraTarget target : config.targets) {
+      const std::optional<LoraSite> site = loraSite(b, target);
+      if (!site) {
+        throw ConfigError(std::string("--lora-targets: ") + lmFamilyName(config_.family) + " has no '" +
+                          loraTargetName(target) + "' layer");
+      }
+      seams_->lora.add(*site, config);
+    }
+  }
 }
 
 std::vector<std::vector<torch::Tensor>> LanguageModel::shardingUnits() {

@@ -25,11 +25,13 @@
 
 #include "models/kv_cache.h"
 #include "models/lm_config.h"
+#include "models/lora.h"
 #include "models/model.h"
 #include "models/tensor_split.h"
 #include "models/transformer_ops.h"
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace dtrain::models {
@@ -61,15 +63,22 @@ class TransformerBlock : public torch::nn::Module {
   virtual torch::Tensor forwardCached(const torch::Tensor& x, KvSlot slot);
 };
 
-// The tensor split (models/tensor_split.h) a model and its blocks read at
-// every forward: null while the model is whole.
-struct TensorSplitRef {
+// What a model and its blocks read at every forward besides their
+// weights: the tensor split (models/tensor_split.h; null while the model
+// is whole) and the low-rank adapters (models/lora.h; none until addLora).
+struct BlockSeams {
   TensorSplit* split = nullptr;
+  LoraAdapters lora;
 };
 
+// x Wᵀ (+ b) of one of the blocks' linear layers on a whole model:
+// ops::linear, plus the weight's adapters' product when it has any.
+torch::Tensor blockLinear(const BlockSeams& seams, const torch::Tensor& x, const torch::Tensor& weight,
+                          const torch::Tensor& bias);
+
 // A row-split product x Wᵀ (+ b): with a split, the partial product
-// completed by it and the bias added after; without, ops::linear.
-torch::Tensor rowSplitLinear(const TensorSplitRef& ref, const torch::Tensor& x, const torch::Tensor& weight,
+// completed by it and the bias added after; without, blockLinear.
+torch::Tensor rowSplitLinear(const BlockSeams& seams, const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias);
 
 class LanguageModel : public Model {
@@ -117,8 +126,16 @@ class LanguageModel : public Model {
   std::vector<std::vector<torch::Tensor>> shardingUnits() override;
   // The split of every later forward (nullptr: the whole model); not
   // owned. The plan that sets it has split the weights to match.
-  void setTensorSplit(TensorSplit* split) { split_->split = split; }
-  TensorSplit* tensorSplit() const { return split_->split; }
+  void setTensorSplit(TensorSplit* split) { seams_->split = split; }
+  TensorSplit* tensorSplit() const { return seams_->split; }
+  // LoRA (models/lora.h): adds an adapter to each layer `config` targets
+  // in every block (the family's layers, lora_config.h's table) and
+  // freezes every other parameter (requires_grad false), so that only the
+  // adapters train. Call it once, on a whole model, after its base
+  // weights are loaded. ConfigError for a bad config (validateLora), a
+  // model already adapted or split over tensor-parallel ranks.
+  void addLora(const LoraConfig& config);
+  const LoraAdapters& lora() const { return seams_->lora; }
   // Whether training forwards keep no activations inside the blocks and
   // recompute them in backward (models/activation_checkpoint.h): each
   // block keeps only its input stream. Off by default.
@@ -136,8 +153,11 @@ class LanguageModel : public Model {
   explicit LanguageModel(LanguageModelConfig config);
   // Subclasses add their blocks in order while registering them.
   void addBlock(std::shared_ptr<TransformerBlock> block) { blocks_.push_back(std::move(block)); }
-  // What the blocks hold to read the split.
-  std::shared_ptr<const TensorSplitRef> splitRef() const { return split_; }
+  // What the blocks hold to read the split and the adapters.
+  std::shared_ptr<const BlockSeams> seams() const { return seams_; }
+  // Where the adapter of `target` goes in block `block`; nullopt when the
+  // family has no such layer.
+  virtual std::optional<LoraSite> loraSite(int64_t block, LoraTarget target) = 0;
 
  private:
   // finalNorm(blocks(embed(tokens))), after checking the tokens.
@@ -148,7 +168,7 @@ class LanguageModel : public Model {
   LanguageModelConfig config_;
   std::vector<std::shared_ptr<TransformerBlock>> blocks_;
   bool activation_checkpointing_ = false;
-  std::shared_ptr<TensorSplitRef> split_ = std::make_shared<TensorSplitRef>();
+  std::shared_ptr<BlockSeams> seams_ = std::make_shared<BlockSeams>();
 };
 
 // Builds the family's model for a config (validated again here), its

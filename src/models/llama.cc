@@ -29,21 +29,22 @@ class RmsNorm : public nn::Module {
 class LlamaAttention : public nn::Module {
  public:
   LlamaAttention(const LanguageModelConfig& c, std::shared_ptr<RotaryCache> rotary,
-                 std::shared_ptr<const TensorSplitRef> split)
+                 std::shared_ptr<const BlockSeams> seams)
       : head_dim_(c.headDim()),
         rotary_(std::move(rotary)),
-        split_(std::move(split)),
+        seams_(std::move(seams)),
         wq(register_module("wq", projection(c.dim, c.heads * c.headDim()))),
         wk(register_module("wk", projection(c.dim, c.kvDim()))),
         wv(register_module("wv", projection(c.dim, c.kvDim()))),
         wo(register_module("wo", projection(c.heads * c.headDim(), c.dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    TensorSplit* split = split_->split;
+    TensorSplit* split = seams_->split;
     const std::vector<torch::Tensor> products =
         split != nullptr ? split->columnLinears(x, {wq->weight, wk->weight, wv->weight}, {})
-                         : std::vector<torch::Tensor>{ops::linear(x, wq->weight, {}), ops::linear(x, wk->weight, {}),
-                                                      ops::linear(x, wv->weight, {})};
+                         : std::vector<torch::Tensor>{blockLinear(*seams_, x, wq->weight, {}),
+                                                      blockLinear(*seams_, x, wk->weight, {}),
+                                                      blockLinear(*seams_, x, wv->weight, {})};
     const std::vector<torch::Tensor> qkv = byHead(products, rotary_->tableFor(x));
     return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), products[0]);
   }
@@ -54,7 +55,10 @@ class LlamaAttention : public nn::Module {
     const ops::RotaryTable& table = rotary_->tableFor(x);
     const int64_t seq = x.size(1);
     const ops::RotaryTable rows{table.cos.narrow(0, slot.offset(), seq), table.sin.narrow(0, slot.offset(), seq)};
-    const std::vector<torch::Tensor> qkv = byHead({wq->forward(x), wk->forward(x), wv->forward(x)}, rows);
+    const std::vector<torch::Tensor> qkv = byHead(
+        {blockLinear(*seams_, x, wq->weight, {}), blockLinear(*seams_, x, wk->weight, {}),
+         blockLinear(*seams_, x, wv->weight, {})},
+        rows);
     const auto [keys, values] = slot.append(qkv[1], qkv[2]);
     return output(ops::cachedAttention(qkv[0], keys, values, slot.offset()), x);
   }
@@ -74,12 +78,12 @@ class LlamaAttention : public nn::Module {
   // The heads' outputs y [B, heads, T, head_dim] back to [B, T, heads x head_dim], projected.
   torch::Tensor output(const torch::Tensor& y, const torch::Tensor& x) {
     const torch::Tensor flat = y.transpose(1, 2).reshape({x.size(0), x.size(1), y.size(1) * y.size(3)});
-    return rowSplitLinear(*split_, flat, wo->weight, torch::Tensor());
+    return rowSplitLinear(*seams_, flat, wo->weight, torch::Tensor());
   }
 
   int64_t head_dim_;
   std::shared_ptr<RotaryCache> rotary_;
-  std::shared_ptr<const TensorSplitRef> split_;
+  std::shared_ptr<const BlockSeams> seams_;
 
  public:
   nn::Linear wq, wk, wv, wo;
@@ -87,22 +91,23 @@ class LlamaAttention : public nn::Module {
 
 class LlamaFeedForward : public nn::Module {
  public:
-  LlamaFeedForward(const LanguageModelConfig& c, std::shared_ptr<const TensorSplitRef> split)
-      : split_(std::move(split)),
+  LlamaFeedForward(const LanguageModelConfig& c, std::shared_ptr<const BlockSeams> seams)
+      : seams_(std::move(seams)),
         w1(register_module("w1", projection(c.dim, c.ffn_dim))),
         w2(register_module("w2", projection(c.ffn_dim, c.dim))),
         w3(register_module("w3", projection(c.dim, c.ffn_dim))) {}
 
   torch::Tensor forward(const torch::Tensor& x) {
-    TensorSplit* split = split_->split;
-    const std::vector<torch::Tensor> products = split != nullptr ? split->columnLinears(x, {w1->weight, w3->weight}, {})
-                                                                 : std::vector<torch::Tensor>{ops::linear(x, w1->weight, {}),
-                                                                                              ops::linear(x, w3->weight, {})};
-    return rowSplitLinear(*split_, ops::swiglu(products[0], products[1]), w2->weight, torch::Tensor());
+    TensorSplit* split = seams_->split;
+    const std::vector<torch::Tensor> products =
+        split != nullptr ? split->columnLinears(x, {w1->weight, w3->weight}, {})
+                         : std::vector<torch::Tensor>{blockLinear(*seams_, x, w1->weight, {}),
+                                                      blockLinear(*seams_, x, w3->weight, {})};
+    return rowSplitLinear(*seams_, ops::swiglu(products[0], products[1]), w2->weight, torch::Tensor());
   }
 
  private:
-  std::shared_ptr<const TensorSplitRef> split_;
+  std::shared_ptr<const BlockSeams> seams_;
 
  public:
   nn::Linear w1, w2, w3;
@@ -111,12 +116,12 @@ class LlamaFeedForward : public nn::Module {
 class LlamaBlock : public TransformerBlock {
  public:
   LlamaBlock(const LanguageModelConfig& c, std::shared_ptr<RotaryCache> rotary,
-             const std::shared_ptr<const TensorSplitRef>& split)
+             const std::shared_ptr<const BlockSeams>& seams)
       : eps_(c.norm_eps),
         attention_norm(register_module("attention_norm", std::make_shared<RmsNorm>(c.dim))),
-        attention(register_module("attention", std::make_shared<LlamaAttention>(c, std::move(rotary), split))),
+        attention(register_module("attention", std::make_shared<LlamaAttention>(c, std::move(rotary), seams))),
         ffn_norm(register_module("ffn_norm", std::make_shared<RmsNorm>(c.dim))),
-        feed_forward(register_module("feed_forward", std::make_shared<LlamaFeedForward>(c, split))) {}
+        feed_forward(register_module("feed_forward", std::make_shared<LlamaFeedForward>(c, seams))) {}
 
   ResidualStream forwardStream(const ResidualStream& in) override {
     return around(in, [&](const torch::Tensor& normed) { return attention->forward(normed); });
@@ -166,7 +171,7 @@ Llama::Llama(const LanguageModelConfig& c) : LanguageModel(c) {
   auto rotary = std::make_shared<RotaryCache>(c.max_seq_len, c.headDim(), c.rope_theta, c.rope_scaling);
   auto layers = register_module("layers", nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
-    auto block = std::make_shared<LlamaBlock>(c, rotary, splitRef());
+    auto block = std::make_shared<LlamaBlock>(c, rotary, seams());
     layers->push_back(block);
     addBlock(block);
   }
@@ -207,6 +212,23 @@ torch::Tensor Llama::finalNormOf(const ResidualStream& stream) {
 torch::Tensor Llama::outputWeight() { return output_ ? output_->weight : tok_embeddings_->weight; }
 
 std::vector<torch::Tensor> Llama::embeddingParameters() { return {tok_embeddings_->weight}; }
+
+std::optional<LoraSite> Llama::loraSite(int64_t block, LoraTarget target) {
+  auto& b = static_cast<LlamaBlock&>(*blocks().at(static_cast<size_t>(block)));
+  const auto whole = [](torch::nn::Linear& layer) {
+    return LoraSite{layer.get(), layer->weight, 0, layer->weight.size(0), ""};
+  };
+  switch (target) {
+    case LoraTarget::kQ: return whole(b.attention->wq);
+    case LoraTarget::kK: return whole(b.attention->wk);
+    case LoraTarget::kV: return whole(b.attention->wv);
+    case LoraTarget::kO: return whole(b.attention->wo);
+    case LoraTarget::kGate: return whole(b.feed_forward->w1);
+    case LoraTarget::kUp: return whole(b.feed_forward->w3);
+    case LoraTarget::kDown: return whole(b.feed_forward->w2);
+  }
+  return std::nullopt;
+}
 
 std::vector<torch::Tensor> Llama::headParameters() {
   std::vector<torch::Tensor> head = {norm_weight_};

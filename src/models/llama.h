@@ -44,6 +44,9 @@ class Llama : public LanguageModel {
   std::vector<torch::Tensor> embeddingParameters() override;
   std::vector<torch::Tensor> headParameters() override;
 
+ protected:
+  std::optional<LoraSite> loraSite(int64_t block, LoraTarget target) override;
+
  private:
   void initWeights();
 

@@ -133,6 +133,14 @@ MemoryEstimate estimateWhole(const MemoryInputs& in) {
     e.parameters = static_cast<int64_t>(4 * p / n + c * slots);
     e.gradients = static_cast<int64_t>(4 * p / n + 2 * reduce * largest_bucket);
     e.optimizer = static_cast<int64_t>(state * p / n);
+  } else if (in.trainable >= 0) {
+    // LoRA: the frozen base in bf16 under --precision bf16 (else fp32), no gradient or state of its own.
+    const double t = static_cast<double>(in.trainable);
+    const double frozen = in.precision == ComputePrecision::kBf16 ? 2 : 4;
+    const double staging = 2 * reduce * std::min(t, in.bucket_mb * (1 << 20) / 4);
+    e.parameters = static_cast<int64_t>(frozen * p + 4 * t);
+    e.gradients = static_cast<int64_t>(in.shard == ShardStage::kGradients ? 4 * t / n + staging : 4 * t);
+    e.optimizer = static_cast<int64_t>(in.shard == ShardStage::kNone ? state * t : state * t / n);
   } else {
     e.parameters = static_cast<int64_t>(4 * p);
     e.gradients = in.shard == ShardStage::kGradients
@@ -280,7 +288,7 @@ std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& e) {
     paper *= parametersPerTpRank(mine);
     text += ", the fullest pipeline rank: " + std::to_string(e.pp_rank);
   } else {
-    paper *= parametersPerTpRank(in);
+    paper *= in.trainable >= 0 ? static_cast<double>(in.trainable) : parametersPerTpRank(in);  // LoRA: the adapters
   }
   text += "): parameters " + gibText(e.parameters) + ", gradients " +
                      gibText(e.gradients) + ", optimizer state " + gibText(e.optimizer);
@@ -288,7 +296,7 @@ std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& e) {
   char formula[128];
   std::snprintf(formula, sizeof(formula), "; the ZeRO paper's model state for --shard %s: %.2f bytes/param = ",
                 shardStageName(in.shard), zeroPaperBytesPerParameter(in.shard, in.ranks));
-  return text + formula + gibText(static_cast<int64_t>(paper));
+  return text + formula + gibText(static_cast<int64_t>(paper)) + (in.trainable >= 0 ? " for the adapters" : "");
 }
 
 int64_t neededDeviceBytes(const MemoryInputs& in, int64_t device_bytes) {
@@ -303,13 +311,14 @@ void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& 
                     describeEstimate(in, e) + ", " + gibText(needs(in)) +
                     (in.gpu ? " with the workspace margin" : " in all");
   std::vector<std::pair<ShardStage, bool>> tries;
+  const bool lora = in.trainable >= 0;  // --shard full is refused; the model state is the frozen base's
   if (in.shard == ShardStage::kNone || in.shard == ShardStage::kOptimizer) {
     tries.push_back({ShardStage::kGradients, in.activation_checkpointing});
   }
-  tries.push_back({ShardStage::kFull, in.activation_checkpointing});
+  if (!lora) tries.push_back({ShardStage::kFull, in.activation_checkpointing});
   if (in.lm != nullptr && !in.activation_checkpointing) {
     tries.push_back({in.shard, true});
-    tries.push_back({ShardStage::kFull, true});
+    if (!lora) tries.push_back({ShardStage::kFull, true});
   }
   for (const auto& [shard, checkpointing] : tries) {
     MemoryInputs alt = in;
@@ -319,9 +328,10 @@ void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& 
       throw ConfigError(why + "; " + flagsText(shard, checkpointing) + " would need about " + gibText(needs(alt)));
     }
   }
-  throw ConfigError(why + "; even --shard full --activation-checkpointing would need about " + [&] {
+  throw ConfigError(why + (lora ? "; even --activation-checkpointing would need about "
+                                 : "; even --shard full --activation-checkpointing would need about ") + [&] {
     MemoryInputs alt = in;
-    alt.shard = ShardStage::kFull;
+    if (!lora) alt.shard = ShardStage::kFull;
     alt.activation_checkpointing = in.lm != nullptr;
     return gibText(needs(alt));
   }() + (in.gpu ? ": use more GPUs (--nproc-per-node / more nodes), a smaller --batch-size or a smaller model"

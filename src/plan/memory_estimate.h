@@ -15,6 +15,9 @@
 //              dtype, c = 2 for bf16/fp16, 0 for fp32) + 4/N + 8/N, plus the
 //              gather slots (the root unit and two blocks, compute dtype)
 //              and two staging buffers of the largest unit bucket
+// LoRA (trainable = the adapters' T parameters): 2 bytes per frozen
+// parameter under bf16 (else 4) + 4 T, gradients 4 T (ZeRO-2: 4 T/N and
+// staging), optimizer state on T only.
 // The ZeRO paper (Rajbhandari et al. 2020, mixed-precision Adam, K = 12)
 // counts 16, 4 + 12/N, 2 + 14/N and 16/N: it keeps fp16 parameters and
 // gradients beside fp32 master weights where dtrain keeps fp32 parameters
@@ -80,6 +83,10 @@ struct MemoryInputs {
   ReduceDtype reduce_dtype = ReduceDtype::kFp32;
   double optimizer_state_bytes = 8;  // per parameter: AdamW 8, SGD 4 with momentum, 0 without
   double bucket_mb = 25;        // --bucket-mb (ZeRO-2's staging buffers)
+  // LoRA: the adapters' parameters, the only ones with gradients and
+  // optimizer state (fp32); the P others are frozen, 2 bytes each under
+  // bf16 (else 4). -1: every parameter trains.
+  int64_t trainable = -1;
   // Language models (lm not null): the shape and one micro-batch.
   const models::LanguageModelConfig* lm = nullptr;
   int64_t tokens = 0;           // per micro-batch per rank
@@ -125,7 +132,8 @@ std::string describeEstimate(const MemoryInputs& in, const MemoryEstimate& estim
 // device for the CUDA context, cuBLAS/cuDNN workspaces and fragmentation) exceeds
 // `device_bytes`: the message gives the estimate by kind, the device's
 // size, and the first of these that fits: --shard gradients, --shard full,
-// --activation-checkpointing, both, a smaller --batch-size.
+// --activation-checkpointing, both, a smaller --batch-size (LoRA: never
+// --shard full, which it cannot run with).
 void checkFits(const MemoryInputs& in, int64_t device_bytes, const std::string& device_name);
 // The estimate plus that margin: what checkFits compares with device_bytes.
 int64_t neededDeviceBytes(const MemoryInputs& in, int64_t device_bytes);

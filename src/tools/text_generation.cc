@@ -23,6 +23,7 @@
 #include "models/language_model.h"
 #include "models/lm_config.h"
 #include "checkpoint/checkpoint_tools.h"
+#include "checkpoint/lora_merge.h"
 #include "train/train_step.h"
 
 namespace dtrain {
@@ -295,8 +296,13 @@ int runGeneration(const GenerateOptions& o) {
   const torch::Device device = pickDevice(o.device);
   const Precision precision = autocastPrecision(o.precision);
 
-  std::shared_ptr<models::LanguageModel> lm = models::createLanguageModel(config);
-  loadParameters(*lm, path, state.tensors);
+  std::shared_ptr<models::LanguageModel> lm;
+  if (state.meta.contains("lora")) {
+    lm = mergedLoraModel(*openNamedCheckpoint(path, "--checkpoint"));  // a LoRA run's adapters over its base
+  } else {
+    lm = models::createLanguageModel(config);
+    loadParameters(*lm, path, state.tensors);
+  }
   lm->to(device);
   lm->eval();
   std::fprintf(stderr, "%s\n", describe(path, config, *tokenizer, device, precision).c_str());

@@ -71,8 +71,10 @@ CheckpointLayout& JobCheckpoint::layout() {
     if (job_.plan().dp_replicate > 1 && job_.plan().shard != ShardStage::kNone) tp.replicas = job_.plan().dp_replicate;
     // A pipeline stage's ranks (pp outermost: consecutive) lay out its tensors as a world of their own.
     const int stage_world = ctx.size() / job_.plan().pp;
+    // A LoRA run's frozen base is its --init-from (or --seed): loaded again, never saved.
     layout_ = std::make_unique<CheckpointLayout>(job_.dataParallel(), job_.optimizer(), job_.scaler(),
-                                                 job_.plan().shard, ctx.rank() % stage_world, stage_world, tp);
+                                                 job_.plan().shard, ctx.rank() % stage_world, stage_world, tp,
+                                                 /*frozen=*/identity_.lora.empty());
   }
   return *layout_;
 }
@@ -92,6 +94,7 @@ nlohmann::json JobCheckpoint::meta(const TrainPosition& position) const {
                          {"seed", identity_.seed},
                          {"tensor_layout", kParameterLayout}};
   if (!identity_.model_config.empty()) meta["model_config"] = identity_.model_config;
+  if (!identity_.lora.empty()) meta["lora"] = identity_.lora;
   if (!identity_.tokenizer.empty()) {
     meta["tokenizer"] = {{"kind", identity_.tokenizer}, {"path", identity_.tokenizer_path}};
   }

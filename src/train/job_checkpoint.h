@@ -11,6 +11,11 @@
 // "model_config" (the string pairs of models::languageModelMetadata) and,
 // when its tokenizer is known (the embedded corpus's, the flags', the token
 // shards' own), "tokenizer" {kind, path}: what `dtrain generate` needs.
+// A LoRA run's checkpoint holds its adapters
+// alone (and their optimizer state), not the frozen base, and its meta
+// "lora" {rank, alpha, targets, init_from} names the base: the absolute
+// --init-from directory, or "" for the fresh weights of the meta's seed.
+// Resuming it needs a job of the same adapters over the same base.
 //
 // A pipeline's stages hold different tensors: each stage lays out its own
 // (its ranks as a world of their own), and rank 0 writes the union into
@@ -62,6 +67,7 @@ struct CheckpointIdentity {
   uint64_t seed = 0;
   std::map<std::string, std::string> model_config;  // language models
   std::string tokenizer, tokenizer_path;            // language models whose tokenizer is known
+  std::map<std::string, std::string> lora;          // LoRA runs (see above); empty otherwise
 };
 
 struct TrainCheckpointMeta;

@@ -71,7 +71,7 @@ torch::ScalarType CheckpointLayout::Family::dtypeOf(int slab) const {
 }
 
 CheckpointLayout::CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, ShardStage stage,
-                                   int rank, int world, MeshPlacement tp)
+                                   int rank, int world, MeshPlacement tp, bool frozen)
     : dp_(dp), optimizer_(optimizer), scaler_(scaler), rank_(rank), world_(world), stage_(stage) {
   if (tp.tp < 1 || tp.replicas < 1 || world % (tp.tp * tp.replicas) != 0) {
     throw ConfigError("checkpoint: tp " + std::to_string(tp.tp) + " x " + std::to_string(tp.replicas) +
@@ -85,7 +85,7 @@ CheckpointLayout::CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradS
   if (dp_.shardsGradients()) pieces_ = dp_.shardLayout().pieces;
   findParameters(tp.splits);
   findFamilies();
-  findWholeTensors();
+  findWholeTensors(frozen);
 }
 
 // Each trained parameter's name, slab and place, from slabRuns over whole slabs.
@@ -151,7 +151,7 @@ void CheckpointLayout::findFamilies() {
   }
 }
 
-void CheckpointLayout::findWholeTensors() {
+void CheckpointLayout::findWholeTensors(bool frozen) {
   Optimizer& optimizer = optimizer_;
   whole_.push_back({"optimizer." + optimizer.name() + ".step",
                     [&optimizer] { return torch::tensor(optimizer.stepCount(), torch::kLong); },
@@ -197,7 +197,7 @@ void CheckpointLayout::findWholeTensors() {
   for (const auto& item : dp_.module()->named_parameters(/*recurse=*/true)) {
     const torch::Tensor p = item.value();
     const std::string name = kParamFamily + "." + item.key();
-    if (trained.count(p.unsafeGetTensorImpl()) || aliases_.count(name)) continue;
+    if (trained.count(p.unsafeGetTensorImpl()) || aliases_.count(name) || (!frozen && !p.requires_grad())) continue;
     whole_.push_back({name, [p] { return p; }, copyInto(p)});
   }
 }

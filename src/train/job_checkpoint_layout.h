@@ -9,7 +9,8 @@
 // "optimizer.adamw.exp_avg.<name>"). Whole, written by rank 0:
 // "optimizer.<opt>.step", the loss scaler's state, "rng.cpu" (rank 0's
 // generator), "model.buffer.<name>", and any parameter DataParallel does
-// not train.
+// not train, unless it is a frozen one (requires_grad false) of a layout
+// that leaves them out: a LoRA run's base, which the job loads again.
 //
 // Which ranks write what: every slab (in the layout the optimizers see,
 // DataParallel::slabRuns) is cut into per-rank ranges, the same ones the
@@ -68,8 +69,9 @@ class CheckpointLayout {
   // `world`; `stage` is the plan's (TrainingJob::plan()), which the
   // checkpoint's metadata names.
   // `world` is replicas x the sharding ranks x tp, tp innermost.
+  // `frozen`: whether frozen parameters are in the checkpoint (see above).
   CheckpointLayout(DataParallel& dp, Optimizer& optimizer, GradScaler& scaler, ShardStage stage, int rank, int world,
-                   MeshPlacement tp = {});
+                   MeshPlacement tp = {}, bool frozen = true);
 
   // The --shard stage of the job the layout was read from.
   ShardStage stage() const { return stage_; }
@@ -121,7 +123,7 @@ class CheckpointLayout {
 
   void findParameters(const std::map<std::string, ParameterSplit>* splits);
   void findFamilies();
-  void findWholeTensors();
+  void findWholeTensors(bool frozen);
   // The elements of each slab data-parallel rank r writes.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> ownedBy(int dp_rank) const;
   // A range rank r writes and where its first element lies in the

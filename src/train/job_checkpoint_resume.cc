@@ -140,6 +140,19 @@ std::exception_ptr JobCheckpoint::mismatchWithThisJob(const std::string& meta_fi
                                                "the state of '" + meta.optimizer + "', this job runs '" + optimizer +
                                                "' (--optimizer)"));
   }
+  if (meta.lora != identity_.lora) {
+    // Adapters trained over one base mean nothing over another.
+    const auto text = [](const std::map<std::string, std::string>& lora) {
+      if (lora.empty()) return std::string("none (the whole model trains)");
+      std::string t;
+      for (const auto& [key, value] : lora) t += (t.empty() ? "" : ", ") + key + " '" + value + "'";
+      return t;
+    };
+    return std::make_exception_ptr(ConfigError("checkpoint " + meta_file + ": field 'lora': the checkpoint's LoRA "
+                                               "adapters are " + text(meta.lora) + ", this job's " +
+                                               text(identity_.lora) + " (--lora-rank, --lora-alpha, --lora-targets, "
+                                               "--init-from)"));
+  }
   return nullptr;
 }
 

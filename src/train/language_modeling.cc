@@ -14,6 +14,7 @@
 #include "data/tokenizer.h"
 #include "models/hf_checkpoint.h"
 #include "models/language_model.h"
+#include "train/lora_options.h"
 
 namespace dtrain {
 namespace {
@@ -48,7 +49,7 @@ bool hasShards(const std::string& dir, const std::string& split) {
 }  // namespace
 
 LanguageModelTask::LanguageModelTask(const DataOptions& data, const ModelSpec& model, uint64_t seed)
-    : options_(data), spec_(model), seed_(seed), config_(languageModelConfig(model)) {
+    : options_(data), spec_(model), seed_(seed), config_(languageModelConfig(model)), lora_(loraConfigOf(model.lora)) {
   if (options_.dataset == DatasetKind::kSynthetic) {
     makeSynthetic();
   } else if (options_.dataset == DatasetKind::kText) {
@@ -122,9 +123,13 @@ std::string LanguageModelTask::describe() const {
   const std::string name = spec_.lm.init_from.empty()
                                ? spec_.name
                                : std::string(models::lmFamilyName(config_.family)) + " from " + spec_.lm.init_from;
+  const std::string lora = !lora_.enabled() ? std::string()
+                           : " with LoRA adapters (rank " + std::to_string(lora_.rank) + ", alpha " +
+                                 models::loraMetadata(lora_).at("alpha") + ", " + models::loraTargetsText(lora_.targets) +
+                                 "; the rest frozen)";
   return name + " (" + std::to_string(config_.layers) + " layers, dim " + std::to_string(config_.dim) +
-         ", seq " + std::to_string(config_.seq_len) + ", vocab " + std::to_string(config_.vocab_size) + ") on " +
-         train_->describe() + (val_ ? ", validation " + val_->describe() : ", no validation data");
+         ", seq " + std::to_string(config_.seq_len) + ", vocab " + std::to_string(config_.vocab_size) + ")" + lora +
+         " on " + train_->describe() + (val_ ? ", validation " + val_->describe() : ", no validation data");
 }
 
 std::shared_ptr<models::Model> LanguageModelTask::makeModel() const {
@@ -138,6 +143,8 @@ std::shared_ptr<models::Model> LanguageModelTask::makeModel() const {
     DTRAIN_LOG_INFO("--init-from " << spec_.lm.init_from << ": " << r.tensors << " tensors from " << r.files
                                    << " file(s), " << rate);
   }
+  // Over the base as loaded: the adapters' A is drawn after the base's own init.
+  if (lora_.enabled()) model->addLora(lora_);
   return model;
 }
 

@@ -13,6 +13,7 @@
 
 #include "data/token_source.h"
 #include "models/lm_config.h"
+#include "models/lora_config.h"
 #include "train/task.h"
 
 namespace dtrain {
@@ -38,6 +39,8 @@ class LanguageModelTask : public Task {
   // does not divide.
   int64_t accumulation(int world_size) const;
   const models::LanguageModelConfig& config() const { return config_; }
+  // The adapters makeModel adds (--lora-rank; rank 0: none).
+  const models::LoraConfig& lora() const { return lora_; }
   // How the text was tokenized: the embedded corpus's tokenizer, on token
   // shards the one the flags name, else the shards' own
   // (data/shard_tokenizer.h); "" when none is known (synthetic tokens,
@@ -54,6 +57,7 @@ class LanguageModelTask : public Task {
   ModelSpec spec_;
   uint64_t seed_;
   models::LanguageModelConfig config_;
+  models::LoraConfig lora_;
   std::shared_ptr<const data::TokenSource> train_, val_;  // val_ may be null
   std::string tokenizer_, tokenizer_path_;
 };

@@ -16,6 +16,7 @@
 #include "models/hf_config.h"
 #include "models/lm_config.h"
 #include "models/lm_counts.h"
+#include "train/lora_options.h"
 
 namespace dtrain {
 namespace {
@@ -353,6 +354,7 @@ EnumOption& declareTokenizerChoice(OptionSet& set, TokenizerKind& field, const s
 
 void declareTrainOptions(OptionSet& set, TrainOptions& o) {
   declareModel(set, o.model, /*with_stem=*/false);
+  declareLoraOptions(set, o.model.lora);
   declareData(set, o.data);
   declareSchedule(set, o.schedule);
   declareOptimizer(set, o.optimizer);
@@ -519,6 +521,7 @@ void checkTrainOptions(const TrainOptions& options) {
   }
   checkParallelOptions(options.parallel, plannedModel(options.model));  // the combinations any world size refuses
   checkPipelineRun(options);
+  checkLoraRun(options);
 }
 
 void checkBenchTrainOptions(const BenchTrainOptions& options, bool cuda) {

@@ -81,12 +81,21 @@ struct LanguageModelSpec {
   std::string init_from;  // a Hugging Face model directory: the architecture and the starting weights
 };
 
+// Low-rank adapters over a language model's frozen weights (LoRA;
+// train/lora_options.h declares and checks the flags).
+struct LoraSpec {
+  int64_t rank = 0;     // 0: no adapters, the whole model trains
+  double alpha = 0;     // 0 (not given): the rank, a scale alpha / r of 1
+  std::string targets;  // "" (not given): q,v
+};
+
 // Which network, and its memory format.
 struct ModelSpec {
   std::string name = "cnn";     // mlp | cnn | resnet18 | resnet34 | resnet50 | gpt2[-size] | llama[-size]
   StemKind stem = StemKind::kAuto;  // resnets
   bool channels_last = false;
   LanguageModelSpec lm;         // gpt2 / llama only
+  LoraSpec lora;                // gpt2 / llama only (dtrain train)
 };
 
 // Whether the model is a language model (gpt2 and llama families).

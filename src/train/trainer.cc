@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -87,12 +88,24 @@ std::unique_ptr<Task> makeTask(const TrainOptions& o) {
   return std::make_unique<ImageClassificationTask>(o.data, o.model, o.seed);
 }
 
+// The directory as one absolute name, whatever way the flag spelled it.
+std::string absoluteDirectory(const std::string& dir) {
+  std::string path = std::filesystem::weakly_canonical(std::filesystem::absolute(dir)).string();
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
 CheckpointIdentity identityOf(const TrainOptions& o, const Task& task) {
-  CheckpointIdentity id{o.model.name, datasetName(o.data.dataset), o.data.batch_size, o.seed, {}, {}, {}};
+  CheckpointIdentity id{o.model.name, datasetName(o.data.dataset), o.data.batch_size, o.seed, {}, {}, {}, {}};
   if (const auto* lm = dynamic_cast<const LanguageModelTask*>(&task)) {
     id.model_config = models::languageModelMetadata(lm->config());
     id.tokenizer = lm->tokenizer();
     id.tokenizer_path = lm->tokenizerPath();
+    if (lm->lora().enabled()) {
+      // The adapters and their base: --init-from, or "" for the fresh weights of --seed.
+      id.lora = models::loraMetadata(lm->lora());
+      id.lora["init_from"] = o.model.lm.init_from.empty() ? "" : absoluteDirectory(o.model.lm.init_from);
+    }
   }
   return id;
 }
@@ -115,7 +128,9 @@ LoopSettings loopSettings(const TrainOptions& o, TrainingJob& job) {
 std::optional<MemoryInputs> memoryInputs(const TrainOptions& o, const Task& task, int ranks, bool cuda) {
   const auto* lm = dynamic_cast<const LanguageModelTask*>(&task);
   if (lm == nullptr) return std::nullopt;
-  return lmMemoryInputs(o, lm->config(), ranks, cuda);
+  MemoryInputs in = lmMemoryInputs(o, lm->config(), ranks, cuda);
+  if (lm->lora().enabled()) in.trainable = models::loraParameterCount(lm->config(), lm->lora());
+  return in;
 }
 
 // --pp-print-schedule's last lines: each pipeline rank's memory on a GPU.

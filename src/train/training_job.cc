@@ -100,6 +100,13 @@ std::map<int, int> parameterCopies(const TensorParallelModel* tp, const Pipeline
 
 }  // namespace
 
+void keepFrozenParametersIn(torch::nn::Module& model, torch::ScalarType dtype) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor& p : model.parameters()) {
+    if (!p.requires_grad() && p.is_floating_point()) p.set_data(p.to(dtype));
+  }
+}
+
 void useChannelsLast(torch::nn::Module& model) {
   torch::NoGradGuard no_grad;
   for (torch::Tensor& p : model.parameters()) {
@@ -193,6 +200,8 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   }
   torch::manual_seed(parts.seed);
   model_ = make_model();
+  // Frozen parameters (a LoRA run's base) only ever meet autocast's matmuls: bf16 halves them.
+  if (precision_ == Precision::kBf16) keepFrozenParametersIn(*model_, torch::kBFloat16);
   // Split on the CPU, before the device holds the whole model: tp's parts, then the pipeline's stages.
   if (plan_.tp > 1) splitTensors();
   if (plan_.pp > 1) model_ = cutPipeline();

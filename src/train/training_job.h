@@ -111,6 +111,11 @@ class TrainingJob {
   std::unique_ptr<TrainStep> step_;
 };
 
+// Casts the module's frozen floating-point parameters (requires_grad
+// false: no gradient, no optimizer) to `dtype`, in place; call before
+// DataParallel. TrainingJob keeps them in bf16 under --precision bf16.
+void keepFrozenParametersIn(torch::nn::Module& model, torch::ScalarType dtype);
+
 // Moves the module's 4-D parameters and buffers (conv weights) to the
 // channels-last memory format, in place; call before DataParallel.
 void useChannelsLast(torch::nn::Module& model);

@@ -152,6 +152,48 @@ TEST(DataParallelTest, NoWeightDecayParametersGetSlabsOfTheirOwnThatAdamWDoesNot
   }
 }
 
+// Frozen parameters (a LoRA run's base) are none of DataParallel's: in no
+// slab or bucket, without a gradient or optimizer state, left as they are
+// by a step; replicated and with sharded gradients (ZeRO-2) alike.
+TEST(DataParallelTest, FrozenParametersStayOutOfSlabsBucketsGradientsAndTheOptimizer) {
+  for (const bool shard_gradients : {false, true}) {
+    SCOPED_TRACE(shard_gradients ? "ZeRO-2" : "replicated");
+    torch::manual_seed(3);
+    auto net = std::make_shared<Net>();
+    net->b->weight.requires_grad_(false);
+    net->b->bias.requires_grad_(false);
+    const torch::Tensor frozen = net->b->weight, before = frozen.detach().clone();
+    const void* frozen_storage = frozen.data_ptr();
+    DataParallelOptions options;
+    options.shard_gradients = shard_gradients;
+    DataParallel dp(net, soloComm(), options);
+    ASSERT_EQ(dp.parameters().size(), 4u);  // a and c
+    int64_t trainable = 0;
+    for (const torch::Tensor& p : dp.parameters()) {
+      EXPECT_TRUE(p.requires_grad());
+      trainable += p.numel();
+    }
+    EXPECT_EQ(trainable, 30 * 300 + 300 + 100 * 3 + 3);
+    int64_t bucketed = 0;
+    for (const Bucket& b : dp.buckets()) bucketed += b.numel;
+    EXPECT_LT(bucketed, trainable + 1024) << "the frozen layer's 30,100 elements are in a bucket";
+    EXPECT_EQ(frozen.data_ptr(), frozen_storage) << "the frozen weight moved into a slab";
+    const auto make = [](std::vector<FlatSlab> slabs) { return makeAdamW(std::move(slabs), {.lr = 0.1}); };
+    auto adamw = shard_gradients
+                     ? makeShardedOptimizer(dp.shardLayout(), dp.communicator(), make, std::chrono::seconds(30))
+                     : make(dp.slabs());
+    EXPECT_LT(adamw->stateBytes(), 8 * (trainable + 1024));
+    const torch::Tensor a_before = net->a->weight.detach().clone();
+    dp.zeroGrad();
+    net->forward(torch::randn({8, 30})).pow(2).mean().backward();
+    adamw->step();
+    EXPECT_FALSE(net->b->weight.grad().defined());
+    EXPECT_FALSE(net->b->bias.grad().defined());
+    EXPECT_TRUE(torch::equal(frozen, before));
+    EXPECT_FALSE(torch::equal(net->a->weight, a_before)) << "the trainable layer did not move";
+  }
+}
+
 TEST(DataParallelTest, BadInputIsAConfigError) {
   auto empty = std::make_shared<torch::nn::Module>();
   try {

@@ -207,5 +207,30 @@ TEST(MemoryEstimateTest, AJobThatCannotFitIsRefusedWithTheFlagThatWould) {
   EXPECT_NO_THROW(checkFits(inputs(gpt2, ShardStage::kNone, 1, 16), 80 * kGiB, "NVIDIA H100 80GB HBM3"));
 }
 
+// LoRA: the frozen base in bf16 (2 bytes each), gradients and AdamW state
+// for the adapters alone, so llama-8b fits an 80 GB GPU that its full
+// training (16 bytes per parameter) does not; a refusal never suggests
+// --shard full, which LoRA cannot run with.
+TEST(MemoryEstimateTest, LoraHoldsTheFrozenBaseAndTheAdaptersState) {
+  const auto llama = models::namedLanguageModel("llama-8b");
+  const double p = static_cast<double>(models::parameterCount(llama));
+  MemoryInputs in = inputs(llama, ShardStage::kNone, 1, 1);
+  in.trainable = 20'000'000;
+  const MemoryEstimate e = estimateMemory(in);
+  EXPECT_NEAR(static_cast<double>(e.parameters), 2 * p + 4 * 20e6, 1e3);
+  EXPECT_EQ(e.gradients, 4 * in.trainable);
+  EXPECT_EQ(e.optimizer, 8 * in.trainable);
+  EXPECT_NO_THROW(checkFits(in, 80 * kGiB, "NVIDIA H100 80GB HBM3"));
+  in.tokens = 64 * llama.seq_len;  // 64 sequences of 8192 tokens: the activations do not fit
+  try {
+    checkFits(in, 80 * kGiB, "NVIDIA H100 80GB HBM3");
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find("--shard full"), std::string::npos) << what;
+    EXPECT_NE(what.find("--activation-checkpointing"), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace dtrain

@@ -3,9 +3,10 @@
 // with dtrain::Checkpointer in the format of train/job_checkpoint.h (so the
 // command is tested whatever the trainer does). The text starts with the
 // prompt, a seed gives the same text, greedy decoding is the argmax
-// continuation of the full forward (no KV cache) computed here, and bad
-// input exits 2 naming the input. A model trained on shards of `dtrain
-// tokenize` (a Llama-3-style tokenizer.json) generates without --tokenizer.
+// continuation of the full forward (no KV cache) computed here (a LoRA
+// run's checkpoint: of its merged export), and bad input exits 2 naming
+// the input. A model trained on shards of `dtrain tokenize` (a
+// Llama-3-style tokenizer.json) generates without --tokenizer.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 #include "models/language_model.h"
 #include "models/lm_config.h"
 #include "tests/data/hf_tokenizer_files.h"
+#include "models/safetensors.h"
 #include "tests/support/command.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/text.h"
@@ -100,20 +102,15 @@ struct Reference {
 };
 
 // `window` > 0: the model sees only the last `window` tokens (nanoGPT's crop).
-Reference greedyReference(const std::string& checkpoint, const std::string& prompt, int64_t new_tokens,
-                          int64_t window = 0) {
-  const CheckpointState state = loadCheckpoint(checkpoint);
-  std::map<std::string, std::string> pairs;
-  for (const auto& [key, value] : state.meta["model_config"].items()) pairs[key] = value.get<std::string>();
-  auto lm = models::createLanguageModel(models::languageModelFromMetadata(pairs));
+Reference greedyReferenceOf(models::LanguageModel& lm, const std::string& prompt, int64_t new_tokens,
+                            int64_t window = 0) {
   torch::NoGradGuard no_grad;
-  for (auto& item : lm->named_parameters()) item.value().copy_(state.tensors.at("model.param." + item.key()));
   std::vector<int64_t> ids(prompt.begin(), prompt.end());
   Reference ref{prompt};
   for (int64_t i = 0; i < new_tokens; ++i) {
     const int64_t from = window > 0 ? std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - window) : 0;
     const std::vector<int64_t> seen(ids.begin() + from, ids.end());
-    const torch::Tensor logits = lm->forward(torch::tensor(seen).view({1, -1}))[0][-1].narrow(0, 0, kByteVocab);
+    const torch::Tensor logits = lm.forward(torch::tensor(seen).view({1, -1}))[0][-1].narrow(0, 0, kByteVocab);
     const auto [top, index] = logits.topk(2);
     if ((top[0] - top[1]).item<double>() < 1e-4) return {ref.text, false};
     const int64_t next = index[0].item<int64_t>();
@@ -122,6 +119,17 @@ Reference greedyReference(const std::string& checkpoint, const std::string& prom
     ids.push_back(next);
   }
   return ref;
+}
+
+Reference greedyReference(const std::string& checkpoint, const std::string& prompt, int64_t new_tokens,
+                          int64_t window = 0) {
+  const CheckpointState state = loadCheckpoint(checkpoint);
+  std::map<std::string, std::string> pairs;
+  for (const auto& [key, value] : state.meta["model_config"].items()) pairs[key] = value.get<std::string>();
+  auto lm = models::createLanguageModel(models::languageModelFromMetadata(pairs));
+  torch::NoGradGuard no_grad;
+  for (auto& item : lm->named_parameters()) item.value().copy_(state.tensors.at("model.param." + item.key()));
+  return greedyReferenceOf(*lm, prompt, new_tokens, window);
 }
 
 void expectGreedyMatches(const std::string& checkpoint_dir, const std::string& file, const std::string& extra) {
@@ -240,6 +248,35 @@ TEST(GenerateFromTokenizedShards, FindsTheTokenizerWithoutFlags) {
   EXPECT_TRUE(contains(r.output, "tokenizer hf")) << r.output;
   EXPECT_TRUE(contains(r.output, "prompt of 6 tokens")) << r.output;  // <|begin_of_text|> H e l l o
   EXPECT_TRUE(contains(r.output, "\nHello")) << r.output;               // the prompt, without <|begin_of_text|>
+}
+
+// A LoRA run's checkpoint (its adapters, over the fresh weights of its
+// seed): generate merges them into the base as it loads, so greedy decoding
+// is the argmax continuation of the merged export.
+TEST_F(GenerateCliTest, LoraCheckpointGeneratesWithItsAdaptersMerged) {
+  const std::string lora = *dir_ / "lora";
+  const CommandResult trained = runCommand(
+      dtrainBin() + " train --model gpt2 --layers 2 --dim 64 --heads 4 --seq-len 32 --vocab-size 257 --dataset text "
+                    "--data-dir " + (*dir_ / "shards") + " --tokenizer byte --batch-size 8 --lr 0.05 --warmup-steps 0 "
+                    "--max-steps 10 --progress none --seed 4 --lora-rank 4 --lora-targets q,v,o,up,down "
+                    "--checkpoint-dir " + lora + " 2>&1",
+      300);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const CommandResult merged = runCommand(dtrainBin() + " checkpoint export " + lora + " --merge-lora --out " +
+                                              (*dir_ / "lora.safetensors") + " 2>&1",
+                                          120);
+  ASSERT_EQ(merged.exit_code, 0) << merged.output;
+  auto lm = models::createLanguageModel(tinyConfig("gpt2", 4));
+  models::loadModuleSafetensors(*lm, *dir_ / "lora.safetensors");
+  const CommandResult greedy =
+      generate("--checkpoint " + lora + " --prompt Hello --max-new-tokens 20 --temperature 0 --tokenizer byte", true);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  const Reference ref = greedyReferenceOf(*lm, "Hello", 20);
+  if (ref.exact) {
+    EXPECT_EQ(greedy.output, ref.text + "\n");
+  } else {
+    EXPECT_TRUE(greedy.output.starts_with(ref.text)) << greedy.output << " vs " << ref.text;
+  }
 }
 
 TEST(GenerateCliBadInput, ExitsTwoNamingTheInput) {

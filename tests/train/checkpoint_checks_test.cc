@@ -53,7 +53,7 @@ struct TinyJob {
     options.dir = dir;
     options.resume = resume;
     options.allow_nonfinite = allow_nonfinite;
-    return JobCheckpoint(*job, options, CheckpointIdentity{"mlp", "synthetic", 4, 5, {}, {}, {}});
+    return JobCheckpoint(*job, options, CheckpointIdentity{"mlp", "synthetic", 4, 5, {}, {}, {}, {}});
   }
 
   // Saves the job's state as the checkpoint of `step` in `dir`; its path.

@@ -258,6 +258,30 @@ TEST(ShardGradientsTest, CheckpointsResumeReplicatedAndOnAnotherWorldSize) {
   expectCloseState(checkpointOf(three_plain, 6), checkpointOf(three, 6), kAdamWRounding);
 }
 
+// LoRA's adapters (the base frozen, in no slab): ZeRO-1 and ZeRO-2 on 2
+// ranks end with the replicated run's bits (the bitwise setting above), and
+// each holds half of the adapters' AdamW state.
+TEST(ShardGradientsTest, LoraAdaptersTrainTheSameReplicatedAndUnderZero1And2) {
+  TempDir replicated("dtrain-lora-none"), zero1("dtrain-lora-opt"), zero2("dtrain-lora-grad");
+  const std::string common = kAdamWNoClip + "--lora-rank 4 --lora-targets q,v,o,up,down --max-steps 5 "
+                                            "--checkpoint-every 5 --bucket-mb 0.02 ";
+  testing::CommandResult a, b, c;
+  ASSERT_NO_FATAL_FAILURE(runReplicatedAndSharded(2, common, "optimizer", replicated, zero1, &a, &b));
+  c = runCommand(launchShard(2, common + "--shard gradients --checkpoint-dir " + zero2.path()), 300);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  expectSameState(checkpointOf(replicated, 5), checkpointOf(zero1, 5));
+  expectSameState(checkpointOf(replicated, 5), checkpointOf(zero2, 5));
+  // 2 blocks x rank 4 x (in + rows) of q, v, o (32 + 32), up (32 + 128) and down (128 + 32).
+  const int64_t adapters = 2 * 4 * (3 * (32 + 32) + 2 * (32 + 128));
+  EXPECT_EQ(stateBytes(a.output), 8 * adapters + 8) << "two fp32 moments per element and the step count\n"
+                                                    << a.output;
+  EXPECT_LE(stateBytes(b.output), 8 * adapters / 2 + 8 + 8 * 64 * 2) << b.output;
+  const CheckpointView view = readCheckpoint(checkpointOf(zero2, 5));
+  for (const auto& [key, tensor] : view.tensors) {
+    if (key.rfind("model.param.", 0) == 0) EXPECT_TRUE(testing::contains(key, ".lora_")) << key << " is no adapter";
+  }
+}
+
 TEST(ShardGradientsTest, UnknownShardValueExitsTwoNamingTheChoices) {
   auto r = runCommand("env -u RANK -u WORLD_SIZE " + dtrainBin() + " train --progress none --shard zero4", 60);
   EXPECT_TRUE(

@@ -239,7 +239,23 @@ INSTANTIATE_TEST_SUITE_P(
         BadCommandLine{"tokens_per_step_not_a_multiple",
                  "--model gpt2 --layers 2 --dim 64 --heads 4 --seq-len 64 --dataset synthetic --batch-size 4 "
                  "--tokens-per-step 1000",
-                 "--tokens-per-step 1000 is not a multiple"}),
+                 "--tokens-per-step 1000 is not a multiple"},
+        BadCommandLine{"lora_rank_zero", "--model llama --dataset synthetic --lora-rank 0", "--lora-rank '0': out of range; expected an integer from 1"},
+        BadCommandLine{"lora_rank_negative", "--model llama --dataset synthetic --lora-rank -2", "--lora-rank '-2': out of range"},
+        BadCommandLine{"lora_unknown_target", "--model llama --dataset synthetic --lora-rank 4 --lora-targets q,qkv",
+                 "--lora-targets 'q,qkv': 'qkv' is not a target; expected a comma-separated list of q, k, v, o"},
+        BadCommandLine{"lora_target_the_family_lacks",
+                 "--model gpt2 --dataset synthetic --lora-rank 4 --lora-targets q,gate",
+                 "--lora-targets q,gate: gpt2 has no 'gate' layer; its targets are q, k, v, o, up, down"},
+        BadCommandLine{"lora_on_a_cnn", "--model cnn --dataset synthetic --lora-rank 4",
+                 "--lora-rank 4: LoRA adapts the linear layers of language models (gpt2, llama); --model cnn is an "
+                 "image model"},
+        BadCommandLine{"lora_alpha_without_rank", "--model llama --dataset synthetic --lora-alpha 16",
+                 "--lora-alpha and --lora-targets shape LoRA adapters; expected --lora-rank beside them"},
+        BadCommandLine{"lora_with_tp", "--model llama --dataset synthetic --lora-rank 4 --tp 2",
+                 "--lora-rank 4 with --tp 2: tensor and pipeline parallelism split the model's layers"},
+        BadCommandLine{"lora_with_shard_full", "--model llama --dataset synthetic --lora-rank 4 --shard full",
+                 "--lora-rank 4 with --shard full: ZeRO-3 shards trainable parameters only"}),
     testing::badCommandLineName);
 
 }  // namespace
