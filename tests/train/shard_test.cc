@@ -278,7 +278,9 @@ TEST(ShardGradientsTest, LoraAdaptersTrainTheSameReplicatedAndUnderZero1And2) {
   EXPECT_LE(stateBytes(b.output), 8 * adapters / 2 + 8 + 8 * 64 * 2) << b.output;
   const CheckpointView view = readCheckpoint(checkpointOf(zero2, 5));
   for (const auto& [key, tensor] : view.tensors) {
-    if (key.rfind("model.param.", 0) == 0) EXPECT_TRUE(testing::contains(key, ".lora_")) << key << " is no adapter";
+    if (key.rfind("model.param.", 0) == 0) {
+      EXPECT_TRUE(testing::contains(key, ".lora_")) << key << " is no adapter";
+    }
   }
 }
 
