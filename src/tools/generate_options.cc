@@ -9,7 +9,9 @@ namespace dtrain {
 
 void declareGenerateOptions(OptionSet& set, GenerateOptions& o) {
   set.path("--checkpoint", o.checkpoint,
-           "A language-model checkpoint of `dtrain train`, or its --checkpoint-dir (the newest valid one there)");
+           "A language-model checkpoint of `dtrain train`, or its --checkpoint-dir (the newest valid one there), or "
+           "a Hugging Face model directory (config.json and its safetensors, as --init-from takes; its "
+           "tokenizer.json when it has one)");
   set.text("--prompt", o.prompt, "The text to continue (empty: a sample from the start of a document)");
   set.integer("--max-new-tokens", o.max_new_tokens,
               "Tokens to sample after the prompt (fewer when the end-of-text token comes); gpt2 sees the last "

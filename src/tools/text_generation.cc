@@ -16,9 +16,12 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "data/tokenizer.h"
 #include "dtrain/amp.h"
 #include "dtrain/checkpoint.h"
+#include "models/hf_checkpoint.h"
+#include "models/hf_config.h"
 #include "models/kv_cache.h"
 #include "models/language_model.h"
 #include "models/lm_config.h"
@@ -105,7 +108,8 @@ std::unique_ptr<data::Tokenizer> chooseTokenizer(const GenerateOptions& o, const
   }
   if (kind.empty()) {
     throw ConfigError("checkpoint " + path +
-                      " names no tokenizer (a model trained on token shards that `dtrain tokenize` did not write): "
+                      " names no tokenizer (a model trained on token shards that `dtrain tokenize` did not write, "
+                      "or a Hugging Face directory without tokenizer files): "
                       "give --tokenizer (byte, gpt2, sentencepiece or hf) and, but for byte, --tokenizer-dir");
   }
   try {
@@ -285,24 +289,57 @@ void printTiming(const Completion& done, int64_t prompt_tokens) {
                rest > 0 && drawn > 1 ? (drawn - 1) / rest : 0.0, done.ended ? "; stopped at the end-of-text token" : "");
 }
 
+// The model to generate with, where it came from, and the meta that names
+// its tokenizer.
+struct LoadedModel {
+  std::string path;
+  models::LanguageModelConfig config;
+  nlohmann::json meta;
+  std::shared_ptr<models::LanguageModel> lm;
+};
+
+// A Hugging Face model directory (config.json beside its weights, as
+// `dtrain train --init-from` takes it), its tokenizer the one it ships
+// (tokenizer.json, or GPT-2's vocab.json + merges.txt) where it has one.
+LoadedModel loadHfDirectory(const std::string& dir) {
+  LoadedModel m;
+  m.path = dir;
+  m.config = models::readHfConfig(dir);
+  m.lm = models::createLanguageModel(m.config);
+  models::loadHfWeights(*m.lm, dir);
+  try {
+    m.meta["tokenizer"] = {{"kind", data::tokenizerKindAt(dir)}, {"path", dir}};
+  } catch (const ConfigError&) {
+    // no tokenizer files: the flags must name one (chooseTokenizer says so)
+  }
+  return m;
+}
+
+LoadedModel loadTrainCheckpoint(const std::string& given) {
+  auto [path, state] = loadNamedModel(given, "--checkpoint");
+  LoadedModel m{path, configOf(path, state.meta), state.meta, nullptr};
+  if (state.meta.contains("lora")) {
+    m.lm = mergedLoraModel(*openNamedCheckpoint(path, "--checkpoint"));  // a LoRA run's adapters over its base
+  } else {
+    m.lm = models::createLanguageModel(m.config);
+    loadParameters(*m.lm, path, state.tensors);
+  }
+  return m;
+}
+
 }  // namespace
 
 int runGeneration(const GenerateOptions& o) {
   checkGenerateOptions(o);
-  const auto [path, state] = loadNamedModel(o.checkpoint, "--checkpoint");
-  const models::LanguageModelConfig config = configOf(path, state.meta);
-  const std::unique_ptr<data::Tokenizer> tokenizer = chooseTokenizer(o, path, state.meta);
+  const bool hf = isDirectory(o.checkpoint) && isRegularFile(o.checkpoint + "/config.json");
+  const LoadedModel loaded = hf ? loadHfDirectory(o.checkpoint) : loadTrainCheckpoint(o.checkpoint);
+  const std::string& path = loaded.path;
+  const models::LanguageModelConfig& config = loaded.config;
+  const std::unique_ptr<data::Tokenizer> tokenizer = chooseTokenizer(o, path, loaded.meta);
   const PromptTokens context = contextTokens(o, *tokenizer, config);
   const torch::Device device = pickDevice(o.device);
   const Precision precision = autocastPrecision(o.precision);
-
-  std::shared_ptr<models::LanguageModel> lm;
-  if (state.meta.contains("lora")) {
-    lm = mergedLoraModel(*openNamedCheckpoint(path, "--checkpoint"));  // a LoRA run's adapters over its base
-  } else {
-    lm = models::createLanguageModel(config);
-    loadParameters(*lm, path, state.tensors);
-  }
+  const std::shared_ptr<models::LanguageModel> lm = loaded.lm;
   lm->to(device);
   lm->eval();
   std::fprintf(stderr, "%s\n", describe(path, config, *tokenizer, device, precision).c_str());

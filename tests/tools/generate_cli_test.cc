@@ -197,6 +197,20 @@ TEST_F(GenerateCliTest, GreedyIsTheArgmaxContinuation) {
   EXPECT_EQ(generate(args + "--top-k 1 --seed 7", true).output, generate(args + "--temperature 0", true).output);
 }
 
+// The checkpoint exported as a Hugging Face directory generates the same
+// greedy text from that directory (as transformers would load it); without
+// tokenizer files there, the flags name the tokenizer.
+TEST_F(GenerateCliTest, AHuggingFaceDirectoryGeneratesAsItsCheckpoint) {
+  const std::string hf = *dir_ / "hf";
+  const CommandResult exported =
+      runCommand(dtrainBin() + " checkpoint export " + checkpointDir() + " --format hf --out " + hf + " 2>&1", 120);
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  expectGreedyMatches(hf, newestCheckpoint(), "--tokenizer byte");
+  const CommandResult bare = generate("--checkpoint " + hf + " --prompt Hello --max-new-tokens 2");
+  EXPECT_EQ(bare.exit_code, 2) << bare.output;
+  EXPECT_TRUE(contains(bare.output, "names no tokenizer")) << bare.output;
+}
+
 TEST_F(GenerateCliTest, ShardCheckpointNeedsATokenizerFlag) {
   const CommandResult r = generate("--checkpoint " + checkpointDir() + " --prompt Hello");
   EXPECT_EQ(r.exit_code, 2) << r.output;
