@@ -190,17 +190,15 @@ TEST_F(GenerateCliTest, ContinuesThePromptTheSameWayForASeed) {
   EXPECT_TRUE(contains(b.output, "tokens/s")) << b.output;
 }
 
+// Greedy decoding, from the checkpoint and from its export as a Hugging
+// Face directory (as transformers would load it; without tokenizer files
+// there, the flags name the tokenizer).
 TEST_F(GenerateCliTest, GreedyIsTheArgmaxContinuation) {
   expectGreedyMatches(checkpointDir(), newestCheckpoint(), "--tokenizer byte");
   // Top-1 sampling is greedy whatever the seed.
   const std::string args = "--checkpoint " + checkpointDir() + " --prompt Hello --max-new-tokens 20 --tokenizer byte ";
   EXPECT_EQ(generate(args + "--top-k 1 --seed 7", true).output, generate(args + "--temperature 0", true).output);
-}
 
-// The checkpoint exported as a Hugging Face directory generates the same
-// greedy text from that directory (as transformers would load it); without
-// tokenizer files there, the flags name the tokenizer.
-TEST_F(GenerateCliTest, AHuggingFaceDirectoryGeneratesAsItsCheckpoint) {
   const std::string hf = *dir_ / "hf";
   const CommandResult exported =
       runCommand(dtrainBin() + " checkpoint export " + checkpointDir() + " --format hf --out " + hf + " 2>&1", 120);
