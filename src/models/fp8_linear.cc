@@ -1,5 +1,7 @@
 #include "models/fp8_linear.h"
 
+#include <optional>
+
 #include "common/error.h"
 #include "libtorch/compat.h"
 #include "models/fused_ops_cuda.h"
@@ -31,28 +33,67 @@ Cast castFp8(const torch::Tensor& t, at::ScalarType type, double max) {
   return {(wide * scale).clamp(-max, max).to(type), scale, scale.reciprocal()};
 }
 
-// a row-major [M, K] x b [K, N] column-major: the product, dequantized.
-// Fast accumulation in forward only (torchao's float8 default).
-torch::Tensor product(const Cast& a, const torch::Tensor& b_data, const torch::Tensor& b_inverse,
-                      const torch::Tensor& bias, at::ScalarType out, bool fast_accum = false) {
-  return compat::scaledMm(a.data, b_data, a.inverse, b_inverse, bias, out, fast_accum);
+// castFp8 with data's transpose too (Cast::transposed, contiguous): the
+// fused kernel writes both in one pass; else libtorch's copy.
+struct CastPair : Cast {
+  torch::Tensor transposed;
+};
+
+CastPair castFp8Pair(const torch::Tensor& t, at::ScalarType type, double max) {
+  if (auto fused = fused::fp8CastTransposed(t, type == compat::float8E5m2())) {
+    return {{std::move(fused->data), std::move(fused->scale), std::move(fused->inverse)}, std::move(fused->transposed)};
+  }
+  Cast c = castFp8(t, type, max);
+  torch::Tensor transposed = c.data.t().contiguous();
+  return {std::move(c), std::move(transposed)};
 }
 
-// Column-major [rows, cols] storage of a row-major matrix.
-torch::Tensor columnMajor(const torch::Tensor& m) { return m.t().contiguous().t(); }
+// The last product input's cast, reused while the same unchanged tensor
+// comes in again: q, k and v (and gate and up) read one normed activation,
+// cast once. The tensor is held, so its memory cannot be reused for another
+// while the entry lives; the entry ends with the outermost Fp8Scope.
+struct SharedInput {
+  torch::Tensor x;
+  int64_t version = 0;
+  CastPair cast;
+};
+thread_local std::optional<SharedInput> shared_input;
 
+bool sameInput(const SharedInput& s, const torch::Tensor& x) {
+  return s.x.data_ptr() == x.data_ptr() && s.x.sizes() == x.sizes() && s.x.strides() == x.strides() &&
+         s.x.scalar_type() == x.scalar_type() && s.x.device() == x.device() && s.version == x._version();
+}
+
+const CastPair& inputCast(const torch::Tensor& flat) {
+  if (!shared_input || !sameInput(*shared_input, flat)) {
+    shared_input = SharedInput{flat, flat._version(), castFp8Pair(flat, compat::float8E4m3(), kFp8E4m3Max)};
+  }
+  return shared_input->cast;
+}
+
+// a row-major [M, K] x b [K, N] column-major: the product, dequantized.
+// Fast accumulation in forward only (torchao's float8 default).
+torch::Tensor product(const torch::Tensor& a_data, const torch::Tensor& a_inverse, const torch::Tensor& b_data,
+                      const torch::Tensor& b_inverse, at::ScalarType out, bool fast_accum = false) {
+  return compat::scaledMm(a_data, b_data, a_inverse, b_inverse, {}, out, fast_accum);
+}
+
+// Hopper's FP8 products take the first operand row-major and the second
+// column-major, so every operand is needed in both layouts across forward
+// and backward (W: forward's Wᵀ, backward's W; x and g: backward's both);
+// the casts write both at once and backward keeps only the transposes.
 torch::Tensor fp8Forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                          const torch::Tensor& bias) {
   const torch::Tensor flat = x.reshape({-1, x.size(-1)});
-  const Cast x8 = castFp8(flat, compat::float8E4m3(), kFp8E4m3Max);
-  const Cast w8 = castFp8(weight, compat::float8E4m3(), kFp8E4m3Max);
+  const CastPair& x8 = inputCast(flat);
+  const CastPair w8 = castFp8Pair(weight, compat::float8E4m3(), kFp8E4m3Max);
   // bf16 out, as a product under autocast; the bias added after (cuBLASLt
   // takes a bias only of a 16-bit dtype).
   const at::ScalarType out = torch::kBFloat16;
   // Wᵀ of a row-major W [N, K] is the column-major [K, N] cuBLASLt wants.
-  torch::Tensor y = product(x8, w8.data.t(), w8.inverse, {}, out, /*fast_accum=*/true);
+  torch::Tensor y = product(x8.data, x8.inverse, w8.data.t(), w8.inverse, out, /*fast_accum=*/true);
   if (bias.defined()) y = y + bias.to(out);
-  ctx->save_for_backward({x8.data, x8.inverse, w8.data, w8.inverse});
+  ctx->save_for_backward({x8.transposed, x8.inverse, w8.transposed, w8.inverse});
   ctx->saved_data["has_bias"] = bias.defined();
   ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
   ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
@@ -66,17 +107,18 @@ torch::Tensor fp8Forward(torch::autograd::AutogradContext* ctx, const torch::Ten
 torch::autograd::variable_list fp8Backward(torch::autograd::AutogradContext* ctx,
                                            const torch::autograd::variable_list& grads) {
   const auto saved = ctx->get_saved_variables();
-  const Cast x8{saved[0], {}, saved[1]}, w8{saved[2], {}, saved[3]};
+  // xᵀ [K, M] and Wᵀ [K, N], row-major.
+  const torch::Tensor& xt = saved[0];
+  const torch::Tensor& wt = saved[2];
   const torch::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
-  const Cast g8 = castFp8(g, compat::float8E5m2(), kFp8E5m2Max);
-  // g [M, N] x W [N, K] and gᵀ [N, M] x x [M, K].
+  const CastPair g8 = castFp8Pair(g, compat::float8E5m2(), kFp8E5m2Max);
+  // g [M, N] x W [N, K] and gᵀ [N, M] x x [M, K]; (Xᵀ row-major).t() is X column-major.
   const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-  const torch::Tensor dx = product(g8, columnMajor(w8.data), w8.inverse, {}, x_dtype);
-  const Cast gt{g8.data.t().contiguous(), g8.scale, g8.inverse};
+  const torch::Tensor dx = product(g8.data, g8.inverse, wt.t(), saved[3], x_dtype);
   const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
-  const torch::Tensor dw = product(gt, columnMajor(x8.data), x8.inverse, {}, weight_dtype);
+  const torch::Tensor dw = product(g8.transposed, g8.inverse, xt.t(), saved[1], weight_dtype);
   std::vector<int64_t> sizes = grads[0].sizes().vec();
-  sizes.back() = w8.data.size(1);
+  sizes.back() = wt.size(0);
   if (!ctx->saved_data["has_bias"].toBool()) return {dx.view(sizes), dw};
   const torch::Tensor db = g.sum(std::vector<int64_t>{0}, /*keepdim=*/false, torch::kFloat)
                                .to(static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
@@ -113,7 +155,9 @@ class Fp8LinearNoBiasFunction : public torch::autograd::Function<Fp8LinearNoBias
 }  // namespace
 
 Fp8Scope::Fp8Scope() { ++scope_depth; }
-Fp8Scope::~Fp8Scope() { --scope_depth; }
+Fp8Scope::~Fp8Scope() {
+  if (--scope_depth == 0) shared_input.reset();
+}
 bool Fp8Scope::active() { return scope_depth > 0; }
 
 torch::Tensor fp8Scale(const torch::Tensor& amax, double max) {

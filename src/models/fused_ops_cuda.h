@@ -116,7 +116,13 @@ struct Fp8Cast {
   torch::Tensor data;
   torch::Tensor scale;
   torch::Tensor inverse;
+  torch::Tensor transposed;  // fp8CastTransposed only: data's transpose, contiguous
 };
 std::optional<Fp8Cast> fp8Cast(const torch::Tensor& x, bool e5m2);
+// The cast of a 2-D x [rows, cols] with its transpose [cols, rows] written
+// in the same pass (the layout Hopper's FP8 products take for a second
+// operand), bit for bit data.t().contiguous(). Declines, besides what
+// fp8Cast declines, x not 2-D or with rows or cols not multiples of 16.
+std::optional<Fp8Cast> fp8CastTransposed(const torch::Tensor& x, bool e5m2);
 
 }  // namespace dtrain::models::fused

@@ -156,6 +156,63 @@ TEST(Fp8Test, TheFusedCastIsLibtorchsCastBitForBit) {
   }
 }
 
+// The cast that writes its transpose too: data bit for bit fp8Cast's, the
+// transpose bit for bit data.t(), on tile-sized and ragged shapes, with
+// zeros, a huge value, infinity and NaN; shapes it cannot take declined.
+TEST(Fp8Test, TheTransposingCastIsTheCastAndItsTranspose) {
+  DTRAIN_SKIP_WITHOUT_FP8();
+  if (!fused::compiledIn()) GTEST_SKIP() << "this build has no fused kernels";
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(12);
+  std::vector<std::pair<std::string, torch::Tensor>> inputs;
+  torch::Tensor special = torch::randn({80, 48}, cuda);
+  special[7][3] = 1e30;
+  special[1][1] = std::numeric_limits<float>::infinity();
+  special[79][47] = std::nanf("");
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const std::string d = dtype == torch::kFloat ? "fp32 " : "bf16 ";
+    inputs.emplace_back(d + "randn 1024x768", (torch::randn({1024, 768}, cuda) * 3).to(dtype));
+    inputs.emplace_back(d + "ragged 208x112", torch::randn({208, 112}, cuda).to(dtype));
+    inputs.emplace_back(d + "one tile row 16x4096", torch::randn({16, 4096}, cuda).to(dtype));
+    inputs.emplace_back(d + "zeros", torch::zeros({64, 64}, cuda.dtype(dtype)));
+    inputs.emplace_back(d + "huge, inf, nan", special.to(dtype));
+  }
+  const auto bits = [](const torch::Tensor& t) { return t.contiguous().reshape({-1}).view(torch::kByte).cpu(); };
+  for (const auto& [name, x] : inputs) {
+    for (const bool e5m2 : {false, true}) {
+      SCOPED_TRACE(name + (e5m2 ? " to e5m2" : " to e4m3"));
+      const std::optional<fused::Fp8Cast> one = fused::fp8Cast(x, e5m2);
+      const std::optional<fused::Fp8Cast> both = fused::fp8CastTransposed(x, e5m2);
+      ASSERT_TRUE(one.has_value() && both.has_value());
+      ASSERT_EQ(both->transposed.sizes(), (std::vector<int64_t>{x.size(1), x.size(0)}));
+      EXPECT_TRUE(both->transposed.is_contiguous());
+      EXPECT_TRUE(torch::equal(bits(both->scale), bits(one->scale)));
+      EXPECT_TRUE(torch::equal(bits(both->inverse), bits(one->inverse)));
+      EXPECT_TRUE(torch::equal(bits(both->data), bits(one->data))) << "the row-major copy";
+      EXPECT_TRUE(torch::equal(bits(both->transposed), bits(one->data.t()))) << "the transpose";
+    }
+  }
+  EXPECT_FALSE(fused::fp8CastTransposed(torch::randn({24, 64}, cuda), false).has_value()) << "rows not a multiple of 16";
+  EXPECT_FALSE(fused::fp8CastTransposed(torch::randn({64}, cuda), false).has_value()) << "not 2-D";
+}
+
+// Products reading one tensor share its cast; a tensor changed in place
+// between them is cast again.
+TEST(Fp8Test, AnInputChangedInPlaceIsCastAgain) {
+  DTRAIN_SKIP_WITHOUT_FP8();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(13);
+  const torch::Tensor w = torch::randn({32, 64}, cuda);
+  torch::Tensor x = torch::randn({16, 64}, cuda.dtype(torch::kBFloat16));
+  Fp8Scope fp8;
+  const torch::Tensor first = fp8Linear(x, w, {});
+  EXPECT_TRUE(torch::equal(fp8Linear(x, w, {}), first)) << "the same input, the same product";
+  x.mul_(2);
+  const torch::Tensor doubled = fp8Linear(x, w, {});
+  EXPECT_FALSE(torch::equal(doubled, first)) << "x changed in place must not reuse the old cast";
+  EXPECT_LT(relativeError(doubled, first * 2), 0.05);
+}
+
 TEST(Fp8Test, ALanguageModelsLossUnderFp8FollowsBf16) {
   DTRAIN_SKIP_WITHOUT_FP8();
   LanguageModelOverrides o;

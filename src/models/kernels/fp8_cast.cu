@@ -104,18 +104,94 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = scalar_from + first; i < n; i += stride) y[i] = to_fp8<F>(to_float(x[i]), s, fmax);
 }
 
+// The scaled cast of a row-major [rows, cols] x into y (the same layout)
+// and yt = yᵀ ([cols, rows], row-major), a kTile x kTile tile per block:
+// 16-byte loads along x's rows, the fp8 bytes kept in shared memory, then
+// 16-byte stores along yt's rows (16 of x's rows each). rows and cols are
+// multiples of 16, so no vector straddles an edge.
+constexpr int kTile = 64;
+constexpr int kTilePitch = kTile + 2;  // 16 rows apart land 8 banks apart: conflict-free column reads
+
+template <typename T, __nv_fp8_interpretation_t F>
+__global__ void __launch_bounds__(kThreads)
+    scaled_cast_transposed(__nv_fp8_storage_t* y, __nv_fp8_storage_t* yt, const T* x, int64_t rows, int64_t cols,
+                           const float* scale, float fmax) {
+  __shared__ __nv_fp8_storage_t tile[kTile][kTilePitch];
+  constexpr int V = kVector<T>;
+  constexpr int kVectorsPerRow = kTile / V;
+  const float s = *scale;
+  const int64_t tiles_per_row = (cols + kTile - 1) / kTile;
+  const int64_t row0 = (blockIdx.x / tiles_per_row) * kTile;
+  const int64_t col0 = (blockIdx.x % tiles_per_row) * kTile;
+#pragma unroll
+  for (int k = threadIdx.x; k < kTile * kVectorsPerRow; k += kThreads) {
+    const int r = k / kVectorsPerRow, c = (k % kVectorsPerRow) * V;
+    if (row0 + r >= rows || col0 + c >= cols) continue;
+    const int64_t at = (row0 + r) * cols + col0 + c;
+    float v[V];
+    load_floats<T, V>(x + at, v);
+    Pack<__nv_fp8_storage_t, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      out.v[j] = to_fp8<F>(v[j], s, fmax);
+      tile[r][c + j] = out.v[j];
+    }
+    store_pack<__nv_fp8_storage_t, V>(y + at, out);
+  }
+  __syncthreads();
+  // Thread t writes 16 bytes of yt's row col0 + t / 4: x's rows
+  // row0 + (t % 4) * 16 .. + 15 of that column.
+  const int c = threadIdx.x / 4, r = (threadIdx.x % 4) * 16;
+  if (col0 + c >= cols || row0 + r >= rows) return;
+  Pack<__nv_fp8_storage_t, 16> out;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) out.v[j] = tile[r + j][c];
+  store_pack<__nv_fp8_storage_t, 16>(yt + (col0 + c) * rows + row0 + r, out);
+}
+
+// The absolute maximum of x's n elements into scale and inverse (fp8_cast.h).
+template <typename T>
+void launch_amax(float* scale, float* inverse, const T* x, int64_t n, bool vector, float fmax, void* workspace,
+                 cudaStream_t stream) {
+  const int blocks = amax_blocks(n);
+  auto* partials = static_cast<float*>(workspace);
+  amax_partials<T><<<blocks, kThreads, 0, stream>>>(x, n, vector, partials);
+  amax_finish<<<1, kThreads, 0, stream>>>(partials, blocks, fmax, scale, inverse);
+}
+
+float format_max(Fp8Format format) { return format == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename T>
+cudaError_t launch_transposed(void* y, void* yt, float* scale, float* inverse, const void* x_raw, int64_t rows,
+                              int64_t cols, Fp8Format format, void* workspace, cudaStream_t stream) {
+  const T* x = static_cast<const T*>(x_raw);
+  const float fmax = format_max(format);
+  launch_amax<T>(scale, inverse, x, rows * cols, true, fmax, workspace, stream);
+  const int64_t tiles = ceil_div(rows, int64_t{kTile}) * ceil_div(cols, int64_t{kTile});
+  if (tiles > 0x7fffffff) return cudaErrorInvalidValue;
+  auto* out = static_cast<__nv_fp8_storage_t*>(y);
+  auto* out_t = static_cast<__nv_fp8_storage_t*>(yt);
+  if (format == Fp8Format::kE4M3) {
+    scaled_cast_transposed<T, __NV_E4M3><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(out, out_t, x, rows,
+                                                                                               cols, scale, fmax);
+  } else {
+    scaled_cast_transposed<T, __NV_E5M2><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(out, out_t, x, rows,
+                                                                                               cols, scale, fmax);
+  }
+  return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t launch(void* y, float* scale, float* inverse, const void* x_raw, int64_t n, Fp8Format format,
                    void* workspace, cudaStream_t stream) {
   const T* x = static_cast<const T*>(x_raw);
   auto* out = static_cast<__nv_fp8_storage_t*>(y);
-  const bool vector = reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
-  const int blocks = amax_blocks(n);
-  auto* partials = static_cast<float*>(workspace);
-  amax_partials<T><<<blocks, kThreads, 0, stream>>>(x, n, vector, partials);
+  const bool vector = aligned16(x) && aligned16(y);
   const bool e4m3 = format == Fp8Format::kE4M3;
-  const float fmax = e4m3 ? 448.0f : 57344.0f;
-  amax_finish<<<1, kThreads, 0, stream>>>(partials, blocks, fmax, scale, inverse);
+  const float fmax = format_max(format);
+  launch_amax<T>(scale, inverse, x, n, vector, fmax, workspace, stream);
   const int cast_blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(ceil_div(n, int64_t{kThreads} * 8), 1),
                                                              int64_t{65535}));
   if (e4m3) {
@@ -131,6 +207,18 @@ cudaError_t launch(void* y, float* scale, float* inverse, const void* x_raw, int
 
 size_t fp8_cast_workspace_size(int64_t n) {
   return n <= 0 ? 0 : static_cast<size_t>(detail::amax_blocks(n)) * sizeof(float);
+}
+
+cudaError_t fp8_cast_transposed(void* y, void* yt, float* scale, float* inverse, const void* x, DType dtype,
+                                int64_t rows, int64_t cols, Fp8Format format, void* workspace, cudaStream_t stream) {
+  if (y == nullptr || yt == nullptr || scale == nullptr || inverse == nullptr || x == nullptr || workspace == nullptr ||
+      rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0 || !detail::aligned16(x) || !detail::aligned16(y) ||
+      !detail::aligned16(yt)) {
+    return cudaErrorInvalidValue;
+  }
+  return dtype == DType::kFloat32
+             ? detail::launch_transposed<float>(y, yt, scale, inverse, x, rows, cols, format, workspace, stream)
+             : detail::launch_transposed<detail::bf16>(y, yt, scale, inverse, x, rows, cols, format, workspace, stream);
 }
 
 cudaError_t fp8_cast(void* y, float* scale, float* inverse, const void* x, DType dtype, int64_t n, Fp8Format format,

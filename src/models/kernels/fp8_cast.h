@@ -22,6 +22,15 @@ enum class Fp8Format : uint8_t { kE4M3, kE5M2 };
 // Bytes of workspace fp8_cast needs for n elements (4 per block of the amax pass).
 size_t fp8_cast_workspace_size(int64_t n);
 
+// The same cast of a row-major [rows, cols] x into both y (row-major
+// [rows, cols]) and yt = yᵀ (row-major [cols, rows]: the column-major copy
+// an FP8 product on Hopper takes as its second operand) in one pass after
+// the absolute maximum, instead of a cast and a transposing copy. rows and
+// cols multiples of 16; x, y and yt 16-byte aligned; else
+// cudaErrorInvalidValue. Workspace: fp8_cast_workspace_size(rows * cols).
+cudaError_t fp8_cast_transposed(void* y, void* yt, float* scale, float* inverse, const void* x, DType dtype,
+                                int64_t rows, int64_t cols, Fp8Format format, void* workspace, cudaStream_t stream);
+
 cudaError_t fp8_cast(void* y, float* scale, float* inverse, const void* x, DType dtype, int64_t n, Fp8Format format,
                      void* workspace, cudaStream_t stream);
 
