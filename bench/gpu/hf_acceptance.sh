@@ -7,6 +7,9 @@
 # models_test's HfCheckpointTest.TransformersWrittenDirectories* imports
 # each into dtrain (logits within 1e-4) and exports it back; from_pretrained
 # loads every export and its logits are compared with transformers' own.
+# With .deps/hf-export (bench/hf_export_prepare.sh, run before on the
+# CPU machine and carried), also dtrain's bf16 sharded export and its
+# tokenizer files through from_pretrained and AutoTokenizer.
 # build-gpu/ from bench/gpu/lm_acceptance.sh build is reused when present.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -24,6 +27,10 @@ echo "models_test HfCheckpoint* exit $?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|relative" -A3 "$OUT/hf_test.log" | head -30
 log "from_pretrained of dtrain's exports"
 python3 bench/peers/hf_transformers_check.py load "$dirs" 2>&1 | tail -8
+if [ -d .deps/hf-export/model ]; then
+  log "dtrain's bf16 sharded export with its tokenizer (bench/hf_export_prepare.sh) in transformers"
+  python3 bench/peers/hf_transformers_check.py export .deps/hf-export 2>&1 | tee "$OUT/export_check.txt" | tail -4
+fi
 # The configs each side wrote, for the record; the weights stay behind.
 (cd "$dirs" && find . -name config.json | tar czf "$OUT/configs.tgz" -T -)
 rm -rf "$dirs"

@@ -12,6 +12,14 @@ where transformers is installed: the GPU machine's image).
         its import of DIR/<name>) and the logits compared with
         DIR/<name>.logits: the largest relative difference per model.
 
+    python3 hf_transformers_check.py export DIR
+        DIR/model is what `dtrain checkpoint export --format hf --dtype bf16
+        --max-shard-size 64K` wrote (bench/hf_export_prepare.sh): from_pretrained
+        loads its bf16 shards through the index (fp32 compute) and its logits
+        of DIR/batch.safetensors are compared with DIR/ref.safetensors;
+        AutoTokenizer loads the tokenizer files written beside it and its ids
+        of DIR/ids.json's text are compared with the npm package's.
+
 tests/models/hf_checkpoint_test.cc's TransformersWrittenDirectories case
 (DTRAIN_HF_CHECK_DIR=DIR) imports each directory, compares dtrain's logits
 with transformers' (<= 1e-4) and exports DIR/<name>.dtrain for `load`.
@@ -95,7 +103,32 @@ def load(out):
     return 0 if worst <= 1e-4 else 1
 
 
+def export(out):
+    import json
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from lm_models import load_safetensors
+    model_dir = os.path.join(out, "model")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    tokens = load_safetensors(os.path.join(out, "batch.safetensors"))[0]["tokens"].long()
+    with torch.no_grad():
+        logits = model(tokens).logits
+    want = load_safetensors(os.path.join(out, "ref.safetensors"))[0]["logits"]
+    rel = ((logits - want).abs().max() / want.abs().max()).item()
+    shards = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors"))
+    print(f"from_pretrained of dtrain's bf16 export ({len(shards)} shards): max relative difference {rel:.2e}")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    sample = json.load(open(os.path.join(out, "ids.json")))
+    ids = tokenizer.encode(sample["text"], add_special_tokens=False)
+    same = ids == sample["ids"]
+    print(f"AutoTokenizer ({type(tokenizer).__name__}) from the export: {len(ids)} ids,",
+          "equal to gpt-3-encoder's" if same else f"DIFFERENT: {ids} vs {sample['ids']}")
+    ok = rel <= 1e-4 and same and len(shards) > 1
+    print("export check:", "ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("write", "load"):
+    modes = {"write": write, "load": load, "export": export}
+    if len(sys.argv) != 3 or sys.argv[1] not in modes:
         sys.exit(__doc__)
-    sys.exit(write(sys.argv[2]) if sys.argv[1] == "write" else load(sys.argv[2]))
+    sys.exit(modes[sys.argv[1]](sys.argv[2]))

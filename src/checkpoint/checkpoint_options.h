@@ -25,6 +25,8 @@ struct CheckpointToolOptions {
   std::string out;    // consolidate: the .dtck file to write; export: the .safetensors file (hf: a directory)
   std::string format = "safetensors";  // export: safetensors | hf
   bool merge_lora = false;  // export: a LoRA run's adapters folded into its base (checkpoint/lora_merge.h)
+  std::string dtype = "auto";  // export --format hf: auto (the checkpoint's) | fp32 | bf16 | fp16
+  std::string max_shard_size = "5G";  // export --format hf: files of at most this many bytes, with an index
 };
 
 void declareCheckpointInfoOptions(OptionSet& set, CheckpointToolOptions& options);

@@ -17,11 +17,13 @@
 
 #include "checkpoint/checkpoint_file_writer.h"
 #include "checkpoint/checkpoint_sharded.h"
+#include "checkpoint/hf_tokenizer_files.h"
 #include "checkpoint/lora_merge.h"
 #include "checkpoint/meta_checks.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "models/hf_checkpoint.h"
 #include "models/safetensors.h"
 
@@ -200,12 +202,32 @@ void exportWeights(const CheckpointReader& reader, const std::string& out) {
 // --merge-lora: the whole model a LoRA run's checkpoint stands for, as one
 // safetensors file of dtrain's names (what exportWeights writes of a
 // whole model's checkpoint) or a Hugging Face directory.
-void exportMerged(const CheckpointReader& reader, const std::string& out, const std::string& format) {
+// --dtype: auto keeps `saved` (a float dtype; anything else exports as float32).
+torch::ScalarType exportDtype(const std::string& dtype, torch::ScalarType saved) {
+  if (dtype == "bf16") return torch::kBFloat16;
+  if (dtype == "fp16") return torch::kHalf;
+  if (dtype == "fp32") return torch::kFloat;
+  return saved == torch::kBFloat16 || saved == torch::kHalf ? saved : torch::kFloat;
+}
+
+// config.json, the weights (sharded over --max-shard-size) and the
+// tokenizer's files into `dir`; the line saying what the tokenizer got.
+std::string writeHfDirectory(models::LanguageModel& model, const nlohmann::json& meta, const std::string& dir,
+                             torch::ScalarType dtype, const CheckpointToolOptions& options) {
+  const std::vector<std::string> files =
+      models::exportHf(model, dir, dtype, parseByteSize(options.max_shard_size, "--max-shard-size"));
+  std::string weights = files.size() == 2 ? files[0] : std::to_string(files.size() - 1) + " safetensors files";
+  return weights + ", config.json; " + writeHfTokenizerFiles(meta, dir, model.config().max_seq_len);
+}
+
+void exportMerged(const CheckpointReader& reader, const CheckpointToolOptions& options) {
+  const std::string& out = options.out;
   const std::shared_ptr<models::LanguageModel> model = mergedLoraModel(reader);
   const std::string staging = out + ".partial";
   std::filesystem::remove_all(staging);
-  if (format == "hf") {
-    models::exportHf(*model, staging, torch::kFloat);
+  std::string tokenizer;
+  if (options.format == "hf") {
+    tokenizer = writeHfDirectory(*model, reader.meta(), staging, exportDtype(options.dtype, torch::kFloat), options);
   } else {
     models::NamedTensors tensors;
     for (const auto& item : model->named_parameters(/*recurse=*/true)) tensors.emplace_back(item.key(), item.value());
@@ -220,12 +242,14 @@ void exportMerged(const CheckpointReader& reader, const std::string& out, const 
   const std::string base = reader.meta().at("lora").value("init_from", "");
   std::cerr << "dtrain checkpoint export: the LoRA adapters of " << reader.path() << " merged into their base ("
             << (base.empty() ? "the fresh weights of seed " + metaText(reader.meta(), "seed") : base) << "), "
-            << model->named_parameters().size() << " parameters to " << out << std::endl;
+            << model->named_parameters().size() << " parameters to " << out
+            << (tokenizer.empty() ? "" : "; " + tokenizer) << std::endl;
 }
 
 // A Hugging Face directory: the checkpoint's language model rebuilt from
 // its meta, its parameters read in, written as transformers lays them out.
-void exportHfDirectory(const CheckpointReader& reader, const std::string& out) {
+void exportHfDirectory(const CheckpointReader& reader, const CheckpointToolOptions& options) {
+  const std::string& out = options.out;
   const nlohmann::json& meta = reader.meta();
   if (!meta.contains("model_config") || !meta["model_config"].is_object()) {
     throw ConfigError("checkpoint " + reader.path() + " holds no language-model config (meta \"model_config\"); "
@@ -243,12 +267,14 @@ void exportHfDirectory(const CheckpointReader& reader, const std::string& out) {
   }
   const std::string staging = out + ".partial";
   std::filesystem::remove_all(staging);
-  models::exportHf(*model, staging, torch::kFloat);
+  const CheckpointTensorInfo* first = reader.find(kParam + model->named_parameters().begin()->key());
+  const torch::ScalarType dtype = exportDtype(options.dtype, first != nullptr ? first->dtype : torch::kFloat);
+  const std::string tokenizer = writeHfDirectory(*model, meta, staging, dtype, options);
   std::filesystem::remove_all(out);
   std::filesystem::rename(staging, out);
   std::cerr << "dtrain checkpoint export: " << model->named_parameters().size() << " parameters of a "
-            << models::lmFamilyName(c.family) << " model from " << reader.path() << " to " << out
-            << " (config.json, model.safetensors)" << std::endl;
+            << models::lmFamilyName(c.family) << " model from " << reader.path() << " to " << out << " ("
+            << c10::toString(dtype) << "); " << tokenizer << std::endl;
 }
 
 // One file with every tensor whole, read and written one at a time.
@@ -317,9 +343,9 @@ int runCheckpointTool(const CheckpointToolOptions& options) {
         throw ConfigError("checkpoint " + reader->path() + " holds a LoRA run's adapters, not a whole model; "
                           "--format hf exports one with --merge-lora");
       }
-      exportMerged(*reader, options.out, options.format);
+      exportMerged(*reader, options);
     } else if (options.format == "hf") {
-      exportHfDirectory(*reader, options.out);
+      exportHfDirectory(*reader, options);
     } else {
       exportWeights(*reader, options.out);
     }

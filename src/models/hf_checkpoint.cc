@@ -129,9 +129,11 @@ HfLoadReport loadHfWeights(LanguageModel& model, const std::string& dir) {
   return report;
 }
 
-void exportHf(LanguageModel& model, const std::string& dir, torch::ScalarType dtype) {
+namespace {
+
+// The model's parameters under transformers' names and layouts, in dtype, on the CPU.
+NamedTensors hfTensors(LanguageModel& model, torch::ScalarType dtype) {
   const LanguageModelConfig& c = model.config();
-  fs::create_directories(dir);
   NamedTensors tensors;
   torch::NoGradGuard no_grad;
   for (auto& item : model.named_parameters(/*recurse=*/true)) {
@@ -168,7 +170,49 @@ void exportHf(LanguageModel& model, const std::string& dir, torch::ScalarType dt
     }
     tensors.emplace_back(hf, v.contiguous());
   }
-  writeSafetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  return tensors;
+}
+
+// model.safetensors, or files of at most max_shard_bytes (a tensor over it
+// alone in one) named model-0000K-of-0000N.safetensors with
+// model.safetensors.index.json, as transformers' save_pretrained. Returns
+// the files' names.
+std::vector<std::string> writeHfWeights(const std::string& dir, const NamedTensors& tensors, uint64_t max_shard_bytes) {
+  std::vector<NamedTensors> shards(1);
+  uint64_t in_shard = 0, total = 0;
+  for (const auto& [name, t] : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+    if (in_shard > 0 && in_shard + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().emplace_back(name, t);
+    in_shard += bytes;
+    total += bytes;
+  }
+  if (shards.size() == 1) {
+    writeSafetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+    return {"model.safetensors"};
+  }
+  std::vector<std::string> files;
+  nlohmann::json weight_map = nlohmann::json::object();
+  const auto number = [](size_t n) {
+    std::string text = std::to_string(n);
+    return std::string(text.size() < 5 ? 5 - text.size() : 0, '0') + text;
+  };
+  for (size_t k = 0; k < shards.size(); ++k) {
+    files.push_back("model-" + number(k + 1) + "-of-" + number(shards.size()) + ".safetensors");
+    writeSafetensors(dir + "/" + files.back(), shards[k], {{"format", "pt"}});
+    for (const auto& item : shards[k]) weight_map[item.first] = files.back();
+  }
+  const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  std::ofstream out(dir + "/model.safetensors.index.json");
+  out << index.dump(2) << "\n";
+  if (!out) throw IoError("'" + dir + "/model.safetensors.index.json': cannot be written");
+  return files;
+}
+
+nlohmann::json hfConfigJson(const LanguageModelConfig& c, torch::ScalarType dtype) {
   nlohmann::json j;
   const char* torch_dtype = dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16" : "float32";
   if (c.family == LmFamily::kLlama) {
@@ -192,9 +236,21 @@ void exportHf(LanguageModel& model, const std::string& dir, torch::ScalarType dt
          {"n_ctx", c.max_seq_len}, {"layer_norm_epsilon", c.norm_eps}, {"activation_function", "gelu_new"},
          {"tie_word_embeddings", c.tie_embeddings}, {"torch_dtype", torch_dtype}};
   }
+  return j;
+}
+
+}  // namespace
+
+std::vector<std::string> exportHf(LanguageModel& model, const std::string& dir, torch::ScalarType dtype,
+                                  uint64_t max_shard_bytes) {
+  if (max_shard_bytes == 0) throw ConfigError("exportHf: max_shard_bytes 0, expected a size > 0");
+  fs::create_directories(dir);
+  std::vector<std::string> files = writeHfWeights(dir, hfTensors(model, dtype), max_shard_bytes);
   std::ofstream out(dir + "/config.json");
-  out << j.dump(2) << "\n";
+  out << hfConfigJson(model.config(), dtype).dump(2) << "\n";
   if (!out) throw IoError("'" + dir + "/config.json': cannot be written");
+  files.push_back("config.json");
+  return files;
 }
 
 }  // namespace dtrain::models

@@ -29,12 +29,18 @@
 //   maps to none (other than GPT-2's attention-mask buffers and rotary
 //   inv_freq), or a shape that differs is a ConfigError naming the file and
 //   the tensor. A tied head may be in the files or not.
-// - exportHf writes `dir`/config.json and `dir`/model.safetensors (in the
-//   parameters' dtype, or `dtype`) from a model, the inverse mapping, so
-//   that transformers' from_pretrained loads it.
+// - exportHf writes `dir`/config.json and the weights in `dtype` from a
+//   model, the inverse mapping, so that transformers' from_pretrained loads
+//   it: model.safetensors, or, for a model over max_shard_bytes, files of
+//   at most that many bytes (a larger tensor alone in one) named
+//   model-0000K-of-0000N.safetensors with model.safetensors.index.json
+//   ({"metadata": {"total_size"}, "weight_map"}), as save_pretrained
+//   writes them. Returns the names of the files written.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -51,6 +57,7 @@ struct HfLoadReport {
 };
 HfLoadReport loadHfWeights(LanguageModel& model, const std::string& dir);
 
-void exportHf(LanguageModel& model, const std::string& dir, torch::ScalarType dtype = torch::kFloat);
+std::vector<std::string> exportHf(LanguageModel& model, const std::string& dir, torch::ScalarType dtype = torch::kFloat,
+                                  uint64_t max_shard_bytes = uint64_t{5} << 30);
 
 }  // namespace dtrain::models

