@@ -10,15 +10,18 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/option_binding.h"
+#include "cli/plan_calibrate.h"
 #include "cli/plan_search.h"
 #include "common/error.h"
 #include "common/text.h"
+#include "plan/calibration.h"
 #include "plan/gpu_catalog.h"
 #include "plan/memory_estimate.h"
 #include "plan/run_cost.h"
@@ -37,8 +40,10 @@ struct PlanFlags {
   int gpus_per_node = 8;
   std::string gpu = "h100";
   PlanPrecision precision = PlanPrecision::kBf16;
-  double efficiency = plan::kDefaultEfficiency;
+  double efficiency = 0;  // 0: the calibration's, else plan::kDefaultEfficiency
   double intra_node_gbs = 0;
+  bool calibrate = false;
+  std::string calibration;  // "": plan::defaultCalibrationPath()
   double inter_node_gbs = 45;
   std::string prices;
   plan::OnPremises site;
@@ -70,10 +75,17 @@ void declarePlanOptions(OptionSet& set, PlanFlags& f) {
   set.text("--gpu", f.gpu, "The GPU, from dtrain's table: h100, h200, b200, a100-80g, a100-40g, l40s");
   set.choice("--precision", f.precision, {{"bf16", PlanPrecision::kBf16}, {"fp8", PlanPrecision::kFp8}},
              "The products' precision (fp8: GPUs with FP8 tensor cores)");
-  set.number("--efficiency", f.efficiency, "Share of the GPU's bf16 peak the matrix products reach (dtrain: 0.45)")
-      .range(0.01, 1);
+  set.number("--efficiency", f.efficiency, "Share of the GPU's bf16 peak the matrix products reach")
+      .range(0.01, 1).defaultMeans("the calibration's for --gpu, else 0.45 (dtrain's measured MFU)");
   set.number("--intra-node-gbs", f.intra_node_gbs, "All-reduce bus bandwidth inside a node, GB/s")
-      .range(0.001, 1e6).defaultMeans("the GPU's");
+      .range(0.001, 1e6).defaultMeans("the calibration's for --gpu, else the GPU's");
+  set.toggle("--calibrate", f.calibrate,
+             "Measure this machine's GPUs instead of planning: dtrain bench train (llama-1b, one GPU) and, with "
+             "several GPUs, dtrain bench allreduce at 1 GiB; the fitted efficiency and bus bandwidth go to "
+             "--calibration, which later plans for the same --gpu read");
+  set.path("--calibration", f.calibration,
+           "The calibration file --calibrate writes and plans read (default: "
+           "$XDG_CONFIG_HOME/dtrain/plan-calibration.json, else ~/.config/dtrain/plan-calibration.json)");
   set.number("--inter-node-gbs", f.inter_node_gbs, "Bus bandwidth per GPU across nodes, GB/s (400 Gb/s NICs: ~45)")
       .range(0.001, 1e6);
   set.text("--price", f.prices,
@@ -139,8 +151,46 @@ plan::Cluster clusterOf(const PlanFlags& f) {
   }
   c.intra_node_gbs = f.intra_node_gbs;
   c.inter_node_gbs = f.inter_node_gbs;
-  c.efficiency = f.efficiency;
+  c.efficiency = f.efficiency > 0 ? f.efficiency : plan::kDefaultEfficiency;
   return c;
+}
+
+// The calibration file's constants over the defaults, where it is for
+// this --gpu and the flags did not set them; what it did, as JSON
+// ({"path", "used", and the file's fields or "why" not}).
+nlohmann::json applyCalibration(const PlanFlags& f, plan::Cluster& c) {
+  const std::string path = f.calibration.empty() ? plan::defaultCalibrationPath() : f.calibration;
+  const std::optional<plan::Calibration> cal = plan::readCalibration(path);
+  nlohmann::json out = {{"path", path}, {"used", false}};
+  if (!cal) {
+    if (!f.calibration.empty()) throw ConfigError("--calibration " + path + ": no such file; write it with --calibrate");
+    out["why"] = "no calibration file";
+    return out;
+  }
+  if (cal->gpu != c.gpu.name) {
+    out["why"] = "it is for " + cal->gpu + ", not " + c.gpu.name;
+    return out;
+  }
+  out = plan::calibrationJson(*cal);
+  out["path"] = path;
+  out["used"] = f.efficiency <= 0 || (f.intra_node_gbs <= 0 && cal->intra_node_gbs > 0);
+  if (f.efficiency <= 0) c.efficiency = cal->efficiency;
+  if (f.intra_node_gbs <= 0 && cal->intra_node_gbs > 0) c.intra_node_gbs = cal->intra_node_gbs;
+  return out;
+}
+
+std::string calibrationText(const nlohmann::json& cal) {
+  if (!cal.value("used", false)) {
+    return "defaults (calibration " + cal["path"].get<std::string>() + ": " + cal.value("why", "flags given") + ")";
+  }
+  char text[96];
+  std::snprintf(text, sizeof(text), "efficiency %.3f%s", cal["efficiency"].get<double>(),
+                cal["intra_node_gbs"].get<double>() > 0
+                    ? (", all-reduce " + std::to_string(static_cast<int>(cal["intra_node_gbs"].get<double>())) +
+                       " GB/s").c_str()
+                    : "");
+  return std::string("calibrated: ") + text + " from " + cal["path"].get<std::string>() + " (" +
+         cal.value("gpu_name", "") + " on " + cal.value("host", "") + ", " + cal.value("date", "") + ")";
 }
 
 std::string layoutText(const plan::Layout& l) {
@@ -257,6 +307,7 @@ void printPlan(const PlanFlags& f, const plan::Cluster& cluster, const PlanSearc
               cluster.gpus_per_node, search.tried, search.refused, search.too_big, list.size());
   std::printf("# predicted at %.0f%% of the bf16 peak for the products (--efficiency); memory: dtrain's estimate "
               "with its 1 GiB + 5%% margin\n", 100 * cluster.efficiency);
+  std::printf("# constants: %s\n", calibrationText(out["calibration"]).c_str());
   std::string header = "| # | layout | GiB/GPU | tokens/s | MFU |";
   if (f.train_tokens > 0) {
     header += " time | GPU-hours |";
@@ -298,8 +349,10 @@ void printPlan(const PlanFlags& f, const plan::Cluster& cluster, const PlanSearc
 }
 
 int runPlan(const PlanFlags& f) {
+  if (f.calibrate) return runPlanCalibrate(f.calibration.empty() ? plan::defaultCalibrationPath() : f.calibration);
   if (f.model.name.empty()) throw ConfigError("dtrain plan needs --model, e.g. --model llama-8b");
-  const plan::Cluster cluster = clusterOf(f);
+  plan::Cluster cluster = clusterOf(f);
+  const nlohmann::json calibration = applyCalibration(f, cluster);
   const auto prices = parsePrices(f.prices);
   if (f.site.given() && f.site.power_kw_per_node <= 0) {
     throw ConfigError("--capex needs --power-kw-per-node (and --electricity-price) for the cost of owning");
@@ -316,7 +369,8 @@ int runPlan(const PlanFlags& f) {
     if (a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
     return a.memory_bytes < b.memory_bytes;
   });
-  const nlohmann::json out = planJson(f, cluster, search, prices);
+  nlohmann::json out = planJson(f, cluster, search, prices);
+  out["calibration"] = calibration;
   if (f.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;

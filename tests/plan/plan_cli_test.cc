@@ -3,9 +3,12 @@
 // in place of the text corpus), and every bad input an exit 2 naming it.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/support/command.h"
+#include "tests/support/temp_dir.h"
 
 namespace dtrain::testing {
 namespace {
@@ -48,6 +51,60 @@ TEST(PlanCliTest, TheLayoutsFitAndTheBestRunsAsPrinted) {
             std::string::npos) << table.output;
   EXPECT_NE(table.output.find("8410 power"), std::string::npos) << "8 kW x $0.12 x 8,760 h: " << table.output;
   EXPECT_NE(table.output.find("owning is cheaper above"), std::string::npos) << table.output;
+}
+
+// A calibration file (what --calibrate writes) sets the efficiency and bus
+// bandwidth of plans for its GPU, flags over it; one for another GPU is
+// named and left alone; a broken one is an exit 2 naming it; --calibrate
+// on a machine without NVIDIA GPUs says so and writes nothing.
+TEST(PlanCliTest, ACalibrationFileSetsTheConstantsOfItsGpu) {
+  TempDir dir("dtrain-plan-calibration");
+  const auto write = [&](const std::string& name, const nlohmann::json& j) {
+    std::ofstream(dir / name) << j.dump();
+    return dir / name;
+  };
+  const nlohmann::json h100 = {{"gpu", "h100"}, {"gpu_name", "NVIDIA H100 80GB HBM3"}, {"gpus", 8},
+                               {"efficiency", 0.9}, {"intra_node_gbs", 100.0}, {"host", "node7"},
+                               {"date", "2026-12-02T10:00:00Z"}};
+  const std::string own = write("h100.json", h100);
+  const auto plan = [&](const std::string& args) {
+    const CommandResult r = runCommand(dtrainBin() + kTiny + " --json " + args + " 2>&1", 60);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.output) : nlohmann::json::object();
+  };
+  const nlohmann::json calibrated = plan("--calibration " + own);
+  EXPECT_EQ(calibrated["efficiency"].get<double>(), 0.9);
+  EXPECT_TRUE(calibrated["calibration"]["used"].get<bool>());
+  EXPECT_EQ(calibrated["calibration"]["host"], "node7");
+  const nlohmann::json flagged = plan("--calibration " + own + " --efficiency 0.45");
+  EXPECT_EQ(flagged["efficiency"].get<double>(), 0.45) << "--efficiency over the file";
+  EXPECT_GT(calibrated["layouts"][0]["tokens_per_s"].get<double>(), flagged["layouts"][0]["tokens_per_s"].get<double>());
+
+  nlohmann::json h200 = h100;
+  h200["gpu"] = "h200";
+  const nlohmann::json other = plan("--calibration " + write("h200.json", h200));
+  EXPECT_EQ(other["efficiency"].get<double>(), 0.45);
+  EXPECT_FALSE(other["calibration"]["used"].get<bool>());
+  EXPECT_EQ(other["calibration"]["why"], "it is for h200, not h100");
+  const CommandResult table = runCommand(dtrainBin() + kTiny + " --calibration " + own + " 2>&1", 60);
+  EXPECT_NE(table.output.find("# constants: calibrated: efficiency 0.900, all-reduce 100 GB/s from " + own),
+            std::string::npos) << table.output;
+
+  nlohmann::json broken = h100;
+  broken["efficiency"] = 3;
+  const std::string bad = write("bad.json", broken);
+  CommandResult r = runCommand(dtrainBin() + kTiny + " --calibration " + bad + " 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("calibration " + bad + ": \"efficiency\" must be a number from 0.01 to 1"),
+            std::string::npos) << r.output;
+  r = runCommand(dtrainBin() + kTiny + " --calibration " + (dir / "missing.json") + " 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("no such file; write it with --calibrate"), std::string::npos) << r.output;
+  r = runCommand("env -u LD_LIBRARY_PATH " + dtrainBin() + " plan --calibrate --calibration " + (dir / "new.json") +
+                     " 2>&1", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("measures this machine's NVIDIA GPUs, and finds none"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::ifstream(dir / "new.json").good()) << "nothing written";
 }
 
 TEST(PlanCliTest, BadInputIsAnExitTwoNamingIt) {

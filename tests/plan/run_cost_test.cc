@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "models/lm_config.h"
 #include "models/lm_counts.h"
+#include "plan/calibration.h"
 #include "plan/gpu_catalog.h"
 #include "plan/run_cost.h"
 #include "plan/step_model.h"
@@ -90,6 +91,35 @@ TEST(StepModelTest, ComputeBubbleAndCommunication) {
   dp16.dp = 16;
   EXPECT_NEAR(predictStep(llama, two, dp16, tokens).data_s, 2 * 15.0 / 16 * 4 *
                   static_cast<double>(models::parameterCount(llama)) / (two.inter_node_gbs * 1e9), 1e-9);
+}
+
+// NVIDIA's device names (nvidia-smi's, NVML's) to the catalog; a
+// calibration round-trips through its JSON; a field out of range is named.
+TEST(CalibrationTest, NamesMapAndTheFileRoundTrips) {
+  EXPECT_EQ(catalogNameOf("NVIDIA H200"), "h200");
+  EXPECT_EQ(catalogNameOf("NVIDIA H100 80GB HBM3"), "h100");
+  EXPECT_EQ(catalogNameOf("NVIDIA A100-SXM4-40GB"), "a100-40g");
+  EXPECT_EQ(catalogNameOf("NVIDIA A100-SXM4-80GB"), "a100-80g");
+  EXPECT_EQ(catalogNameOf("NVIDIA L40S"), "l40s");
+  EXPECT_EQ(catalogNameOf("Tesla V100-SXM2-32GB"), "");
+  Calibration c;
+  c.gpu = "h200";
+  c.gpu_name = "NVIDIA H200";
+  c.gpus = 4;
+  c.efficiency = 0.5;
+  c.intra_node_gbs = 353;
+  c.tokens_per_s = 60426;
+  const Calibration back = calibrationFromJson(calibrationJson(c), "f.json");
+  EXPECT_EQ(calibrationJson(back), calibrationJson(c));
+  nlohmann::json broken = calibrationJson(c);
+  broken["intra_node_gbs"] = "fast";
+  try {
+    calibrationFromJson(broken, "f.json");
+    ADD_FAILURE() << "a string bandwidth was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(e.message().find("calibration f.json: \"intra_node_gbs\" must be a number"), std::string::npos)
+        << e.message();
+  }
 }
 
 }  // namespace
