@@ -1,5 +1,6 @@
 // `dtrain train --dataset chat` as a process: a tiny llama fine-tuned on a
-// JSONL fixture (with LoRA), bad records refused by file and line or
+// JSONL fixture (with LoRA; and imported from a Hugging Face directory with
+// its own tokenizer), bad records refused by file and line or
 // skipped under --max-bad-records, and a two-rank run resumed from a
 // mid-epoch checkpoint ending with the bits of an uninterrupted one.
 #include <gtest/gtest.h>
@@ -109,6 +110,25 @@ TEST(ChatRunsTest, ATinyLlamaFineTunesOnJsonlConversationsWithLora) {
   EXPECT_TRUE(contains(r.output, "with LoRA adapters")) << r.output;
   EXPECT_TRUE(contains(r.output, "validation")) << r.output;
   EXPECT_TRUE(contains(r.output, "conversations in")) << r.output;  // the packing's line
+}
+
+// A Hugging Face directory (exported here from a chat run, with the
+// tokenizer beside it) fine-tuned with LoRA: --init-from's tokenizer and
+// its chat template, no --tokenizer-dir.
+TEST(ChatRunsTest, AnImportedModelFineTunesOnConversationsWithItsOwnTokenizer) {
+  ChatFixture f;
+  const std::string ckpt = f.root / "ckpt", hf = f.root / "hf";
+  auto r = runCommand(trainOne(f.args() + "--max-steps 1 --checkpoint-dir " + ckpt), 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = runCommand(dtrainBin() + " checkpoint export " + ckpt + " --format hf --out " + hf + " 2>&1", 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  writeByteChatTokenizer(hf);
+  r = runCommand(trainOne("--init-from " + hf + " --lora-rank 2 --seq-len 64 --dataset chat --data-dir " + f.data +
+                          " --batch-size 4 --max-steps 2 --progress none"),
+                 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "llama from " + hf)) << r.output;
+  EXPECT_TRUE(contains(r.output, "(llama3 template)")) << r.output;
 }
 
 TEST(ChatRunsTest, BadRecordsAreNamedByFileAndLineAndStopTheRunOverTheLimit) {
