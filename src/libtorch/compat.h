@@ -115,6 +115,26 @@ inline at::Tensor causalScaledDotProductAttention(const at::Tensor& q, const at:
 #endif
 }
 
+// Scaled-dot-product attention under a boolean mask `allowed` (true: the
+// query may read the key), broadcast to [batch, heads, queries, keys]; every
+// query row must allow at least one key. Packed samples' block-diagonal
+// causal mask goes through here. libtorch 2.x: SDPA with attn_mask (on CUDA
+// its memory-efficient or math kernel: flash attention takes no mask); 1.13:
+// the same mathematics spelled out as above.
+inline at::Tensor maskedScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                  const at::Tensor& allowed) {
+#if DTRAIN_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, allowed, /*dropout_p=*/0.0, /*is_causal=*/false);
+#else
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const at::ScalarType compute = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor scores = at::matmul(q.to(compute), k.to(compute).transpose(-2, -1)) /
+                      std::sqrt(static_cast<double>(q.size(-1)));
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  return at::matmul(at::softmax(scores, -1), v.to(compute)).to(q.scalar_type());
+#endif
+}
+
 }  // namespace dtrain::compat
 
 // CUDA graph capture (train/ only, in CUDA builds). libtorch 2.x lets the

@@ -35,7 +35,10 @@ class Gpt2Attention : public nn::Module {
     const torch::Tensor product = split != nullptr ? split->columnLinears(x, {c_attn->weight}, {c_attn->bias})[0]
                                                    : blockLinear(*seams_, x, c_attn->weight, c_attn->bias);
     const std::vector<torch::Tensor> qkv = byHead(product);
-    return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), product);
+    const ops::PackedDocuments& documents = seams_->documents;
+    return output(documents.defined() ? ops::documentAttention(qkv[0], qkv[1], qkv[2], documents)
+                                      : ops::causalAttention(qkv[0], qkv[1], qkv[2]),
+                  product);
   }
 
   // forward for new positions, earlier keys and values from the slot.
@@ -173,7 +176,12 @@ void Gpt2::initWeights() {
   }
 }
 
-torch::Tensor Gpt2::embed(const torch::Tensor& tokens) { return embedAt(tokens, 0); }
+// Packed samples: each token's learned position is its position in its sample.
+torch::Tensor Gpt2::embed(const torch::Tensor& tokens) {
+  const ops::PackedDocuments& documents = seams()->documents;
+  if (documents.defined()) return wte_->forward(tokens) + wpe_->forward(documents.positions);
+  return embedAt(tokens, 0);
+}
 
 torch::Tensor Gpt2::embedAt(const torch::Tensor& tokens, int64_t first_position) {
   const torch::Tensor positions = torch::arange(first_position, first_position + tokens.size(1), tokens.options());

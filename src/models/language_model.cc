@@ -141,6 +141,7 @@ std::vector<std::vector<torch::Tensor>> LanguageModel::shardingUnits() {
 }
 
 torch::Tensor LanguageModel::forward(torch::Tensor tokens) {
+  seams_->documents = {};
   if (TensorSplit* split = tensorSplit()) return split->classifier(hidden(tokens), outputWeight());
   return ops::classifier(hidden(tokens), outputWeight());
 }
@@ -169,13 +170,47 @@ torch::Tensor LanguageModel::forwardCached(const torch::Tensor& tokens, KvCache&
   return ops::classifier(finalNorm(x), outputWeight());
 }
 
-torch::Tensor LanguageModel::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+void LanguageModel::checkTargets(const torch::Tensor& tokens, const torch::Tensor& targets) const {
   if (!targets.sizes().equals(tokens.sizes()) || targets.scalar_type() != torch::kLong) {
     throw ConfigError("language model '" + config_.name + "': targets must be int64 of the tokens' shape " +
                       shapeText(tokens) + ", got " + std::string(c10::toString(targets.scalar_type())) + " " +
                       shapeText(targets));
   }
+}
+
+torch::Tensor LanguageModel::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  checkTargets(tokens, targets);
+  seams_->documents = {};
   return lossOf(forwardBlocks(embedStream(tokens), 0, static_cast<int64_t>(blocks_.size())), targets);
+}
+
+void LanguageModel::setDocuments(const torch::Tensor& tokens, const torch::Tensor& positions) {
+  checkTokens(tokens);
+  if (!positions.defined()) {
+    seams_->documents = {};
+    return;
+  }
+  if (!positions.sizes().equals(tokens.sizes())) {
+    throw ConfigError("language model '" + config_.name + "': packed samples' positions must have the tokens' " +
+                      "shape " + shapeText(tokens) + ", got " + shapeText(positions));
+  }
+  if (tensorSplit() != nullptr) {
+    throw ConfigError("language model '" + config_.name + "': packed samples run on a whole model, not on one "
+                      "split over tensor-parallel ranks");
+  }
+  seams_->documents = ops::packedDocuments(positions);
+}
+
+torch::Tensor LanguageModel::packedLoss(const torch::Tensor& tokens, const torch::Tensor& targets,
+                                        const torch::Tensor& positions) {
+  checkTargets(tokens, targets);
+  setDocuments(tokens, positions);
+  return lossOf(forwardBlocks(embedStream(tokens), 0, static_cast<int64_t>(blocks_.size())), targets);
+}
+
+torch::Tensor LanguageModel::forwardPacked(const torch::Tensor& tokens, const torch::Tensor& positions) {
+  setDocuments(tokens, positions);
+  return ops::classifier(hidden(tokens), outputWeight());
 }
 
 std::shared_ptr<LanguageModel> createLanguageModel(const LanguageModelConfig& config) {

@@ -66,9 +66,14 @@ class TransformerBlock : public torch::nn::Module {
 // What a model and its blocks read at every forward besides their
 // weights: the tensor split (models/tensor_split.h; null while the model
 // is whole) and the low-rank adapters (models/lora.h; none until addLora).
+// documents: the packed samples of the forward under way (undefined:
+// one sequence per row), set by packedLoss / forwardPacked and kept until
+// the next forward, so that activation checkpointing's recomputation in
+// backward sees the same.
 struct BlockSeams {
   TensorSplit* split = nullptr;
   LoraAdapters lora;
+  ops::PackedDocuments documents;
 };
 
 // x Wᵀ (+ b) of one of the blocks' linear layers on a whole model:
@@ -98,6 +103,16 @@ class LanguageModel : public Model {
   // Mean cross-entropy over all B x T positions of targets (int64, the
   // shape of tokens), computed in float32 whatever the logits' dtype.
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets) override;
+  // Packed samples (Model::packedLoss): each token attends only to the
+  // earlier tokens of its own sample, and its position (llama's rotary
+  // angle, gpt2's learned position) is its position within the sample, as
+  // Hugging Face's packed training with position_ids computes it. The mean
+  // is over the targets that are not -100. ConfigError for positions not of
+  // the tokens' shape, or on a model split over tensor-parallel ranks.
+  torch::Tensor packedLoss(const torch::Tensor& tokens, const torch::Tensor& targets,
+                           const torch::Tensor& positions) override;
+  // forward's logits for packed samples, as packedLoss reads them.
+  torch::Tensor forwardPacked(const torch::Tensor& tokens, const torch::Tensor& positions);
 
   // The forward in pieces, as a pipeline's stages run it:
   //   loss(tokens, targets) = lossOf(forwardBlocks(embedStream(tokens), 0, blocks().size()), targets).
@@ -153,7 +168,7 @@ class LanguageModel : public Model {
   explicit LanguageModel(LanguageModelConfig config);
   // Subclasses add their blocks in order while registering them.
   void addBlock(std::shared_ptr<TransformerBlock> block) { blocks_.push_back(std::move(block)); }
-  // What the blocks hold to read the split and the adapters.
+  // What the blocks hold to read the split, the adapters and the packed samples.
   std::shared_ptr<const BlockSeams> seams() const { return seams_; }
   // Where the adapter of `target` goes in block `block`; nullopt when the
   // family has no such layer.
@@ -164,6 +179,9 @@ class LanguageModel : public Model {
   torch::Tensor hidden(const torch::Tensor& tokens);
   // ConfigError unless tokens are int64 [batch, seq].
   void checkTokens(const torch::Tensor& tokens) const;
+  // The packed samples of the next forward (undefined positions: none).
+  void setDocuments(const torch::Tensor& tokens, const torch::Tensor& positions);
+  void checkTargets(const torch::Tensor& tokens, const torch::Tensor& targets) const;
 
   LanguageModelConfig config_;
   std::vector<std::shared_ptr<TransformerBlock>> blocks_;

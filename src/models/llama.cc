@@ -45,6 +45,11 @@ class LlamaAttention : public nn::Module {
                          : std::vector<torch::Tensor>{blockLinear(*seams_, x, wq->weight, {}),
                                                       blockLinear(*seams_, x, wk->weight, {}),
                                                       blockLinear(*seams_, x, wv->weight, {})};
+    const ops::PackedDocuments& documents = seams_->documents;
+    if (documents.defined()) {  // packed samples: positions and attention within each
+      const std::vector<torch::Tensor> qkv = byHead(products, rotary_->tableFor(x), documents.positions);
+      return output(ops::documentAttention(qkv[0], qkv[1], qkv[2], documents), products[0]);
+    }
     const std::vector<torch::Tensor> qkv = byHead(products, rotary_->tableFor(x));
     return output(ops::causalAttention(qkv[0], qkv[1], qkv[2]), products[0]);
   }
@@ -64,14 +69,18 @@ class LlamaAttention : public nn::Module {
   }
 
  private:
-  // q, k (rotated by the table's first rows) and v from the products of
-  // wq, wk, wv [B, T, ·], each [B, heads or kv_heads, T, head_dim] (those
-  // whose rows wq, wk, wv hold).
-  std::vector<torch::Tensor> byHead(const std::vector<torch::Tensor>& products, const ops::RotaryTable& table) {
+  // q, k (rotated by the table's first rows, or by the rows of `positions`
+  // [B, T] when given) and v from the products of wq, wk, wv [B, T, ·],
+  // each [B, heads or kv_heads, T, head_dim] (those whose rows wq, wk, wv hold).
+  std::vector<torch::Tensor> byHead(const std::vector<torch::Tensor>& products, const ops::RotaryTable& table,
+                                    const torch::Tensor& positions = {}) {
     const int64_t batch = products[0].size(0), seq = products[0].size(1);
     const int64_t heads = wq->weight.size(0) / head_dim_, kv_heads = wk->weight.size(0) / head_dim_;
-    const torch::Tensor q = ops::applyRotary(products[0].view({batch, seq, heads, head_dim_}), table);
-    const torch::Tensor k = ops::applyRotary(products[1].view({batch, seq, kv_heads, head_dim_}), table);
+    const auto rotate = [&](const torch::Tensor& t) {
+      return positions.defined() ? ops::applyRotaryAt(t, table, positions) : ops::applyRotary(t, table);
+    };
+    const torch::Tensor q = rotate(products[0].view({batch, seq, heads, head_dim_}));
+    const torch::Tensor k = rotate(products[1].view({batch, seq, kv_heads, head_dim_}));
     const torch::Tensor v = products[2].view({batch, seq, kv_heads, head_dim_});
     return {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)};
   }

@@ -75,6 +75,13 @@ class Model : public torch::nn::Module {
   // samples. Default: cross-entropy of forward(input) (in float32) against
   // class indices. Runs under whatever autocast scope the caller opened.
   virtual torch::Tensor loss(const torch::Tensor& input, const torch::Tensor& target);
+  // loss() of a batch whose rows each hold several samples (language
+  // models: positions int64 [B, T], each token's position within its
+  // sample, 0 where one starts; models/transformer_ops.h PackedDocuments):
+  // no token attends across samples. Targets of the ignore index -100 do
+  // not count. Default: ConfigError (the model cannot keep samples apart).
+  virtual torch::Tensor packedLoss(const torch::Tensor& input, const torch::Tensor& target,
+                                   const torch::Tensor& positions);
   // Floating-point operations of one training step (forward and backward)
   // per sample, a multiply-add counting 2: three times the forward's
   // convolutions and matrix products (backward computes two products per

@@ -66,6 +66,10 @@ torch::Tensor Model::loss(const torch::Tensor& input, const torch::Tensor& targe
   return torch::nn::functional::cross_entropy(forward(input).to(torch::kFloat), target);
 }
 
+torch::Tensor Model::packedLoss(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  throw ConfigError("this model cannot keep packed samples apart (packed batches are for language models)");
+}
+
 std::shared_ptr<Model> createModel(const std::string& name,
                                    const ModelOptions& options) {
   if (isLanguageModelName(name)) return createLanguageModel(namedLanguageModel(name, options.language_model));

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "common/error.h"
 #include "libtorch/compat.h"
 #include "models/fp8_linear.h"
 #include "models/fused_ops_cuda.h"
@@ -176,6 +177,47 @@ torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, co
         .reshape({t.size(0), t.size(1) * group, t.size(2), t.size(3)});
   };
   return compat::causalScaledDotProductAttention(q, widen(k), widen(v));
+}
+
+PackedDocuments packedDocuments(const torch::Tensor& positions) {
+  if (positions.dim() != 2 || positions.scalar_type() != torch::kLong) {
+    throw ConfigError("packed samples: positions must be int64 [batch, seq], got " +
+                      std::string(c10::toString(positions.scalar_type())) + " of " +
+                      std::to_string(positions.dim()) + " dimensions");
+  }
+  // A sample's index within its row: how many starts up to each token.
+  const torch::Tensor sample = positions.eq(0).cumsum(1);
+  const int64_t seq = positions.size(1);
+  const torch::Tensor causal =
+      torch::ones({seq, seq}, positions.options().dtype(torch::kBool)).tril();
+  const torch::Tensor same = sample.unsqueeze(2).eq(sample.unsqueeze(1));
+  return {positions, same.logical_and(causal).unsqueeze(1)};
+}
+
+torch::Tensor documentAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                const PackedDocuments& documents) {
+  Observed observed(OpKind::kAttention, q);
+  const int64_t group = q.size(1) / k.size(1);
+  if (group == 1) return compat::maskedScaledDotProductAttention(q, k, v, documents.allowed);
+  auto widen = [group](const torch::Tensor& t) {
+    return t.unsqueeze(2)
+        .expand({t.size(0), t.size(1), group, t.size(2), t.size(3)})
+        .reshape({t.size(0), t.size(1) * group, t.size(2), t.size(3)});
+  };
+  return compat::maskedScaledDotProductAttention(q, widen(k), widen(v), documents.allowed);
+}
+
+torch::Tensor applyRotaryAt(const torch::Tensor& x, const RotaryTable& table, const torch::Tensor& positions) {
+  Observed observed(OpKind::kRotary, x);
+  const int64_t batch = x.size(0), seq = x.size(1), half = x.size(3) / 2;
+  const torch::Tensor pairs = x.to(table.cos.scalar_type()).reshape({batch, seq, x.size(2), half, 2});
+  const torch::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
+  // [batch, seq, 1, half]: each token's row, broadcast over the heads.
+  const torch::Tensor rows = positions.reshape({-1});
+  const torch::Tensor cos = table.cos.index_select(0, rows).view({batch, seq, 1, half});
+  const torch::Tensor sin = table.sin.index_select(0, rows).view({batch, seq, 1, half});
+  const torch::Tensor rotated = torch::stack({even * cos - odd * sin, even * sin + odd * cos}, -1);
+  return rotated.flatten(-2).to(x.scalar_type());
 }
 
 torch::Tensor classifier(const torch::Tensor& hidden, const torch::Tensor& weight) {

@@ -92,6 +92,30 @@ torch::Tensor applyRotary(const torch::Tensor& x, const RotaryTable& table);
 // grouped-query attention). Through compat.h: SDPA on libtorch 2.x.
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
+// Several samples packed into each row (instruction data): which tokens
+// belong together. positions int64 [batch, seq] is each token's position
+// within its sample, 0 where a sample starts (Hugging Face's position_ids
+// of packed training); allowed bool [batch, 1, seq, seq] is the
+// block-diagonal causal mask: query i reads key j when j <= i and no sample
+// starts in (j, i].
+struct PackedDocuments {
+  torch::Tensor positions;
+  torch::Tensor allowed;
+  bool defined() const { return positions.defined(); }
+};
+// ConfigError unless positions is int64 [batch, seq] (on any device).
+PackedDocuments packedDocuments(const torch::Tensor& positions);
+
+// causalAttention restricted to each query's own sample (documents.allowed),
+// through compat.h's masked SDPA.
+torch::Tensor documentAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                const PackedDocuments& documents);
+
+// applyRotary with each token turned by its own position (positions
+// [batch, seq], rows of the table) instead of 0..seq-1; libtorch operations
+// on every device.
+torch::Tensor applyRotaryAt(const torch::Tensor& x, const RotaryTable& table, const torch::Tensor& positions);
+
 // The output head: logits = hidden Wᵀ, [..., vocab].
 torch::Tensor classifier(const torch::Tensor& hidden, const torch::Tensor& weight);
 

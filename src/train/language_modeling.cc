@@ -29,7 +29,7 @@ class TokenBatches : public BatchSource {
   std::optional<TrainBatch> next() override {
     std::optional<data::TokenBatch> batch = dataset_.next();
     if (!batch) return std::nullopt;
-    return TrainBatch{batch->inputs, batch->targets, batch->index, batch->rows};
+    return TrainBatch{batch->inputs, batch->targets, {}, batch->index, batch->rows};
   }
   std::string describe() const override { return ", " + dataset_.describe(); }
 
@@ -59,6 +59,9 @@ LanguageModelTask::LanguageModelTask(const DataOptions& data, const ModelSpec& m
                       "not '" + datasetName(options_.dataset) + "'");
   }
 }
+
+LanguageModelTask::LanguageModelTask(const DataOptions& data, const ModelSpec& model, uint64_t seed, ChatData)
+    : options_(data), spec_(model), seed_(seed), config_(languageModelConfig(model)), lora_(loraConfigOf(model.lora)) {}
 
 void LanguageModelTask::openText() {
   // The tokenizer the flags name ("" for none): data::makeTokenizer and the
@@ -120,6 +123,11 @@ void LanguageModelTask::makeSynthetic() {
 }
 
 std::string LanguageModelTask::describe() const {
+  return modelDescription() + " on " + train_->describe() +
+         (val_ ? ", validation " + val_->describe() : ", no validation data");
+}
+
+std::string LanguageModelTask::modelDescription() const {
   const std::string name = spec_.lm.init_from.empty()
                                ? spec_.name
                                : std::string(models::lmFamilyName(config_.family)) + " from " + spec_.lm.init_from;
@@ -128,8 +136,7 @@ std::string LanguageModelTask::describe() const {
                                  models::loraMetadata(lora_).at("alpha") + ", " + models::loraTargetsText(lora_.targets) +
                                  "; the rest frozen)";
   return name + " (" + std::to_string(config_.layers) + " layers, dim " + std::to_string(config_.dim) +
-         ", seq " + std::to_string(config_.seq_len) + ", vocab " + std::to_string(config_.vocab_size) + ")" + lora +
-         " on " + train_->describe() + (val_ ? ", validation " + val_->describe() : ", no validation data");
+         ", seq " + std::to_string(config_.seq_len) + ", vocab " + std::to_string(config_.vocab_size) + ")" + lora;
 }
 
 std::shared_ptr<models::Model> LanguageModelTask::makeModel() const {

@@ -48,11 +48,20 @@ class LanguageModelTask : public Task {
   const std::string& tokenizer() const { return tokenizer_; }
   const std::string& tokenizerPath() const { return tokenizer_path_; }
 
+ protected:
+  // --dataset chat: the model and its shape as for text, the data left to
+  // the chat task (train/chat_modeling.h).
+  struct ChatData {};
+  LanguageModelTask(const DataOptions& data, const ModelSpec& model, uint64_t seed, ChatData);
+  // "llama (2 layers, dim 64, ...)[ with LoRA adapters ...]": describe() without the data.
+  std::string modelDescription() const;
+
  private:
   void openText();
   void nameShardTokenizer();
   void makeSynthetic();
 
+ protected:
   DataOptions options_;
   ModelSpec spec_;
   uint64_t seed_;

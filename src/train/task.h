@@ -24,6 +24,9 @@ namespace dtrain {
 struct TrainBatch {
   torch::Tensor inputs;
   torch::Tensor targets;
+  // Rows of packed samples (the chat task): each token's position within
+  // its sample (models::Model::packedLoss); undefined otherwise.
+  torch::Tensor positions;
   int64_t index = 0;    // batch number within the epoch, 0-based
   int64_t samples = 0;  // samples in this batch on this rank
 };

@@ -32,7 +32,11 @@ const Words<DatasetKind> kDatasets = {{"fashion-mnist", DatasetKind::kFashionMni
                                       {"mnist", DatasetKind::kMnist},
                                       {"cifar10", DatasetKind::kCifar10},
                                       {"synthetic", DatasetKind::kSynthetic},
-                                      {"text", DatasetKind::kText}};
+                                      {"text", DatasetKind::kText},
+                                      {"chat", DatasetKind::kChat}};
+const Words<data::ChatTemplate> kChatTemplates = {{"auto", data::ChatTemplate::kAuto},
+                                                  {"llama3", data::ChatTemplate::kLlama3},
+                                                  {"chatml", data::ChatTemplate::kChatml}};
 const Words<TokenizerKind> kTokenizers = {
     {"byte", TokenizerKind::kByte},
     {"gpt2", TokenizerKind::kGpt2},
@@ -205,14 +209,30 @@ void declareParallel(OptionSet& set, ParallelOptions& o) {
 
 void declareData(OptionSet& set, DataOptions& o) {
   set.choice("--dataset", o.dataset, kDatasets,
-             "The data set (text: token shards for language models)");
+             "The data set (text: token shards for language models; chat: JSONL conversations for "
+             "instruction tuning, docs/chat-data.md)");
   set.path("--data-dir", o.data_dir,
            "Directory of the data set's files (fashion-mnist default: /usr/share/datasets/fashion-mnist; text: "
-           "token shards in llm.c's format, default: the fortunes corpus from /usr/share/games/fortunes)")
+           "token shards in llm.c's format, default: the fortunes corpus from /usr/share/games/fortunes; chat: "
+           "*.jsonl files of {\"messages\": [...]} or {\"prompt\", \"completion\"} records)")
       .existingDirectory();
   set.path("--val-data", o.val_data,
            "Text: validation token shards (a directory, a shard or a glob; default: the *_val_* shards of "
-           "--data-dir)");
+           "--data-dir); chat: a JSONL file or a directory of them held out for validation (default: "
+           "--val-fraction of --data-dir's records)");
+  set.choice("--chat-template", o.chat_template, kChatTemplates,
+             "Chat: how conversations are rendered: llama3 (Meta Llama 3 Instruct's headers and <|eot_id|>), "
+             "chatml (<|im_start|>role ... <|im_end|>), or auto: the chat_template of the tokenizer directory's "
+             "tokenizer_config.json when it is one of them, else the one whose special tokens the tokenizer has");
+  set.number("--val-fraction", o.val_fraction,
+             "Chat: the share of --data-dir's records held out for validation, chosen by a hash of each record's "
+             "text (the same records whatever the seed, file order or ranks; 0: none; ignored with --val-data)")
+      .range(0, 0.5);
+  set.integer("--max-bad-records", o.max_bad_records,
+              "Chat: records that cannot be used (invalid JSON, no messages, an unknown or missing role, no "
+              "assistant message, longer than --seq-len) a run goes on without, with a warning; more stop it "
+              "with exit 2, naming them by file and line")
+      .range(0, int64_t{1} << 40);
   declareTokenizerChoice(set, o.tokenizer,
                          "Text: how the default corpus (Debian's fortunes) is tokenized; with --data-dir, the "
                          "shards' tokenizer, named in the checkpoints for `dtrain generate` (default: the one in "
@@ -446,15 +466,17 @@ namespace {
 void checkModelAndData(const ModelSpec& model, DatasetKind dataset) {
   if (isLanguageModel(model)) {
     languageModelConfig(model);  // names the flag that is out of range
-    if (dataset != DatasetKind::kText && dataset != DatasetKind::kSynthetic) {
+    if (dataset != DatasetKind::kText && dataset != DatasetKind::kSynthetic && dataset != DatasetKind::kChat) {
       throw ConfigError("--model " + model.name + " is a language model: it trains on --dataset text (token "
-                        "shards in --data-dir, or the fortunes corpus) or --dataset synthetic, not '" +
+                        "shards in --data-dir, or the fortunes corpus), chat (JSONL conversations) or --dataset "
+                        "synthetic, not '" +
                         datasetName(dataset) + "'");
     }
     return;
   }
-  if (dataset == DatasetKind::kText) {
-    throw ConfigError("--dataset text is for language models (--model gpt2, llama, ...), not --model " + model.name);
+  if (dataset == DatasetKind::kText || dataset == DatasetKind::kChat) {
+    throw ConfigError("--dataset " + std::string(datasetName(dataset)) +
+                      " is for language models (--model gpt2, llama, ...), not --model " + model.name);
   }
   const LanguageModelSpec& lm = model.lm;
   if (lm.layers || lm.dim || lm.heads || lm.kv_heads || lm.ffn_dim || lm.seq_len || lm.vocab_size ||
@@ -477,6 +499,25 @@ void checkPipelineRun(const TrainOptions& options) {
   if (options.data.tokens_per_step > 0) {
     throw ConfigError("--tokens-per-step with --pp " + std::to_string(p.pp) +
                       ": a pipeline accumulates its --microbatches; set --batch-size to the step's rows instead");
+  }
+}
+
+// What packed conversations cannot run with, and what they need.
+void checkChatRun(const TrainOptions& options) {
+  const DataOptions& d = options.data;
+  if (d.dataset != DatasetKind::kChat) return;
+  if (options.parallel.pp > 1 || options.parallel.tp > 1) {
+    throw ConfigError(std::string("--dataset chat with ") + (options.parallel.pp > 1 ? "--pp" : "--tp") +
+                      ": packed conversations (their block-diagonal attention and per-sample positions) run "
+                      "with data parallelism only (--shard, --dp-replicate), not split over pipeline or "
+                      "tensor-parallel ranks yet");
+  }
+  if (d.data_dir.empty()) {
+    throw ConfigError("--dataset chat needs --data-dir: a directory of *.jsonl conversations");
+  }
+  if (d.tokenizer_dir.empty() && options.model.lm.init_from.empty()) {
+    throw ConfigError("--dataset chat needs a tokenizer with the chat template's special tokens: --tokenizer-dir "
+                      "(a Hugging Face tokenizer.json directory), or --init-from a model directory that has one");
   }
 }
 
@@ -521,6 +562,7 @@ void checkTrainOptions(const TrainOptions& options) {
   }
   checkParallelOptions(options.parallel, plannedModel(options.model));  // the combinations any world size refuses
   checkPipelineRun(options);
+  checkChatRun(options);
   checkLoraRun(options);
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "checkpoint/meta_checks.h"  // kMaxBatch, kMaxEpochs, kMaxSteps
+#include "data/chat_template.h"      // ChatTemplate (an enum; no code of data/ is linked)
 #include "parallel/parallel_plan.h"    // ParallelOptions, ComputePrecision
 
 namespace dtrain {
@@ -22,7 +23,7 @@ class OptionSet;
 // The choices of the flags, each parsed once into its enum. The ...Name
 // functions give a value's word as the flag spells it (and as files and
 // library calls that take words, such as data::makeTokenizer, want it).
-enum class DatasetKind { kFashionMnist, kMnist, kCifar10, kSynthetic, kText };
+enum class DatasetKind { kFashionMnist, kMnist, kCifar10, kSynthetic, kText, kChat };
 // kUnset: not given (dtrain train: byte, or the kind --tokenizer-dir holds,
 // and on token shards the shards' own; dtrain generate: the checkpoint's).
 enum class TokenizerKind { kByte, kGpt2, kSentencePiece, kHf, kUnset };
@@ -64,6 +65,11 @@ struct DataOptions {
   std::string cache_dir;                  // where the tokenized embedded corpus is kept
   int64_t tokens_per_step = 0;            // global tokens per optimizer step (0: one micro-batch per rank)
   int64_t eval_batches = 0;               // validation batches per rank per evaluation (0: all)
+  // Chat (instruction data, docs/chat-data.md): JSONL conversations in
+  // --data-dir (or --val-data for the held-out ones).
+  data::ChatTemplate chat_template = data::ChatTemplate::kAuto;
+  double val_fraction = 0.05;             // records held out for validation (without --val-data)
+  int64_t max_bad_records = 0;            // bad records a run goes on with
 };
 
 // A language model's shape over its named size (0: the size's own value).

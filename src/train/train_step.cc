@@ -35,7 +35,7 @@ struct TrainStep::Graph {
 #if DTRAIN_TORCH_CUDA
   at::cuda::CUDAGraph graph;
 #endif
-  torch::Tensor inputs, targets;  // static inputs the graph reads
+  StepBatch batch;  // static inputs the graph reads
 };
 
 JobStreamGuard::JobStreamGuard(torch::Device device) {
@@ -97,18 +97,23 @@ std::string TrainStep::graphStatus() const {
   return "captured " + std::to_string(graphs_.size()) + " graph(s)";
 }
 
-torch::Tensor TrainStep::forwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets) {
+torch::Tensor TrainStep::modelLoss(const torch::Tensor& inputs, const torch::Tensor& targets,
+                                   const torch::Tensor& positions) {
+  AutocastGuard autocast(device_, options_.precision);
+  return positions.defined() ? model_.packedLoss(inputs, targets, positions) : model_.loss(inputs, targets);
+}
+
+torch::Tensor TrainStep::forwardBackward(const StepBatch& batch) {
   const int64_t parts = options_.accumulation;
+  const torch::Tensor& inputs = batch.inputs;
+  const torch::Tensor& targets = batch.targets;
   if (options_.forward_backward) {  // the schedule interleaves forwards and backwards and names them
+    if (batch.positions.defined()) throw ConfigError("packed samples cannot run through a pipeline's schedule");
     return options_.forward_backward(inputs, targets, [this](const char* phase) { mark(phase); });
   }
   if (parts == 1) {
     mark("forward");
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(device_, options_.precision);
-      loss = model_.loss(inputs, targets);
-    }
+    const torch::Tensor loss = modelLoss(inputs, targets, batch.positions);
     mark("backward");
     scaler_.scale(loss).backward();
     return loss.detach();
@@ -120,14 +125,13 @@ torch::Tensor TrainStep::forwardBackward(const torch::Tensor& inputs, const torc
   }
   const std::vector<torch::Tensor> input_parts = inputs.chunk(parts);
   const std::vector<torch::Tensor> target_parts = targets.chunk(parts);
+  const std::vector<torch::Tensor> position_parts =
+      batch.positions.defined() ? batch.positions.chunk(parts) : std::vector<torch::Tensor>(parts);
   torch::Tensor loss_sum;
   for (int64_t k = 0; k < parts; ++k) {
     mark("forward");
-    torch::Tensor loss;
-    {
-      AutocastGuard autocast(device_, options_.precision);
-      loss = model_.loss(input_parts[k], target_parts[k]) / static_cast<double>(parts);
-    }
+    const torch::Tensor loss =
+        modelLoss(input_parts[k], target_parts[k], position_parts[k]) / static_cast<double>(parts);
     mark("backward");
     if (k + 1 < parts) {
       auto no_sync = dp_.noSync();
@@ -140,9 +144,9 @@ torch::Tensor TrainStep::forwardBackward(const torch::Tensor& inputs, const torc
   return loss_sum;
 }
 
-void TrainStep::body(const torch::Tensor& inputs, const torch::Tensor& targets) {
+void TrainStep::body(const StepBatch& batch) {
   optimizer_.zeroGrad();
-  const torch::Tensor loss = forwardBackward(inputs, targets);
+  const torch::Tensor loss = forwardBackward(batch);
   if (options_.replica_communicator) reduceAcrossReplicas();
   mark("optimizer");
   if (options_.clip_grad_norm > 0) clipGradients();
@@ -227,8 +231,8 @@ void TrainStep::clipTensorParallel(const std::vector<FlatSlab>& held) {
   clipGradsWithNorm(held, squares.clamp_min(0).sqrt().reshape({}), options_.clip_grad_norm);
 }
 
-void TrainStep::eager(const torch::Tensor& inputs, const torch::Tensor& targets) {
-  body(inputs, targets);
+void TrainStep::eager(const StepBatch& batch) {
+  body(batch);
   if (optimizer_.capturable()) {
     optimizer_.countStep();
   } else if (device_.is_cuda() && !scaler_.enabled()) {
@@ -240,45 +244,46 @@ void TrainStep::eager(const torch::Tensor& inputs, const torch::Tensor& targets)
   ++eager_steps_;
 }
 
-void TrainStep::run(const torch::Tensor& inputs, const torch::Tensor& targets) {
+void TrainStep::run(const StepBatch& batch) {
   last_graphed_ = false;
   if (!options_.cuda_graphs || !fallback_.empty()) {
-    eager(inputs, targets);
+    eager(batch);
     return;
   }
-  const int64_t batch = inputs.size(0);
-  auto it = graphs_.find(batch);
+  const int64_t key = batch.inputs.size(0) * 2 + (batch.positions.defined() ? 1 : 0);
+  auto it = graphs_.find(key);
   if (it == graphs_.end()) {
-    if (seen_[batch] < options_.warmup_steps || !capture(batch, inputs, targets)) {
-      ++seen_[batch];
-      eager(inputs, targets);
+    if (seen_[key] < options_.warmup_steps || !capture(key, batch)) {
+      ++seen_[key];
+      eager(batch);
       return;
     }
-    it = graphs_.find(batch);
+    it = graphs_.find(key);
   }
-  replay(*it->second, inputs, targets);
+  replay(*it->second, batch);
 }
 
-void TrainStep::replay(Graph& graph, const torch::Tensor& inputs, const torch::Tensor& targets) {
+void TrainStep::replay(Graph& graph, const StepBatch& batch) {
 #if DTRAIN_TORCH_CUDA
   mark("step (CUDA graph replay)");
-  graph.inputs.copy_(inputs, /*non_blocking=*/true);
-  graph.targets.copy_(targets, /*non_blocking=*/true);
+  graph.batch.inputs.copy_(batch.inputs, /*non_blocking=*/true);
+  graph.batch.targets.copy_(batch.targets, /*non_blocking=*/true);
+  if (batch.positions.defined()) graph.batch.positions.copy_(batch.positions, /*non_blocking=*/true);
   graph.graph.replay();
   mark("end");
   last_graphed_ = true;
   optimizer_.countStep();
   ++graphed_steps_;
 #else
-  (void)graph, (void)inputs, (void)targets;
+  (void)graph, (void)batch;
 #endif
 }
 
 // Captures one step of `batch` samples; the step itself is not run (the
 // caller replays the graph). False, with fallback_ set, when capture failed.
-bool TrainStep::capture(int64_t batch, const torch::Tensor& inputs, const torch::Tensor& targets) {
+bool TrainStep::capture(int64_t key, const StepBatch& batch) {
 #if !DTRAIN_TORCH_CUDA
-  (void)batch, (void)inputs, (void)targets;
+  (void)key, (void)batch;
   fallback_ = "this build of dtrain has no CUDA support";
   return false;
 #else
@@ -294,15 +299,17 @@ bool TrainStep::capture(int64_t batch, const torch::Tensor& inputs, const torch:
   // this step runs while the stream is being captured.
   DTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
   auto g = std::make_unique<Graph>();
-  g->inputs = inputs.clone();
-  g->targets = targets.clone();
+  g->batch.inputs = batch.inputs.clone();
+  g->batch.targets = batch.targets.clone();
+  if (batch.positions.defined()) g->batch.positions = batch.positions.clone();
   GradSyncObserver* const observer = dp_.observer();
   dp_.setObserver(nullptr);
   const bool captured = captureInto(*g);
   dp_.setObserver(observer);
   if (!captured) return false;
-  DTRAIN_LOG_DEBUG("captured the training step for batch " << batch);
-  graphs_[batch] = std::move(g);
+  DTRAIN_LOG_DEBUG("captured the training step for batch " << batch.inputs.size(0)
+                                                         << (batch.positions.defined() ? " (packed samples)" : ""));
+  graphs_[key] = std::move(g);
   return true;
 #endif
 }
@@ -318,7 +325,7 @@ bool TrainStep::captureInto(Graph& g) {
     compat::beginGraphCapture(g.graph);
     capturing_ = true;
     try {
-      body(g.inputs, g.targets);
+      body(g.batch);
       capturing_ = false;
     } catch (...) {
       capturing_ = false;

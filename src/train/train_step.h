@@ -70,6 +70,16 @@ namespace dtrain {
 // becomes dtrain::Precision).
 Precision autocastPrecision(ComputePrecision precision);
 
+// What one step trains on: inputs and targets of the same rows, and for
+// rows of packed samples their positions (models::Model::packedLoss;
+// undefined: one sequence per row, Model::loss). Accumulation splits all
+// three by rows; a CUDA graph keeps static copies of all three.
+struct StepBatch {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+  torch::Tensor positions;
+};
+
 // Hears where a step is (see the contract). Must not throw.
 class StepObserver {
  public:
@@ -119,7 +129,8 @@ class TrainStep {
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
 
-  void run(const torch::Tensor& inputs, const torch::Tensor& targets);
+  void run(const torch::Tensor& inputs, const torch::Tensor& targets) { run(StepBatch{inputs, targets, {}}); }
+  void run(const StepBatch& batch);
   // Micro-batches per step (see the contract); before the first run().
   void setAccumulation(int64_t micro_batches);
   int64_t accumulation() const { return options_.accumulation; }
@@ -139,17 +150,19 @@ class TrainStep {
 
  private:
   struct Graph;
-  void eager(const torch::Tensor& inputs, const torch::Tensor& targets);
-  void body(const torch::Tensor& inputs, const torch::Tensor& targets);
+  void eager(const StepBatch& batch);
+  void body(const StepBatch& batch);
   void clipGradients();
   // Hybrid sharding: the mean of the held gradients over the replicas.
   void reduceAcrossReplicas();
   // The clip of a tensor-parallel job: each copy counted once.
   void clipTensorParallel(const std::vector<FlatSlab>& held);
   // Forward and backward of every micro-batch; the mean loss (detached).
-  torch::Tensor forwardBackward(const torch::Tensor& inputs, const torch::Tensor& targets);
-  void replay(Graph& graph, const torch::Tensor& inputs, const torch::Tensor& targets);
-  bool capture(int64_t batch, const torch::Tensor& inputs, const torch::Tensor& targets);
+  torch::Tensor forwardBackward(const StepBatch& batch);
+  // The model's loss of one micro-batch.
+  torch::Tensor modelLoss(const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions);
+  void replay(Graph& graph, const StepBatch& batch);
+  bool capture(int64_t key, const StepBatch& batch);
   bool captureInto(Graph& graph);
   void mark(const char* phase) {
     if (observer_ != nullptr && !capturing_) observer_->phase(phase);
@@ -163,7 +176,8 @@ class TrainStep {
   TrainStepOptions options_;
   torch::Tensor loss_sum_;
   std::string fallback_;                 // why graphs are off ("" = usable)
-  std::map<int64_t, int64_t> seen_;      // eager steps per batch size
+  // Per batch size (x 2, + 1 with positions): eager steps, and the graph.
+  std::map<int64_t, int64_t> seen_;
   std::map<int64_t, std::unique_ptr<Graph>> graphs_;
   int64_t graphed_steps_ = 0;
   int64_t eager_steps_ = 0;

@@ -19,6 +19,7 @@
 #include "train/job_checkpoint.h"
 #include "models/lm_counts.h"
 #include "train/device_memory_stats.h"
+#include "train/chat_modeling.h"
 #include "train/language_modeling.h"
 #include "plan/memory_estimate.h"
 #include "train/progress_display.h"
@@ -84,6 +85,9 @@ Watchers makeWatchers(const TrainOptions& o, TrainingJob& job, int64_t first_ste
 
 // The task the options describe: a language model's, or image classification.
 std::unique_ptr<Task> makeTask(const TrainOptions& o) {
+  if (isLanguageModel(o.model) && o.data.dataset == DatasetKind::kChat) {
+    return std::make_unique<ChatTask>(o.data, o.model, o.seed);
+  }
   if (isLanguageModel(o.model)) return std::make_unique<LanguageModelTask>(o.data, o.model, o.seed);
   return std::make_unique<ImageClassificationTask>(o.data, o.model, o.seed);
 }

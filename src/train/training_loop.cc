@@ -106,7 +106,7 @@ void TrainingLoop::trainStep(const TrainBatch& batch, int64_t epoch, Clock::time
   PipelineModel* pipeline = job_.pipeline();
   const bool reported = (index + 1) % settings_.log_every == 0 || index + 1 == total_steps_;
   if (pipeline != nullptr && reported) pipeline->startTiming();
-  job_.step().run(batch.inputs, batch.targets);
+  job_.step().run(StepBatch{batch.inputs, batch.targets, batch.positions});
   if (pipeline != nullptr && reported) last_bubble_ = pipeline->takeTiming().bubble();
   observers_.stepFinished(index, job_.step().lastStepGraphed());
   ++step_;

@@ -258,7 +258,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCommandLine{"unknown_model", "--model resnet9", "--model 'resnet9': unknown; expected one of mlp, cnn"},
         BadCommandLine{"unknown_dataset", "--dataset imagenet",
-                 "--dataset 'imagenet': unknown; expected one of fashion-mnist, mnist, cifar10, synthetic or text"},
+                       "--dataset 'imagenet': unknown; expected one of fashion-mnist, mnist, cifar10, synthetic, "
+                       "text or chat"},
         BadCommandLine{"missing_data_dir", "--data-dir /nonexistent/fmnist",
                  "--data-dir '/nonexistent/fmnist': no such directory; expected an existing directory"},
         BadCommandLine{"batch_size_zero", "--batch-size 0",

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
+#include "tests/support/text.h"
+
 namespace dtrain {
 namespace {
 
@@ -50,6 +53,27 @@ TEST(TrainOptionsTest, DefaultsResolveByModelKindAndKeepWhatWasGiven) {
   EXPECT_EQ(given.schedule.warmup_share, 0);
   EXPECT_EQ(given.schedule.min_lr, 0.01);
   EXPECT_EQ(describeOptimizer(given), "sgd lr 0.2 (momentum 0.9, weight decay 0.1, warm-up 7 steps, cosine to 0.01)");
+}
+
+// --dataset chat: what it needs and what it does not run with, refused
+// naming the flag.
+TEST(TrainOptionsTest, ChatRunsRefuseWhatTheyCannotRun) {
+  const auto errorWith = [](auto change) {
+    TrainOptions o;
+    o.model.name = "llama";
+    o.data.dataset = DatasetKind::kChat;
+    o.data.data_dir = "/tmp";
+    o.data.tokenizer_dir = "/tmp";
+    change(o);
+    return testing::configErrorOf([&] { checkTrainOptions(withModelDefaults(o)); });
+  };
+  EXPECT_EQ(errorWith([](TrainOptions&) {}), "");
+  EXPECT_TRUE(testing::contains(errorWith([](TrainOptions& o) { o.parallel.tp = 2; }), "--dataset chat with --tp"));
+  EXPECT_TRUE(testing::contains(errorWith([](TrainOptions& o) { o.parallel.pp = 2; }), "--dataset chat with --pp"));
+  EXPECT_TRUE(testing::contains(errorWith([](TrainOptions& o) { o.data.data_dir.clear(); }), "--data-dir"));
+  EXPECT_TRUE(testing::contains(errorWith([](TrainOptions& o) { o.data.tokenizer_dir.clear(); }), "--tokenizer-dir"));
+  EXPECT_TRUE(testing::contains(errorWith([](TrainOptions& o) { o.model.name = "cnn"; }),
+                                "--dataset chat is for language models"));
 }
 
 }  // namespace
