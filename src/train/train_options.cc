@@ -17,6 +17,7 @@
 #include "models/lm_config.h"
 #include "models/lm_counts.h"
 #include "train/lora_options.h"
+#include "train/straggler_options.h"
 
 namespace dtrain {
 namespace {
@@ -362,6 +363,7 @@ void declareTrainOptions(OptionSet& set, TrainOptions& o) {
   declareParallel(set, o.parallel);
   declareCheckpoint(set, o.checkpoint);
   declareObservability(set, o.observe);
+  declareStragglerOptions(set, o.straggler);
   set.integer("--seed", o.seed, "Seed of model init, shuffling and augmentation");
 }
 
@@ -522,6 +524,7 @@ void checkTrainOptions(const TrainOptions& options) {
   checkParallelOptions(options.parallel, plannedModel(options.model));  // the combinations any world size refuses
   checkPipelineRun(options);
   checkLoraRun(options);
+  checkStragglerRun(options.straggler, !options.checkpoint.dir.empty());
 }
 
 void checkBenchTrainOptions(const BenchTrainOptions& options, bool cuda) {

@@ -13,6 +13,7 @@
 
 #include "checkpoint/meta_checks.h"  // kMaxBatch, kMaxEpochs, kMaxSteps
 #include "parallel/parallel_plan.h"    // ParallelOptions, ComputePrecision
+#include "train/straggler_options.h"   // StragglerOptions
 
 namespace dtrain {
 
@@ -193,6 +194,7 @@ struct TrainOptions {
   ParallelOptions parallel;
   CheckpointOptions checkpoint;
   ObservabilityOptions observe;
+  StragglerOptions straggler;
   uint64_t seed = 0;  // model init, shuffling, augmentation
 };
 
