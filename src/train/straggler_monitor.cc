@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/work.h"
 #include "comm/world.h"
 #include "common/env.h"
+#include "common/host.h"
 #include "common/log.h"
 #include "dtrain/collectives.h"
 #include "store/store.h"
@@ -40,8 +40,7 @@ class StragglerMonitor::Clock {
   }
 
   void start() {
-    host_start_ = std::chrono::steady_clock::now();
-    wait_start_ = hostWaitSeconds();
+    cpu_start_ = threadCpuSeconds();
 #if DTRAIN_TORCH_CUDA
     if (!device_.is_cuda()) return;
     if (events_.size() <= steps_) events_.push_back(makeEvents());
@@ -69,8 +68,7 @@ class StragglerMonitor::Clock {
   }
   void finish() {
     if (!device_.is_cuda()) {
-      const double host = std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start_).count();
-      cpu_.push_back(std::max(0.0, host - (hostWaitSeconds() - wait_start_)));
+      cpu_.push_back(std::max(0.0, threadCpuSeconds() - cpu_start_));
       ++steps_;
       return;
     }
@@ -106,8 +104,7 @@ class StragglerMonitor::Clock {
 
  private:
   torch::Device device_;
-  std::chrono::steady_clock::time_point host_start_;
-  double wait_start_ = 0;
+  double cpu_start_ = 0;  // the thread's CPU time at the step's start
   std::vector<double> cpu_;
   size_t steps_ = 0;  // steps finished in this window
 #if DTRAIN_TORCH_CUDA
@@ -177,13 +174,28 @@ void StragglerMonitor::stepStarting(int64_t /*step*/, int64_t /*samples*/) {
   measuring_ = ctx_.size() > 1 && seen_ > warmup_;
   if (!measuring_) return;
   clock_->start();
-  slept_s_ = 0;
+  drill_s_ = 0;
   if (!drill_) return;
   const double previous = clock_->previousStep();
-  if (previous >= 0) last_compute_s_ = std::max(0.0, previous - last_slept_s_);
-  slept_s_ = drill_->fraction * last_compute_s_;
-  last_slept_s_ = slept_s_;
-  std::this_thread::sleep_for(std::chrono::duration<double>(slept_s_));
+  if (previous >= 0) last_compute_s_ = std::max(0.0, previous - last_drill_s_);
+  drill_s_ = drill_->fraction * last_compute_s_;
+  last_drill_s_ = drill_s_;
+  slowDown(drill_s_);
+}
+
+// The drill's extra time, of the kind the clock counts: on CUDA the stream
+// idles while the host sleeps (it waited for the step's start); on the CPU
+// the thread computes (a sleep is no CPU time, as a collective's wait is not).
+void StragglerMonitor::slowDown(double seconds) {
+  if (ctx_.device().is_cuda()) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    return;
+  }
+  const double until = threadCpuSeconds() + seconds;
+  volatile double sink = 0;
+  while (threadCpuSeconds() < until) {
+    for (int i = 0; i < 1000; ++i) sink = sink + 1;
+  }
 }
 
 void StragglerMonitor::stepFinished(int64_t step, bool /*graphed*/) {

@@ -4,10 +4,12 @@
 // --straggler-patience windows in a row is flagged.
 //
 // Contract:
-// - A step's compute time is what the rank spent on it less what it spent
-//   waiting in collectives. On the CPU: the host's time from stepStarting
-//   to stepFinished less what the thread spent blocked in Work::wait
-//   (comm/work.h's hostWaitSeconds; Gloo's collectives block the host).
+// - A step's compute time is what the rank spent computing it, not waiting
+//   in collectives. On the CPU: the CPU time the training thread used from
+//   stepStarting to stepFinished (common/host.h's threadCpuSeconds): a
+//   thread blocked in a collective's wait (Gloo's block the host) uses
+//   none, nor does one that waits for a CPU other processes hold, so the
+//   load of a shared machine is not taken for a slow rank.
 //   On CUDA (attach() puts it in front of the step's and DataParallel's
 //   observers, forwarding to them): CUDA events on the job's stream at the
 //   step's start and end, less the span from the end of backward to the
@@ -25,10 +27,11 @@
 //   every rank reads it (at most kDescribeTimeout), and rank 0 logs the
 //   flag. With --on-straggler stop every rank then answers stopRequested()
 //   true after that step, and stopReason() names the rank and its node.
-// - With DTRAIN_FAULT_SLOW_RANK=RANK:FRACTION that rank sleeps, at the
+// - With DTRAIN_FAULT_SLOW_RANK=RANK:FRACTION that rank spends, at the
 //   start of each step, FRACTION x the compute time of its previous step
-//   (on CUDA after its stream reached the step), so its peers wait for it
-//   in their collectives as they would for a slow GPU.
+//   more: on CUDA asleep after its stream reached the step (the GPU idles),
+//   on the CPU computing (a sleep uses no CPU time). Its peers wait for it
+//   in their collectives as they would for a slow GPU or CPU.
 // - A job of one rank has nobody to compare with: nothing is measured.
 #pragma once
 
@@ -84,6 +87,7 @@ class StragglerMonitor : public TrainObserver, public StepObserver, public GradS
 
  private:
   class Clock;
+  void slowDown(double seconds);
   void endWindow(int64_t step);
   // The lines and the stop of the ranks flagged in `verdict`.
   void flag(const StragglerVerdict& verdict, const std::vector<double>& seconds);
@@ -99,9 +103,9 @@ class StragglerMonitor : public TrainObserver, public StepObserver, public GradS
   int64_t seen_ = 0;                // steps started
   bool measuring_ = false;          // the step in flight is measured
   std::vector<double> window_;      // compute seconds of this window's steps
-  double last_compute_s_ = 0;       // the previous step's, without the drill's sleep
-  double slept_s_ = 0;              // the drill's sleep in the step in flight
-  double last_slept_s_ = 0;         // ... and in the step before it
+  double last_compute_s_ = 0;       // the previous step's, without the drill's time
+  double drill_s_ = 0;              // the drill's extra time in the step in flight
+  double last_drill_s_ = 0;         // ... and in the step before it
   int64_t steps_in_window_ = 0;
   std::string stop_reason_;
   TrainStep* step_ = nullptr;
