@@ -3,17 +3,6 @@
 #include "common/error.h"
 
 namespace dtrain {
-namespace {
-
-thread_local double t_host_wait_seconds = 0;
-
-}  // namespace
-
-double hostWaitSeconds() { return t_host_wait_seconds; }
-
-HostWaitScope::~HostWaitScope() {
-  t_host_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin_).count();
-}
 
 bool Work::isCompleted() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -21,7 +10,6 @@ bool Work::isCompleted() {
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
-  HostWaitScope waiting;
   std::exception_ptr error;
   {
     std::unique_lock<std::mutex> lock(mutex_);

@@ -22,25 +22,6 @@
 
 namespace dtrain {
 
-// The time the calling thread has spent blocked in Work::wait, every
-// backend's, summed since it started (seconds). A training step's compute
-// time is its duration less what this grew by during it: with Gloo the
-// collectives block the host (train/straggler_monitor.h).
-double hostWaitSeconds();
-
-// Adds the time from its construction to its destruction to the calling
-// thread's hostWaitSeconds() (the backends' wait() hold one).
-class HostWaitScope {
- public:
-  HostWaitScope() : begin_(std::chrono::steady_clock::now()) {}
-  ~HostWaitScope();
-  HostWaitScope(const HostWaitScope&) = delete;
-  HostWaitScope& operator=(const HostWaitScope&) = delete;
-
- private:
-  std::chrono::steady_clock::time_point begin_;
-};
-
 class Work {
  public:
   Work(std::string op_name, uint64_t seq) : op_name_(std::move(op_name)), seq_(seq) {}

@@ -45,7 +45,6 @@ bool NcclWork::isCompleted() {
 
 void NcclWork::wait(std::chrono::milliseconds timeout) {
   if (captured_.load()) return;
-  HostWaitScope waiting;
   const auto give_up = Clock::now() + timeout;
   PollBackoff backoff;
   while (true) {
