@@ -37,10 +37,10 @@ std::string checkSlowRank(const std::string& text) {
 }
 
 DTRAIN_SETTING_CHECKED(std::string, kFaultSlowRank, "fault-slow-rank", "DTRAIN_FAULT_SLOW_RANK", "",
-                       "Testing aid for straggler drills: RANK:FRACTION makes that rank of `dtrain train` sleep, at "
-                       "the start of each step, FRACTION x the compute time of its previous step (0.5: its steps "
-                       "take 50% longer), so the other ranks wait for it in their collectives and straggler "
-                       "detection flags it.",
+                       "Testing aid for straggler drills: RANK:FRACTION makes that rank of `dtrain train` spend, at "
+                       "the start of each step, FRACTION x the compute time of its previous step more (on CUDA "
+                       "asleep while its GPU idles, on the CPU computing; 0.5: its steps take 50% longer), so the "
+                       "other ranks wait for it in their collectives and straggler detection flags it.",
                        checkSlowRank);
 
 DTRAIN_SETTING(bool, kProgressTerminal, "progress-terminal", "DTRAIN_PROGRESS_TERMINAL", false,
