@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <ctime>
 
 #include "common/error.h"
 
@@ -17,6 +18,12 @@ const std::string& hostName() {
     return std::string(buffer);
   }();
   return name;
+}
+
+double threadCpuSeconds() {
+  timespec now{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now) != 0) return 0;
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
 }
 
 std::string selfExecutablePath() {

@@ -10,6 +10,12 @@ namespace dtrain {
 // machine" in a log line, where "unknown" would look like a bug.
 const std::string& hostName();
 
+// The CPU time the calling thread has used since it started (seconds,
+// CLOCK_THREAD_CPUTIME_ID): what it computed, not the time it was blocked
+// (a collective's wait) or runnable but waiting for a CPU (other
+// processes' load).
+double threadCpuSeconds();
+
 // The running executable's path (/proc/self/exe), so that a command can run
 // the same binary again (doctor's all-reduce, bench train's groups, the
 // training runtime found beside it). IoError naming /proc/self/exe when it

@@ -359,6 +359,9 @@ ElasticAgent::State ElasticAgent::monitorState() {
       // restarted here.
       DTRAIN_LOG_WARN("the workers stopped after writing a checkpoint (exit " << kExitStoppedAfterCheckpoint
                       << "); not restarting them");
+      for (const std::string& reason : attempt_.group->stopReasons()) {
+        DTRAIN_LOG_WARN("the workers stopped because " << reason);
+      }
       rendezvous_->shutdown();
       return finish(kExitStoppedAfterCheckpoint);
     case Outcome::kSucceeded: return State::kExitBarrier;

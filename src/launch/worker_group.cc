@@ -275,6 +275,17 @@ std::vector<WorkerFailure> WorkerGroup::failures() const {
   return out;
 }
 
+std::vector<std::string> WorkerGroup::stopReasons() const {
+  std::vector<std::string> reasons;
+  for (const auto& worker : impl_->workers) {
+    if (!worker.exited || worker.signal != 0 || worker.exit_code != kExitStoppedAfterCheckpoint) continue;
+    const std::optional<ErrorFileReport> report = readErrorFile(worker.error_file);
+    if (!report || report->message.empty()) continue;
+    if (std::find(reasons.begin(), reasons.end(), report->message) == reasons.end()) reasons.push_back(report->message);
+  }
+  return reasons;
+}
+
 std::vector<pid_t> WorkerGroup::livePids() const {
   std::vector<pid_t> pids;
   for (const auto& worker : impl_->workers) {

@@ -92,6 +92,11 @@ class WorkerGroup {
   void stop(int first_signal, std::chrono::milliseconds grace);
   void forward(int signal);
   std::vector<WorkerFailure> failures() const;
+  // Why the workers that exited kExitStoppedAfterCheckpoint stopped: the
+  // messages of their error files, each once, in local-rank order (a
+  // worker stopped by a signal writes none; `dtrain train --on-straggler
+  // stop` names the straggler there).
+  std::vector<std::string> stopReasons() const;
   std::vector<pid_t> livePids() const;
   // Time the first line of output of any worker arrived (for benchmarks).
   std::optional<std::chrono::steady_clock::time_point> firstOutputTime() const;

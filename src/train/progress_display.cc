@@ -95,6 +95,20 @@ void ProgressDisplay::intervalEnded(const StepReport& r, const BackwardTimeline*
   std::fprintf(stderr, "%s\n", head);
 }
 
+void ProgressDisplay::stragglerWindow(const StragglerReport& r) {
+  nlohmann::json ms = nlohmann::json::array();
+  for (double seconds : r.seconds) ms.push_back(seconds * 1e3);
+  writeMetrics(nlohmann::json{{"event", "straggler_window"},
+                              {"step", r.step},
+                              {"window", r.window},
+                              {"window_steps", r.window_steps},
+                              {"median_ms", r.median_s * 1e3},
+                              {"compute_ms", ms},
+                              {"ratio", r.ratio},
+                              {"flagged", r.flagged}}
+                   .dump());
+}
+
 void ProgressDisplay::planned(int64_t total_steps, int64_t epochs, int64_t first_step) {
   total_steps_ = total_steps;
   epochs_ = epochs;

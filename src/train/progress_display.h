@@ -34,6 +34,9 @@ class ProgressDisplay : public TrainObserver {
   void planned(int64_t total_steps, int64_t epochs, int64_t first_step);
   void intervalEnded(const StepReport& report, const BackwardTimeline* sampled) override;
   void evaluated(const EvalReport& report) override;
+  // A "straggler_window" record in --metrics-jsonl (no line on the console:
+  // the monitor logs the flags).
+  void stragglerWindow(const StragglerReport& report) override;
   void message(const std::string& text) override;
   // The final line (always printed unless mode is none) and metrics record.
   void finished(const RunSummary& summary) override;

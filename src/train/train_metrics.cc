@@ -19,6 +19,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "common/host.h"
 #include "common/log.h"
 #include "common/socket.h"
 #include "metrics/job_status.h"
@@ -186,6 +187,27 @@ void TrainMetrics::writeStatusFile() const {
   }
 }
 
+namespace {
+
+// dtrain_rank_step_time_ratio, labelled with the host as well.
+void addStepTimeRatio(std::vector<metrics::MetricFamily>& families, metrics::Labels labels, double ratio) {
+  labels.emplace_back("host", hostName());
+  families.emplace_back("dtrain_rank_step_time_ratio",
+                        "This rank's compute time per step (collective waits excluded; the median of the last "
+                        "straggler window's steps) over the median of every rank's (1 = typical; a straggler is "
+                        "above 1 + --straggler-threshold).",
+                        metrics::MetricType::kGauge)
+      .add(labels, ratio);
+}
+
+}  // namespace
+
+void TrainMetrics::stragglerWindow(const StragglerReport& report) {
+  if (static_cast<size_t>(rank_) >= report.ratio.size()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  step_time_ratio_ = report.ratio[static_cast<size_t>(rank_)];
+}
+
 std::string TrainMetrics::render() const {
   std::lock_guard<std::mutex> lock(mutex_);
   const Labels labels{{"dtrain_job", job_}, {"rank", std::to_string(rank_)}};
@@ -231,6 +253,7 @@ std::string TrainMetrics::render() const {
       MetricType::kCounter, data_wait_seconds_);
   add("dtrain_train_restarts_total", "Restarts of the worker group before this run (TORCHELASTIC_RESTART_COUNT).",
       MetricType::kCounter, static_cast<double>(restarts_));
+  if (step_time_ratio_) addStepTimeRatio(families, labels, *step_time_ratio_);
 #if DTRAIN_TORCH_CUDA
   if (device_.is_cuda()) {
     size_t free_bytes = 0, total_bytes = 0;

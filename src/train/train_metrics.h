@@ -17,7 +17,10 @@
 //   dtrain_train_tokens_per_second (this rank's) and dtrain_train_mfu
 //   (when the GPU's peak is known), and every task dtrain_train_eval_loss
 //   (the last evaluation: per token for language models, per sample for
-//   classifiers).
+//   classifiers); jobs of several ranks, once the first straggler window
+//   has ended, dtrain_rank_step_time_ratio (labels also host: this rank's
+//   compute time per step over the median of the ranks', the last window;
+//   train/straggler_monitor.h).
 // - Rank 0 keeps a status file of the job in its user's folder of the jobs
 //   directory (DTRAIN_JOBS_DIR, default /tmp/dtrain-jobs; metrics/
 //   job_status.h): <uid>/<job>.json with job, world size, samples/s (the
@@ -67,6 +70,7 @@ class TrainMetrics : public TrainObserver {
   void stepStarting(int64_t step, int64_t samples) override { stepStarted(samples); }
   void intervalEnded(const StepReport& report, const BackwardTimeline* sampled) override;
   void evaluated(const EvalReport& report) override;
+  void stragglerWindow(const StragglerReport& report) override;
 
   std::string render() const;
   const std::string& job() const { return job_; }
@@ -93,6 +97,7 @@ class TrainMetrics : public TrainObserver {
   double samples_per_s_ = 0, loss_ = 0, last_step_ms_ = 0;
   double tokens_per_s_ = 0, mfu_ = -1;      // language models; mfu_ -1: unknown
   std::optional<double> eval_loss_;
+  std::optional<double> step_time_ratio_;  // the last straggler window's
   double allreduce_seconds_ = 0, allreduce_bytes_ = 0, overlap_ratio_ = 0, data_wait_seconds_ = 0;
   bool overlap_known_ = false;
   struct Server;

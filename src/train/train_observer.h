@@ -6,8 +6,9 @@
 //
 // Calls come on the training thread, in this order per step: dataWaited,
 // stepStarting, stepFinished, each with the step's index (0-based: the
-// steps done before it); intervalEnded every --log-every steps and at the
-// last step; evaluated after each evaluation; finished once at the end.
+// steps done before it); stragglerWindow after the step that ends a
+// straggler window; intervalEnded every --log-every steps and at the last
+// step; evaluated after each evaluation; finished once at the end.
 // Observers should not throw: an exception ends the job like any other.
 #pragma once
 
@@ -57,6 +58,18 @@ struct RunSummary {
   int world_size = 1;
 };
 
+// One window of straggler detection (train/straggler_monitor.h), the same
+// on every rank.
+struct StragglerReport {
+  int64_t step = 0;              // steps done when the window ended
+  int64_t window = 0;            // 0-based
+  int64_t window_steps = 0;      // --straggler-window
+  double median_s = 0;           // the median of the ranks' compute times per step
+  std::vector<double> seconds;   // per rank: the median compute time of its steps in the window
+  std::vector<double> ratio;     // per rank: seconds / median_s
+  std::vector<int> flagged;      // ranks flagged as stragglers after this window
+};
+
 class TrainObserver {
  public:
   using Clock = std::chrono::steady_clock;
@@ -71,6 +84,8 @@ class TrainObserver {
   // was timed, else nullptr.
   virtual void intervalEnded(const StepReport& report, const BackwardTimeline* sampled) {}
   virtual void evaluated(const EvalReport& report) {}
+  // After each straggler window (every rank, when detection runs).
+  virtual void stragglerWindow(const StragglerReport& report) {}
   // A line for the user (rank 0 shows it).
   virtual void message(const std::string& text) {}
   virtual void finished(const RunSummary& summary) {}
@@ -80,6 +95,8 @@ class TrainObserver {
 class ObserverList : public TrainObserver {
  public:
   void add(std::unique_ptr<TrainObserver> observer) { owned_.push_back(std::move(observer)); }
+  // Called before the others (a watcher that times the step itself).
+  void addFirst(std::unique_ptr<TrainObserver> observer) { owned_.insert(owned_.begin(), std::move(observer)); }
 
   void dataWaited(int64_t step, Clock::time_point begin, Clock::time_point end) override {
     for (auto& o : owned_) o->dataWaited(step, begin, end);
@@ -95,6 +112,9 @@ class ObserverList : public TrainObserver {
   }
   void evaluated(const EvalReport& report) override {
     for (auto& o : owned_) o->evaluated(report);
+  }
+  void stragglerWindow(const StragglerReport& report) override {
+    for (auto& o : owned_) o->stragglerWindow(report);
   }
   void message(const std::string& text) override {
     for (auto& o : owned_) o->message(text);

@@ -17,6 +17,7 @@
 #include "models/lm_config.h"
 #include "models/lm_counts.h"
 #include "train/lora_options.h"
+#include "train/straggler_options.h"
 
 namespace dtrain {
 namespace {
@@ -382,6 +383,7 @@ void declareTrainOptions(OptionSet& set, TrainOptions& o) {
   declareParallel(set, o.parallel);
   declareCheckpoint(set, o.checkpoint);
   declareObservability(set, o.observe);
+  declareStragglerOptions(set, o.straggler);
   set.integer("--seed", o.seed, "Seed of model init, shuffling and augmentation");
 }
 
@@ -564,6 +566,7 @@ void checkTrainOptions(const TrainOptions& options) {
   checkPipelineRun(options);
   checkChatRun(options);
   checkLoraRun(options);
+  checkStragglerRun(options.straggler, !options.checkpoint.dir.empty());
 }
 
 void checkBenchTrainOptions(const BenchTrainOptions& options, bool cuda) {

@@ -14,6 +14,7 @@
 #include "checkpoint/meta_checks.h"  // kMaxBatch, kMaxEpochs, kMaxSteps
 #include "data/chat_template.h"      // ChatTemplate (an enum; no code of data/ is linked)
 #include "parallel/parallel_plan.h"    // ParallelOptions, ComputePrecision
+#include "train/straggler_options.h"   // StragglerOptions
 
 namespace dtrain {
 
@@ -199,6 +200,7 @@ struct TrainOptions {
   ParallelOptions parallel;
   CheckpointOptions checkpoint;
   ObservabilityOptions observe;
+  StragglerOptions straggler;
   uint64_t seed = 0;  // model init, shuffling, augmentation
 };
 

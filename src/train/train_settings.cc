@@ -26,6 +26,23 @@ DTRAIN_SETTING(std::string, kFaultSignalAt, "fault-signal-at", "DTRAIN_FAULT_SIG
                "SIGNAL (USR1, TERM or INT) to itself, or to its parent (the launcher), after STEP steps, in the "
                "first attempt only.");
 
+std::string checkSlowRank(const std::string& text) {
+  if (text.empty()) return "";
+  try {
+    parseSlowRankDrill(text);
+    return "";
+  } catch (const ConfigError&) {
+    return "RANK:FRACTION, a rank >= 0 and a fraction above 0 and at most 10 (0.5: steps take 50% longer)";
+  }
+}
+
+DTRAIN_SETTING_CHECKED(std::string, kFaultSlowRank, "fault-slow-rank", "DTRAIN_FAULT_SLOW_RANK", "",
+                       "Testing aid for straggler drills: RANK:FRACTION makes that rank of `dtrain train` spend, at "
+                       "the start of each step, FRACTION x the compute time of its previous step more (on CUDA "
+                       "asleep while its GPU idles, on the CPU computing; 0.5: its steps take 50% longer), so the "
+                       "other ranks wait for it in their collectives and straggler detection flags it.",
+                       checkSlowRank);
+
 DTRAIN_SETTING(bool, kProgressTerminal, "progress-terminal", "DTRAIN_PROGRESS_TERMINAL", false,
                "Set to 1 by dtrain launch for a worker whose stderr reaches the launcher's terminal through its log "
                "router: --progress auto then draws the bar there.");
@@ -47,5 +64,28 @@ std::string backendSetting() { return kBackend.get(); }
 std::string faultKillAtSetting() { return kFaultKillAt.get(); }
 std::string faultKillInCheckpointSetting() { return kFaultKillInCheckpoint.get(); }
 std::string faultSignalAtSetting() { return kFaultSignalAt.get(); }
+
+SlowRankDrill parseSlowRankDrill(const std::string& spec) {
+  const std::string what = "DTRAIN_FAULT_SLOW_RANK='" + spec + "'";
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos || spec.find(':', colon + 1) != std::string::npos) {
+    throw ConfigError(what + " is not RANK:FRACTION (e.g. 1:0.5, rank 1's steps 50% longer)");
+  }
+  SlowRankDrill drill;
+  const int64_t rank = parseInt64(spec.substr(0, colon), what + " rank");
+  if (rank < 0 || rank > (1 << 24)) throw ConfigError(what + ": the rank must be >= 0");
+  drill.rank = static_cast<int>(rank);
+  drill.fraction = parseDouble(spec.substr(colon + 1), what + " fraction");
+  if (!(drill.fraction > 0) || drill.fraction > 10) {
+    throw ConfigError(what + ": the fraction must be above 0 and at most 10 (0.5: 50% longer)");
+  }
+  return drill;
+}
+
+std::optional<SlowRankDrill> faultSlowRankSetting() {
+  const std::string spec = kFaultSlowRank.get();
+  if (spec.empty()) return std::nullopt;
+  return parseSlowRankDrill(spec);
+}
 
 }  // namespace dtrain

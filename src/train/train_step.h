@@ -147,6 +147,7 @@ class TrainStep {
   int64_t eagerSteps() const { return eager_steps_; }
   // Not owned; nullptr: none.
   void setObserver(StepObserver* observer) { observer_ = observer; }
+  StepObserver* observer() const { return observer_; }
 
  private:
   struct Graph;

@@ -28,6 +28,7 @@
 #include "train/train_observer.h"
 #include "train/training_job.h"
 #include "train/stop_request.h"
+#include "train/straggler_monitor.h"
 #include "train/training_loop.h"
 
 namespace dtrain {
@@ -40,8 +41,21 @@ struct Watchers {
   ObserverList all;
   ProgressDisplay* progress = nullptr;  // rank 0
   StepTimeline* timeline = nullptr;     // --timeline
+  StragglerMonitor* stragglers = nullptr;  // jobs of more than one rank
   std::unique_ptr<BucketTimer> buckets;  // when some watcher wants bucket timings
 };
+
+// Straggler detection, first among the watchers (it times the step between
+// their calls) and in front of the step's and DataParallel's observers.
+void addStragglerMonitor(const TrainOptions& o, TrainingJob& job, Watchers& w) {
+  if (job.context().size() < 2) return;
+  const int64_t warmup =
+      StragglerMonitor::kWarmupSteps + (o.execution.cuda_graphs ? o.execution.graph_warmup + 1 : 0);
+  auto monitor = std::make_unique<StragglerMonitor>(o.straggler, job.context(), w.all, warmup, faultSlowRankSetting());
+  monitor->attach(job.step(), job.dataParallel());
+  w.stragglers = monitor.get();
+  w.all.addFirst(std::move(monitor));
+}
 
 // Bucket timings cost a few events per bucket; they are taken when asked
 // for, and never from a captured graph (its all-reduces are graph nodes).
@@ -237,6 +251,23 @@ int stopAfterSignal(const TrainOptions& o, TrainingJob& job, TrainingLoop& loop,
   return kExitStoppedAfterCheckpoint;
 }
 
+// Every rank after the window that flagged a straggler (--on-straggler
+// stop): the checkpoint of where the run is, the reason where `dtrain
+// launch` reads it, and the exit that asks to be placed again.
+int stopAfterStraggler(const TrainOptions& o, TrainingJob& job, TrainingLoop& loop, Watchers& watchers) {
+  const int64_t steps = loop.stopAt();
+  const std::string& reason = watchers.stragglers->stopReason();
+  watchers.all.message("dtrain train: stopped after step " + std::to_string(steps) + " of " +
+                       std::to_string(loop.totalSteps()) + " (--on-straggler stop): " + reason + "; checkpoint of step " +
+                       std::to_string(steps) + " written to " + o.checkpoint.dir +
+                       " (--resume auto goes on from it); exit " + std::to_string(kExitStoppedAfterCheckpoint));
+  writeStopReasonFile(reason);
+  watchers.stragglers->detach();
+  job.dataParallel().setObserver(nullptr);
+  job.context().barrier();
+  return kExitStoppedAfterCheckpoint;
+}
+
 }  // namespace
 
 int runTraining(const TrainOptions& given) {
@@ -270,6 +301,7 @@ int runTraining(const TrainOptions& given) {
   const TrainPosition start = checkpoint.resume();
 
   Watchers watchers = makeWatchers(o, job, start.step);
+  addStragglerMonitor(o, job, watchers);
   watchers.all.message(startLine(o, task, job, *batches, start));
   if (auto in = memoryInputs(o, task, ctx.size(), ctx.device().is_cuda())) {
     watchers.all.message(describeEstimate(*in, estimateMemory(*in)));
@@ -285,9 +317,14 @@ int runTraining(const TrainOptions& given) {
   StopAgreement stop(ctx.rank(), ctx.size(), [&ctx](std::vector<double>& v) { ctx.allreduceSum(v); },
                      [] { return StopSignals::received(); });
   loop.setStop(&stop);
+  StragglerMonitor* stragglers = watchers.stragglers;
+  loop.setStopWhen([stragglers] { return stragglers != nullptr && stragglers->stopRequested(); });
   if (watchers.progress != nullptr) watchers.progress->planned(loop.totalSteps(), o.schedule.epochs, start.step);
   StopSignals::deferFromNowOn();
   loop.run(start, wall_start);
+  if (loop.stopped() && stop.signal() == 0 && stragglers != nullptr && stragglers->stopRequested()) {
+    return stopAfterStraggler(o, job, loop, watchers);
+  }
   if (loop.stopped()) return stopAfterSignal(o, job, loop, stop, watchers);
   reportEnd(o, job, watchers);
   watchers.all.finished(loop.finish());

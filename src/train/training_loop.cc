@@ -88,7 +88,7 @@ bool TrainingLoop::trainEpoch(int64_t epoch, int64_t first_batch) {
     if (!batch) return true;
     trainStep(*batch, epoch, wait_begin, Clock::now());
     if (step_ >= total_steps_) return false;
-    if (stop_ != nullptr && stop_->stopAfter()) {
+    if ((stop_ != nullptr && stop_->stopAfter()) || (stop_when_ && stop_when_())) {
       stopped_ = true;
       return false;
     }

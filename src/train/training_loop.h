@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 #include "dtrain/lr_schedule.h"
 #include "train/bucket_timer.h"
@@ -57,6 +58,10 @@ class TrainingLoop {
 
   // Asked after every step whether every rank stops there (nullptr: never).
   void setStop(StopAgreement* stop) { stop_ = stop; }
+  // Also asked after every step (after the agreement): true stops the run
+  // there as a signal does. It must answer the same on every rank at the
+  // same step (the straggler monitor's verdict is).
+  void setStopWhen(std::function<bool()> stop) { stop_when_ = std::move(stop); }
   int64_t totalSteps() const { return total_steps_; }
   // run() returned early because a stop was agreed: stopAt() then writes
   // the checkpoint of where the run is (instead of finish()) and returns
@@ -79,6 +84,7 @@ class TrainingLoop {
 
   TrainingJob& job_;
   StopAgreement* stop_ = nullptr;
+  std::function<bool()> stop_when_;
   bool stopped_ = false;
   Task& task_;
   BatchSource& batches_;

@@ -44,6 +44,7 @@ const std::set<std::string>& trainingMetricNames() {
       "dtrain_train_data_wait_seconds_total",
       "dtrain_train_gpu_memory_bytes",
       "dtrain_train_restarts_total",
+      "dtrain_rank_step_time_ratio",
   };
   return names;
 }

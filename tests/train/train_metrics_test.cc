@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/host.h"
 #include "train/bucket_timer.h"
 #include "tests/support/text.h"
 
@@ -25,6 +26,20 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing::contains;
+
+// The straggler monitor's last window: this rank's ratio, labelled with
+// its host; absent before the first window.
+TEST(TrainMetricsTest, RendersTheRanksStepTimeRatioOfTheLastStragglerWindow) {
+  TrainMetrics metrics(1, 3, "j", torch::kCPU);
+  EXPECT_FALSE(contains(metrics.render(), "dtrain_rank_step_time_ratio"));
+  StragglerReport report;
+  report.ratio = {1.0, 1.5, 0.98};
+  metrics.stragglerWindow(report);
+  const std::string text = metrics.render();
+  EXPECT_TRUE(contains(text, "# TYPE dtrain_rank_step_time_ratio gauge")) << text;
+  EXPECT_TRUE(contains(text, "dtrain_rank_step_time_ratio{dtrain_job=\"j\",rank=\"1\",host=\"" + hostName() + "\"} 1.5"))
+      << text;
+}
 
 TEST(TrainMetricsTest, RendersCountersGaugesAndACumulativeHistogram) {
   const std::string dir = ::testing::TempDir() + "train_metrics_jobs";
