@@ -134,14 +134,7 @@ std::string ChatTask::describe() const {
 }
 
 std::unique_ptr<BatchSource> ChatTask::trainBatches(int rank, int world_size, torch::Device device) const {
-  data::TokenDataOptions o;
-  o.seq_len = config_.seq_len;
-  o.batch_size = options_.batch_size * accumulation(world_size);
-  o.seed = seed_;
-  o.rank = rank;
-  o.world_size = world_size;
-  o.pass = data::TokenPass::kTraining;
-  o.device = device;
+  const data::TokenDataOptions o = trainDataOptions(rank, world_size, device);
   return std::make_unique<ChatBatches>(train_rows_, o);
 }
 
@@ -149,13 +142,7 @@ Evaluation ChatTask::evaluate(models::Model& model, Context& ctx, const DataRank
   Evaluation result;
   result.correct = -1;
   if (!val_rows_) return result;
-  data::TokenDataOptions o;
-  o.seq_len = config_.seq_len;
-  o.batch_size = options_.batch_size;
-  o.rank = ranks.rank;
-  o.world_size = ranks.size;
-  o.pass = data::TokenPass::kValidation;
-  o.device = ctx.device();
+  const data::TokenDataOptions o = validationDataOptions(ranks, ctx.device());
   data::ChatDataset dataset(val_rows_, o);
   dataset.startEpoch(0);
   torch::NoGradGuard no_grad;

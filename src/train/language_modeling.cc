@@ -167,7 +167,7 @@ int64_t LanguageModelTask::accumulation(int world_size) const {
   return options_.tokens_per_step / micro;
 }
 
-std::unique_ptr<BatchSource> LanguageModelTask::trainBatches(int rank, int world_size, torch::Device device) const {
+data::TokenDataOptions LanguageModelTask::trainDataOptions(int rank, int world_size, torch::Device device) const {
   data::TokenDataOptions o;
   o.seq_len = config_.seq_len;
   o.batch_size = options_.batch_size * accumulation(world_size);
@@ -176,6 +176,22 @@ std::unique_ptr<BatchSource> LanguageModelTask::trainBatches(int rank, int world
   o.world_size = world_size;
   o.pass = data::TokenPass::kTraining;
   o.device = device;
+  return o;
+}
+
+data::TokenDataOptions LanguageModelTask::validationDataOptions(const DataRanks& ranks, torch::Device device) const {
+  data::TokenDataOptions o;
+  o.seq_len = config_.seq_len;
+  o.batch_size = options_.batch_size;
+  o.rank = ranks.rank;
+  o.world_size = ranks.size;
+  o.pass = data::TokenPass::kValidation;
+  o.device = device;
+  return o;
+}
+
+std::unique_ptr<BatchSource> LanguageModelTask::trainBatches(int rank, int world_size, torch::Device device) const {
+  const data::TokenDataOptions o = trainDataOptions(rank, world_size, device);
   return std::make_unique<TokenBatches>(train_, o);
 }
 
@@ -184,13 +200,7 @@ Evaluation LanguageModelTask::evaluate(models::Model& model, Context& ctx, const
   Evaluation result;
   result.correct = -1;
   if (!val_) return result;
-  data::TokenDataOptions o;
-  o.seq_len = config_.seq_len;
-  o.batch_size = options_.batch_size;
-  o.rank = ranks.rank;
-  o.world_size = ranks.size;
-  o.pass = data::TokenPass::kValidation;
-  o.device = ctx.device();
+  const data::TokenDataOptions o = validationDataOptions(ranks, ctx.device());
   data::TokenDataset dataset(val_, o);
   dataset.startEpoch(0);
   torch::NoGradGuard no_grad;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "data/token_dataset.h"
 #include "data/token_source.h"
 #include "models/lm_config.h"
 #include "models/lora_config.h"
@@ -55,6 +56,10 @@ class LanguageModelTask : public Task {
   LanguageModelTask(const DataOptions& data, const ModelSpec& model, uint64_t seed, ChatData);
   // "llama (2 layers, dim 64, ...)[ with LoRA adapters ...]": describe() without the data.
   std::string modelDescription() const;
+  // The batches' options: training (this rank's share, shuffled by the
+  // seed, accumulation's micro-batches in one batch) and validation.
+  data::TokenDataOptions trainDataOptions(int rank, int world_size, torch::Device device) const;
+  data::TokenDataOptions validationDataOptions(const DataRanks& ranks, torch::Device device) const;
 
  private:
   void openText();
