@@ -2,7 +2,8 @@
 # GPU acceptance of --precision fp8, in device calls of at most 10 minutes
 # (build-gpu/ from bench/gpu/lm_acceptance.sh build is reused when present):
 #   bench/gpu/fp8_acceptance.sh check     models_test's Fp8* tests (the product, its gradients, zeros,
-#                                         saturation, NaN, a model's loss against bf16); a tiny llama and
+#                                         saturation, NaN, a model's loss against bf16); parallel_test's
+#                                         gradients written in place, when built (BUILD_TESTS); a tiny llama and
 #                                         gpt2 on 2 GPUs, fp8 beside bf16, losses side by side
 #   bench/gpu/fp8_acceptance.sh converge  gpt2-124m on the embedded text, the same data order, fp8 and bf16:
 #                                         STEPS_CONVERGE (1000) steps each, validation losses side by side
@@ -45,6 +46,15 @@ case "$phase" in
     timeout 120 build-gpu/tests/models/models_test --gtest_brief=1 --gtest_filter='Fp8*' > "$OUT/fp8_test.log" 2>&1
     echo "fp8 tests exit $?"
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Skipped" -A3 "$OUT/fp8_test.log" | head -40
+    if [ -x build-gpu/tests/parallel/parallel_test ]; then
+      # Gradients written over stale ones (zeroGrad(true)) and by a kernel
+      # itself, on CUDA over NCCL under this libtorch (the build has no Gloo).
+      log "parallel_test: gradients written in place"
+      timeout 120 build-gpu/tests/parallel/parallel_test --gtest_brief=1 \
+        --gtest_filter='DataParallelTest.ZeroGradSetToNone*:DataParallelTest.AKernelWrites*' > "$OUT/grad_write_test.log" 2>&1
+      echo "parallel tests exit $?"
+      grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" -A3 "$OUT/grad_write_test.log" | head -30
+    fi
     log "tiny models, fp8 beside bf16"
     for family in llama gpt2; do tiny_pair "$family"; done
     grep -h -B2 -A8 "Error\|error:" "$OUT"/tiny-*.log | head -30

@@ -48,8 +48,9 @@
 //   elements (the parameters move with it) and rank r owns the r-th 1/N of
 //   each bucket: shards() lists those slices, their gradients views into
 //   one shard buffer per slab (1/N of the slab). During backward a
-//   parameter's gradient, as autograd produced it, is added into its
-//   bucket's staging buffer and dropped (.grad stays undefined); a bucket
+//   parameter's gradient, as autograd produced it, is written (the
+//   backward's first) or added into its bucket's staging buffer and
+//   dropped (.grad stays undefined); a bucket
 //   whose gradients are all there is reduce-scattered (averaged) as above,
 //   overlapping the rest of backward, and this rank's part is added into
 //   its shard. Buckets launch in the order backward is expected to finish
@@ -269,8 +270,15 @@ class DataParallel {
   // shard_gradients its shards plus the staging buffers allocated so far.
   int64_t gradientBytes() const;
 
-  // Zeros every gradient slab (or shard) in place.
-  void zeroGrad();
+  // Zeros every gradient slab (or shard) in place. set_to_none (as
+  // PyTorch's zero_grad(set_to_none=True)) writes nothing now: until the
+  // next backward that synchronises ends, the gradients (slabs, or with
+  // sharded gradients the shards) hold unspecified values, and that
+  // backward (with any noSync() ones before it) writes each parameter's
+  // first gradient (each bucket's first reduced part) over them instead
+  // of adding it to zeros; parameters that got none are zeroed before
+  // their bucket is reduced. A pass over every gradient less each step.
+  void zeroGrad(bool set_to_none = false);
   // Broadcasts the module's buffers (BatchNorm statistics) from rank 0.
   void syncBuffers();
   // Broadcasts parameters from rank 0 (done at construction).

@@ -157,6 +157,14 @@ inline void beginGraphCapture(at::cuda::CUDAGraph& graph) {
 }  // namespace dtrain::compat
 #endif
 
+// Where a leaf's tensor hooks (Tensor::register_hook) run: from 2.1 as the
+// accumulator node's tensor pre-hooks, before its function pre-hooks; in
+// 1.13 inside AccumulateGrad, after them. A function pre-hook that takes
+// the gradient away from the accumulator would skip them there.
+namespace dtrain::compat {
+inline constexpr bool kTensorHooksBeforeAccumulatorPreHooks = DTRAIN_TORCH_AT_LEAST(2, 1);
+}  // namespace dtrain::compat
+
 // FP8 (e4m3 and e5m2) tensors and cuBLASLt's scaled matrix product. The
 // float8 types came in libtorch 2.1; _scaled_mm took its present form
 // (required scales, one tensor out) in 2.5, which is the floor here. Older
@@ -194,6 +202,19 @@ inline at::Tensor scaledMm(const at::Tensor& a, const at::Tensor& b, const at::T
   return at::_scaled_mm(a, b, scale_a, scale_b, with_bias, /*scale_result=*/std::nullopt, out_dtype, fast_accum);
 #else
   (void)a, (void)b, (void)scale_a, (void)scale_b, (void)bias, (void)out_dtype, (void)fast_accum;
+  TORCH_CHECK(false, "scaled matrix products need libtorch 2.5 or newer");
+#endif
+}
+
+// scaledMm written into `out` (row-major, contiguous, of the dtype wanted):
+// a product that lands straight where its result is kept.
+inline void scaledMmOut(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a,
+                        const at::Tensor& scale_b, bool fast_accum) {
+#if DTRAIN_TORCH_AT_LEAST(2, 5)
+  at::_scaled_mm_out(out, a, b, scale_a, scale_b, /*bias=*/std::nullopt, /*scale_result=*/std::nullopt,
+                     out.scalar_type(), fast_accum);
+#else
+  (void)out, (void)a, (void)b, (void)scale_a, (void)scale_b, (void)fast_accum;
   TORCH_CHECK(false, "scaled matrix products need libtorch 2.5 or newer");
 #endif
 }

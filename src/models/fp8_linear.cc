@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "libtorch/compat.h"
 #include "models/fused_ops_cuda.h"
+#include "models/gradient_slot.h"
 
 #if DTRAIN_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -95,6 +96,9 @@ torch::Tensor fp8Forward(torch::autograd::AutogradContext* ctx, const torch::Ten
   if (bias.defined()) y = y + bias.to(out);
   ctx->save_for_backward({x8.transposed, x8.inverse, w8.transposed, w8.inverse});
   ctx->saved_data["has_bias"] = bias.defined();
+  // The parameter itself (a leaf: no cycle through this node), for its
+  // gradient's slot (gradient_slot.h).
+  ctx->saved_data["weight"] = weight;
   ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
   ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
   ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.defined() ? bias.scalar_type() : x.scalar_type());
@@ -115,8 +119,19 @@ torch::autograd::variable_list fp8Backward(torch::autograd::AutogradContext* ctx
   // g [M, N] x W [N, K] and gᵀ [N, M] x x [M, K]; (Xᵀ row-major).t() is X column-major.
   const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
   const torch::Tensor dx = product(g8.data, g8.inverse, wt.t(), saved[3], x_dtype);
-  const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
-  const torch::Tensor dw = product(g8.transposed, g8.inverse, xt.t(), saved[1], weight_dtype);
+  // dW = gᵀ x, written straight over a stale gradient where its owner
+  // lets it (then no gradient goes back for W: nothing to add), else
+  // returned for autograd to accumulate.
+  torch::Tensor dw;
+  if (ctx->needs_input_grad(1)) {
+    torch::Tensor into = takeStaleGradient(ctx->saved_data["weight"].toTensor());
+    if (into.defined()) {
+      compat::scaledMmOut(into, g8.transposed, xt.t(), g8.inverse, saved[1], /*fast_accum=*/false);
+    } else {
+      const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+      dw = product(g8.transposed, g8.inverse, xt.t(), saved[1], weight_dtype);
+    }
+  }
   std::vector<int64_t> sizes = grads[0].sizes().vec();
   sizes.back() = wt.size(0);
   if (!ctx->saved_data["has_bias"].toBool()) return {dx.view(sizes), dw};

@@ -42,7 +42,7 @@ void AllReduceBuckets::finish(const std::vector<std::shared_ptr<Work>>& works) {
   }
 }
 
-void AllReduceBuckets::zeroGrad() {
+void AllReduceBuckets::zeroGrad(bool /*set_to_none: DataParallel's slots*/) {
   for (const FlatSlab& slab : layout_->slabs) slab.grad.zero_();
 }
 

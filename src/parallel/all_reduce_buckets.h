@@ -30,7 +30,7 @@ class AllReduceBuckets : public GradSync {
   std::shared_ptr<Work> launch(int bucket) override;
   void finish(const std::vector<std::shared_ptr<Work>>& works) override;
 
-  void zeroGrad() override;
+  void zeroGrad(bool set_to_none) override;
   int64_t gradientBytes() const override;
   torch::ScalarType bucketDtype(int bucket) const override;
 

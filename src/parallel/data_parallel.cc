@@ -233,7 +233,14 @@ bool DataParallel::shardsGradients() const { return !impl_->grad_sync->keepsFull
 bool DataParallel::shardsParameters() const { return impl_->sharded_parameters != nullptr; }
 const std::vector<FlatSlab>& DataParallel::shards() const { return impl_->grad_sync->shards(); }
 int64_t DataParallel::gradientBytes() const { return impl_->grad_sync->gradientBytes(); }
-void DataParallel::zeroGrad() { impl_->grad_sync->zeroGrad(); }
+void DataParallel::zeroGrad(bool set_to_none) {
+  if (set_to_none && !impl_->slab_gradients.empty()) {
+    for (const auto& slot : impl_->slab_gradients) slot->setStale(true);
+    return;
+  }
+  impl_->grad_sync->zeroGrad(set_to_none);
+  for (const auto& slot : impl_->slab_gradients) slot->setStale(false);
+}
 
 models::UnitHooks* DataParallel::unitHooks() const {
   return impl_->sharded_parameters ? impl_->sharded_parameters->hooks() : nullptr;

@@ -7,10 +7,14 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "libtorch/compat.h"
 #include "parallel/data_parallel_impl.h"
 
 #if DTRAIN_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <optional>
 
 #include "gpu/cuda_check.h"
 #endif
@@ -34,6 +38,43 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
   std::function<void()> fn_;
 };
 
+// Writes the first gradient of a backward over a stale slot: copies it
+// into the slab and hands AccumulateGrad nothing to add (its post hooks
+// still run); later gradients go through as they came. Runs before the
+// accumulator and, from libtorch 2.1, after the tensor's own hooks; with
+// 1.13, which runs those inside the accumulator, it zeros the stale slot
+// and lets the accumulator add as before.
+class FirstGradientHook : public torch::autograd::FunctionPreHook {
+ public:
+  explicit FirstGradientHook(std::shared_ptr<SlabGradient> slot) : slot_(std::move(slot)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    if (grads.size() != 1 || !grads[0].defined() || grads[0].is_sparse() || !slot_->takeStaleFlag()) {
+      return grads;
+    }
+    torch::NoGradGuard no_grad;
+    if (!compat::kTensorHooksBeforeAccumulatorPreHooks) {
+      slot_->grad().zero_();
+      return grads;
+    }
+    slot_->grad().copy_(grads[0]);
+    return {torch::Tensor()};
+  }
+
+ private:
+  std::shared_ptr<SlabGradient> slot_;
+};
+
+// A sharded-gradient parameter's slot: its bucket's staging buffer, asked
+// of the piece under the driver's lock.
+class StagedGradient : public models::GradientSlot {
+ public:
+  explicit StagedGradient(std::function<torch::Tensor()> take) : take_(std::move(take)) {}
+  torch::Tensor takeStale() override { return take_(); }
+
+ private:
+  std::function<torch::Tensor()> take_;
+};
+
 #if DTRAIN_TORCH_CUDA
 cudaEvent_t makeEvent() {
   cudaEvent_t event = nullptr;
@@ -45,6 +86,7 @@ cudaEvent_t makeEvent() {
 }  // namespace
 
 DataParallel::Impl::~Impl() {
+  for (size_t i = 0; i < grad_slots.size(); ++i) models::unregisterGradientSlot(layout.params[i], grad_slots[i].get());
 #if DTRAIN_TORCH_CUDA
   for (cudaEvent_t e : ready_events) cudaEventDestroy(e);
   if (joined_event != nullptr) cudaEventDestroy(joined_event);
@@ -66,9 +108,22 @@ void DataParallel::Impl::installHooks() {
   }
 #endif
   std::weak_ptr<Impl> weak = weak_self;
+  const bool in_slabs = !sharded_parameters && grad_sync->keepsFullGradients();
   for (size_t i = 0; i < layout.params.size(); ++i) {
     std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(layout.params[i]);
     const int index = static_cast<int>(i);
+    if (in_slabs) {
+      auto slot = std::make_shared<SlabGradient>(layout.params[i].grad());
+      accumulator->add_pre_hook(std::make_unique<FirstGradientHook>(slot));
+      slab_gradients.push_back(slot);
+      grad_slots.push_back(std::move(slot));
+    } else if (!grad_sync->keepsFullGradients()) {
+      grad_slots.push_back(std::make_shared<StagedGradient>([weak, index] {
+        auto impl = weak.lock();
+        return impl ? impl->takeStaged(index) : torch::Tensor();
+      }));
+    }
+    if (!grad_slots.empty()) models::registerGradientSlot(layout.params[i], grad_slots.back().get());
     accumulator->add_post_hook(std::make_unique<GradReadyHook>([weak, index] {
       if (auto impl = weak.lock()) impl->onGradReady(index);
     }));
@@ -83,6 +138,7 @@ void DataParallel::Impl::onGradReady(int param) {
   const int b = layout.bucket_of_param[static_cast<size_t>(param)];
   grad_sync->gradientReady(param, b);
   if (--pending[static_cast<size_t>(b)] != 0) return;
+  bucketFilled(b);
   ready[static_cast<size_t>(b)] = 1;
 #if DTRAIN_TORCH_CUDA
   if (sync.cuda) {
@@ -134,8 +190,39 @@ void DataParallel::Impl::startBackward() {
   });
 }
 
-void DataParallel::Impl::launchBucket(int b) {
+// Zeros what a bucket's stale slots still hold (parameters that got no
+// gradient since zeroGrad(true)), on the compute stream, before the bucket
+// is reduced.
+void DataParallel::Impl::clearStale(int b) {
+  if (slab_gradients.empty()) return;
+#if DTRAIN_TORCH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> on_compute;
+  if (sync.cuda) on_compute.emplace(*sync.streams->compute);
+#endif
+  torch::NoGradGuard no_grad;
+  for (int p : layout.buckets[static_cast<size_t>(b)].params) {
+    SlabGradient& slot = *slab_gradients[static_cast<size_t>(p)];
+    if (slot.takeStaleFlag()) slot.grad().zero_();
+  }
+}
+
+// A kernel's question for a sharded parameter's staging view (in a
+// backward: the first gradient hook may not have run yet).
+torch::Tensor DataParallel::Impl::takeStaged(int param) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!in_backward) startBackward();
+  return grad_sync->takeUnwritten(param, layout.bucket_of_param[static_cast<size_t>(param)]);
+}
+
+// Every gradient of bucket b is in (or backward ended): what is still
+// stale zeroed and the piece's prepare, before the bucket's ready event.
+void DataParallel::Impl::bucketFilled(int b) {
+  clearStale(b);
   grad_sync->prepare(b);
+}
+
+void DataParallel::Impl::launchBucket(int b) {
+  if (!ready[static_cast<size_t>(b)]) bucketFilled(b);
 #if DTRAIN_TORCH_CUDA
   if (sync.cuda) {
     // The communication stream waits for this bucket's gradients only, so

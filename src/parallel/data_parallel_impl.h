@@ -6,12 +6,14 @@
 
 #include <torch/csrc/autograd/function.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "comm/work.h"
 #include "dtrain/data_parallel.h"
+#include "models/gradient_slot.h"
 #include "parallel/grad_sync.h"
 #include "parallel/sharded_parameters.h"
 #include "parallel/unit_gather.h"
@@ -27,6 +29,21 @@ namespace dtrain {
 struct DataParallelPieces {
   std::unique_ptr<GradSync> grad_sync;                  // never null
   std::unique_ptr<ShardedParameters> sharded_parameters;  // null: every rank holds every parameter
+};
+
+// A replicated parameter's gradient: its view into the gradient slab,
+// stale from zeroGrad(true) until a gradient is written over it.
+class SlabGradient : public models::GradientSlot {
+ public:
+  explicit SlabGradient(torch::Tensor grad) : grad_(std::move(grad)) {}
+  torch::Tensor takeStale() override { return stale_.exchange(false) ? grad_ : torch::Tensor(); }
+  bool takeStaleFlag() { return stale_.exchange(false); }
+  void setStale(bool stale) { stale_ = stale; }
+  const torch::Tensor& grad() const { return grad_; }
+
+ private:
+  torch::Tensor grad_;
+  std::atomic<bool> stale_{false};
 };
 
 struct DataParallel::Impl {
@@ -54,6 +71,14 @@ struct DataParallel::Impl {
   std::vector<std::shared_ptr<Work>> previous_works;
   bool no_sync = false;
   int64_t synced_backwards = 0;
+  // Each parameter's gradient slot (models/gradient_slot.h), registered
+  // while this lives: full gradients in slabs (replicated, ZeRO-1) are
+  // marked stale by zeroGrad(/*set_to_none=*/true) instead of zeroed
+  // (slab_gradients, by parameter; empty with sharded gradients); sharded
+  // ones are their bucket's staging buffer, stale until this backward's
+  // first gradient of the parameter (GradSync::takeUnwritten).
+  std::vector<std::shared_ptr<models::GradientSlot>> grad_slots;
+  std::vector<std::shared_ptr<SlabGradient>> slab_gradients;
 #if DTRAIN_TORCH_CUDA
   // The communication stream waits on ready_events[b] before bucket b's
   // collective, and the compute stream on joined_event after the last.
@@ -77,6 +102,9 @@ struct DataParallel::Impl {
   void backwardStarting();
   void startBackward();
   void launchBucket(int bucket);
+  void bucketFilled(int bucket);
+  void clearStale(int bucket);
+  torch::Tensor takeStaged(int param);
   void finishBackward();
   ~Impl();
 

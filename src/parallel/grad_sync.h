@@ -16,10 +16,12 @@
 // - In a synchronised backward, on backward's thread and under the
 //   driver's lock: started() once the compute stream is known (the first
 //   gradient, or the loss's when the model has units); gradientReady(param, bucket) after autograd accumulated
-//   the parameter's gradient; for each bucket, in launchOrder() on every
-//   rank and exactly once, prepare(bucket) (on the compute stream, before
-//   the bucket's ready event is recorded), then launch(bucket) with the
-//   communication stream already waiting on that event. launch issues the
+//   the parameter's gradient (or after a kernel took takeUnwritten(param,
+//   bucket) and wrote it); for each bucket exactly once, prepare(bucket)
+//   (on the compute stream, once its gradients are all in or backward
+//   ended, before the bucket's ready event is recorded), then, in
+//   launchOrder() on every rank, launch(bucket) with the communication
+//   stream already waiting on that event. launch issues the
 //   bucket's collective on the communication stream, tells the observer
 //   launching/launched, and returns its Work.
 // - finish(works) ends a backward on the CPU (the driver joins the streams
@@ -117,8 +119,16 @@ class GradSync {
   virtual std::shared_ptr<Work> launch(int bucket) = 0;
   virtual void finish(const std::vector<std::shared_ptr<Work>>& works) = 0;
 
-  // Zeros the gradients the piece keeps (gradient slabs or shards).
-  virtual void zeroGrad() = 0;
+  // Zeros the gradients the piece keeps (gradient slabs or shards);
+  // set_to_none: a piece may instead have the next backward write over
+  // them (DataParallel::zeroGrad's contract).
+  virtual void zeroGrad(bool set_to_none) = 0;
+  // In a backward, for a kernel that writes a parameter's whole gradient
+  // itself (models/gradient_slot.h): where to write it, if nothing of this
+  // backward was (the piece then counts it written), else undefined. A
+  // piece that keeps full gradients returns undefined (DataParallel's
+  // slab slots answer for it).
+  virtual torch::Tensor takeUnwritten(int param, int bucket) { return {}; }
   // Bytes of gradient this rank holds.
   virtual int64_t gradientBytes() const = 0;
   // The dtype bucket b travels in.

@@ -1,6 +1,7 @@
 #include "parallel/reduce_scatter_buckets.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "comm/communicator.h"
 #include "common/error.h"
@@ -55,6 +56,24 @@ void ReduceScatterBuckets::attach(const FlatLayout& layout, SyncContext& context
   buildShards();
   slot_of_bucket_.assign(layout.buckets.size(), -1);
   staging_.assign(layout.buckets.size(), torch::Tensor());
+  written_.assign(layout.params.size(), 0);
+  shard_stale_.assign(layout.buckets.size(), 0);
+  for (const Bucket& bucket : layout.buckets) {
+    std::vector<std::pair<int64_t, int64_t>> covered;
+    for (int p : bucket.params) {
+      covered.emplace_back(layout.param_offset[static_cast<size_t>(p)] - bucket.offset,
+                           layout.params[static_cast<size_t>(p)].numel());
+    }
+    std::sort(covered.begin(), covered.end());
+    std::vector<std::pair<int64_t, int64_t>> gaps;
+    int64_t at = 0;
+    for (const auto& [begin, numel] : covered) {
+      if (begin > at) gaps.emplace_back(at, begin - at);
+      at = std::max(at, begin + numel);
+    }
+    if (bucket.numel > at) gaps.emplace_back(at, bucket.numel - at);
+    gaps_.push_back(std::move(gaps));
+  }
   for (size_t i = 0; i < std::min<size_t>(2, layout.buckets.size()); ++i) addStagingBuffer();
 }
 
@@ -92,27 +111,60 @@ void ReduceScatterBuckets::started() {
 #endif
 }
 
-// After autograd accumulated the parameter's gradient: add it into its
-// bucket's staging buffer, then drop it, so a rank never holds more than
-// the gradients of the buckets being gathered.
+torch::Tensor ReduceScatterBuckets::stagingView(int param, int b) const {
+  const torch::Tensor& p = layout_->params[static_cast<size_t>(param)];
+  const torch::Tensor& staging = staging_[static_cast<size_t>(b)];
+  const int64_t offset = staging.storage_offset() + layout_->param_offset[static_cast<size_t>(param)] -
+                         layout_->buckets[static_cast<size_t>(b)].offset;
+  return staging.as_strided(p.sizes(), p.strides(), offset);
+}
+
+// After autograd accumulated the parameter's gradient: write it into its
+// bucket's staging buffer (over it if it is the backward's first), then
+// drop it, so a rank never holds more than the gradients of the buckets
+// being gathered. Undefined: a kernel wrote it there (takeUnwritten).
 void ReduceScatterBuckets::gradientReady(int param, int b) {
-  prepare(b);
+  stage(b);
   const torch::Tensor& p = layout_->params[static_cast<size_t>(param)];
   torch::Tensor& grad = p.mutable_grad();
   if (!grad.defined()) return;
   torch::NoGradGuard no_grad;
-  const torch::Tensor& staging = staging_[static_cast<size_t>(b)];
-  const int64_t offset = staging.storage_offset() + layout_->param_offset[static_cast<size_t>(param)] -
-                         layout_->buckets[static_cast<size_t>(b)].offset;
-  staging.as_strided(p.sizes(), p.strides(), offset).add_(grad);
+  torch::Tensor view = stagingView(param, b);
+  if (written_[static_cast<size_t>(param)]) {
+    view.add_(grad);
+  } else {
+    view.copy_(grad);
+    written_[static_cast<size_t>(param)] = 1;
+  }
   grad = torch::Tensor();
 }
 
-// Gives bucket b a zeroed staging buffer (if it has none): a free one, the
-// oldest in-flight bucket's once that is done (CPU), or a new one. A bucket
-// none of whose parameters got a gradient gets it here, before its ready
-// event.
+torch::Tensor ReduceScatterBuckets::takeUnwritten(int param, int b) {
+  stage(b);
+  if (written_[static_cast<size_t>(param)]) return {};
+  written_[static_cast<size_t>(param)] = 1;
+  return stagingView(param, b);
+}
+
+// Before bucket b's ready event: zeros what no gradient was written into.
 void ReduceScatterBuckets::prepare(int b) {
+  stage(b);
+  torch::NoGradGuard no_grad;
+#if DTRAIN_TORCH_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> on_compute;
+  if (context_->cuda) on_compute.emplace(*context_->streams->compute);
+#endif
+  const torch::Tensor& staging = staging_[static_cast<size_t>(b)];
+  for (int p : layout_->buckets[static_cast<size_t>(b)].params) {
+    if (!written_[static_cast<size_t>(p)]) stagingView(p, b).zero_();
+  }
+  for (const auto& [begin, numel] : gaps_[static_cast<size_t>(b)]) staging.narrow(0, begin, numel).zero_();
+}
+
+// Gives bucket b a staging buffer (if it has none): a free one, the oldest
+// in-flight bucket's once that is done (CPU), or a new one; none of its
+// parameters' gradients written yet.
+void ReduceScatterBuckets::stage(int b) {
   if (slot_of_bucket_[static_cast<size_t>(b)] >= 0) return;
   if (free_slots_.empty()) {
     if (!in_flight_.empty()) {
@@ -129,20 +181,15 @@ void ReduceScatterBuckets::prepare(int b) {
   torch::Tensor& staging = staging_[static_cast<size_t>(b)];
   const int64_t bytes = layout_->buckets[static_cast<size_t>(b)].numel * static_cast<int64_t>(c10::elementSize(dtype));
   staging = pool_[static_cast<size_t>(slot)].narrow(0, 0, bytes).view(dtype);
+  for (int p : layout_->buckets[static_cast<size_t>(b)].params) written_[static_cast<size_t>(p)] = 0;
 #if DTRAIN_TORCH_CUDA
-  if (context_->cuda) {
-    // On the compute stream (a final callback may run with another one
-    // current), after the last reduce-scatter that used this slot.
-    const c10::cuda::CUDAStream& compute = *context_->streams->compute;
-    const c10::cuda::CUDAStreamGuard guard(compute);
-    if (events_->released_in_backward[static_cast<size_t>(slot)]) {
-      DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute.stream(), events_->released[static_cast<size_t>(slot)], 0));
-    }
-    staging.zero_();
-    return;
+  if (context_->cuda && events_->released_in_backward[static_cast<size_t>(slot)]) {
+    // The compute stream (which writes the gradients) waits for the last
+    // reduce-scatter that used this slot.
+    DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(context_->streams->compute->stream(),
+                                          events_->released[static_cast<size_t>(slot)], 0));
   }
 #endif
-  staging.zero_();
 }
 
 void ReduceScatterBuckets::addStagingBuffer() {
@@ -179,8 +226,7 @@ std::shared_ptr<Work> ReduceScatterBuckets::launch(int b) {
   if (context_->cuda) {
     const c10::cuda::CUDAStream& comm_stream = *context_->streams->comm;
     const c10::cuda::CUDAStreamGuard guard(comm_stream);
-    torch::NoGradGuard no_grad;
-    shards_[static_cast<size_t>(b)].grad.add_(own);
+    addIntoShard(b, own);
     const size_t slot = static_cast<size_t>(slot_of_bucket_[static_cast<size_t>(b)]);
     DTRAIN_CUDA_CHECK(cudaEventRecord(events_->released[slot], comm_stream.stream()));
     events_->released_in_backward[slot] = 1;
@@ -204,11 +250,8 @@ void ReduceScatterBuckets::completeOldest() {
   oldest.work->wait(context_->timeout);
   const int64_t world = context_->comm->size();
   const int64_t slice = layout_->buckets[static_cast<size_t>(oldest.bucket)].numel / world;
-  {
-    torch::NoGradGuard no_grad;
-    const torch::Tensor& staging = staging_[static_cast<size_t>(oldest.bucket)];
-    shards_[static_cast<size_t>(oldest.bucket)].grad.add_(staging.narrow(0, context_->comm->rank() * slice, slice));
-  }
+  const torch::Tensor& staging = staging_[static_cast<size_t>(oldest.bucket)];
+  addIntoShard(oldest.bucket, staging.narrow(0, context_->comm->rank() * slice, slice));
   release(oldest.bucket);
   if (context_->observer != nullptr) context_->observer->bucketCompleted(oldest.bucket);
 }
@@ -219,8 +262,26 @@ void ReduceScatterBuckets::release(int b) {
   staging_[static_cast<size_t>(b)] = torch::Tensor();
 }
 
-void ReduceScatterBuckets::zeroGrad() {
+// This rank's reduced part of bucket b into its shard: over it when the
+// shard is stale (zeroGrad(true)), else added.
+void ReduceScatterBuckets::addIntoShard(int b, const torch::Tensor& own) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor& shard = shards_[static_cast<size_t>(b)].grad;
+  if (shard_stale_[static_cast<size_t>(b)]) {
+    shard.copy_(own);
+    shard_stale_[static_cast<size_t>(b)] = 0;
+  } else {
+    shard.add_(own);
+  }
+}
+
+void ReduceScatterBuckets::zeroGrad(bool set_to_none) {
+  if (set_to_none) {
+    std::fill(shard_stale_.begin(), shard_stale_.end(), 1);
+    return;
+  }
   for (torch::Tensor& shard : grad_shards_) shard.zero_();
+  std::fill(shard_stale_.begin(), shard_stale_.end(), 0);
 }
 
 int64_t ReduceScatterBuckets::gradientBytes() const {

@@ -8,12 +8,18 @@
 //   rank r owns the r-th 1/N of each: shards() lists those slices, their
 //   grads views into one gradient shard per slab (1/N of the slab; their
 //   params views into the slab, or ZeRO-3's master slices).
-// - gradientReady adds the parameter's gradient, as autograd produced it,
-//   into its bucket's staging buffer (in reduce_dtype) and drops it (.grad
-//   stays undefined). launch(b) reduce-scatters (averages) the staging
-//   buffer in place and adds this rank's part into its shard: on CUDA at
-//   once on the communication stream; on the CPU once the collective is
-//   done (when its staging buffer is needed again, or at finish()).
+// - gradientReady writes the parameter's gradient, as autograd produced
+//   it, into its bucket's staging buffer (in reduce_dtype): the first one
+//   of a backward copied over what the buffer held, later ones added; and
+//   drops it (.grad stays undefined). takeUnwritten hands a kernel the
+//   parameter's staging view to write its first gradient into itself.
+//   prepare(b), before the bucket goes, zeros what nothing was written
+//   into (parameters without a gradient, padding). launch(b)
+//   reduce-scatters (averages) the staging buffer in place and writes
+//   this rank's part into its shard (over it after zeroGrad(true), else
+//   added): on CUDA at once on the communication stream; on the CPU once
+//   the collective is done (when its staging buffer is needed again, or at
+//   finish()).
 // - Buckets launch in the order backward is expected to finish them
 //   across slabs (by their earliest registered parameter, latest first),
 //   so that buckets waiting their turn do not pile up in staging buffers.
@@ -22,7 +28,8 @@
 //   done (on CUDA stream-ordered through events, no host wait), one more
 //   only while every buffer holds a bucket whose gradients still arrive.
 // - Every backward is reduced, noSync() included (reducesEveryBackward);
-//   the shards add up across backwards until zeroGrad().
+//   the shards add up across backwards until zeroGrad() (zeroGrad(true):
+//   the next backward's part is written over them instead of added).
 // - reduce_dtype: float32, or bfloat16 to stage and reduce-scatter in half
 //   the bytes; the shards stay in the slab's dtype.
 #pragma once
@@ -48,16 +55,20 @@ class ReduceScatterBuckets : public GradSync {
   void started() override;
   void gradientReady(int param, int bucket) override;
   void prepare(int bucket) override;
+  torch::Tensor takeUnwritten(int param, int bucket) override;
   std::shared_ptr<Work> launch(int bucket) override;
   void finish(const std::vector<std::shared_ptr<Work>>& works) override;
 
-  void zeroGrad() override;
+  void zeroGrad(bool set_to_none) override;
   int64_t gradientBytes() const override;
   torch::ScalarType bucketDtype(int bucket) const override;
   const std::vector<FlatSlab>& shards() const override { return shards_; }
 
  private:
   void buildShards();
+  void stage(int bucket);
+  torch::Tensor stagingView(int param, int bucket) const;
+  void addIntoShard(int bucket, const torch::Tensor& own);
   void addStagingBuffer();
   void completeOldest();
   void release(int bucket);
@@ -75,6 +86,11 @@ class ReduceScatterBuckets : public GradSync {
   std::deque<int> free_slots_;
   std::vector<int> slot_of_bucket_;        // -1: none
   std::vector<torch::Tensor> staging_;     // per bucket: its view of its slot
+  std::vector<char> written_;              // per parameter: its staging view holds this backward's gradient
+  // Per bucket: the runs of its staging buffer no parameter covers
+  // (element offset in the bucket, length).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps_;
+  std::vector<char> shard_stale_;          // per bucket: its shard is written over, not added to
   struct InFlight {
     int bucket;
     std::shared_ptr<Work> work;

@@ -145,7 +145,9 @@ torch::Tensor TrainStep::forwardBackward(const StepBatch& batch) {
 }
 
 void TrainStep::body(const StepBatch& batch) {
-  optimizer_.zeroGrad();
+  // The optimizer's gradients are DataParallel's: its slabs (replicated,
+  // ZeRO-1) or its shards. Lazily zeroed: backward writes the first ones.
+  dp_.zeroGrad(/*set_to_none=*/true);
   const torch::Tensor loss = forwardBackward(batch);
   if (options_.replica_communicator) reduceAcrossReplicas();
   mark("optimizer");

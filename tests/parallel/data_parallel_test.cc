@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "dtrain/data_parallel.h"
 #include "dtrain/optim.h"
+#include "models/gradient_slot.h"
 #include "store/hash_store.h"
 
 namespace dtrain {
@@ -112,6 +113,165 @@ TEST(DataParallelTest, OneRankGradientsEqualPlainAutograd) {
     net->forward(x).sum().backward();
   }
   EXPECT_EQ(dp.syncedBackwards(), 2) << "noSync must not all-reduce";
+}
+
+// A net whose first layer runs twice, with a hook on one weight's
+// gradient and a layer no forward uses: zeroGrad(/*set_to_none=*/true)
+// and the first gradient written over the old ones give the bits that
+// zeroing and adding give, across steps and noSync() accumulation.
+struct Reused : torch::nn::Module {
+  torch::nn::Linear a{nullptr}, b{nullptr}, unused{nullptr};
+  Reused() {
+    a = register_module("a", torch::nn::Linear(20, 20));
+    b = register_module("b", torch::nn::Linear(20, 5));
+    unused = register_module("unused", torch::nn::Linear(5, 5));
+    b->weight.register_hook([](const torch::Tensor& g) { return g * 3; });
+  }
+  torch::Tensor forward(torch::Tensor x) { return b(torch::tanh(a(torch::tanh(a(x))))); }
+};
+
+// One rank on the CPU over Gloo, or where dtrain has no Gloo (the GPU
+// machine's build, whose libtorch runs tensor hooks before the
+// accumulator's pre-hooks) on the GPU over NCCL.
+torch::Device soloDevice() {
+#if DTRAIN_HAVE_GLOO
+  return torch::kCPU;
+#else
+  return torch::Device(torch::kCUDA, 0);
+#endif
+}
+
+std::shared_ptr<Communicator> soloCommOnDevice() {
+  return createCommunicator(soloDevice().is_cuda() ? "nccl" : "gloo", std::make_shared<HashStore>(), 0, 1);
+}
+
+TEST(DataParallelTest, ZeroGradSetToNoneGivesTheBitsOfZeroingAndAdding) {
+  const torch::Device device = soloDevice();
+  for (const bool shard_gradients : {false, true}) {
+    SCOPED_TRACE(shard_gradients ? "ZeRO-2" : "replicated");
+    torch::manual_seed(5);
+    auto eager_net = std::make_shared<Reused>();
+    torch::manual_seed(5);
+    auto lazy_net = std::make_shared<Reused>();
+    eager_net->to(device);
+    lazy_net->to(device);
+    DataParallelOptions options;
+    options.bucket_mb = 0.001;
+    options.first_bucket_mb = 0.001;
+    options.shard_gradients = shard_gradients;
+    DataParallel eager(eager_net, soloCommOnDevice(), options), lazy(lazy_net, soloCommOnDevice(), options);
+    const auto sgd = [&](DataParallel& dp) {
+      const auto make = [](std::vector<FlatSlab> slabs) { return makeSGD(std::move(slabs), {.lr = 0.05}); };
+      return shard_gradients ? makeShardedOptimizer(dp.shardLayout(), dp.communicator(), make, std::chrono::seconds(30))
+                             : make(dp.slabs());
+    };
+    auto eager_sgd = sgd(eager), lazy_sgd = sgd(lazy);
+    // What the optimizer reads: the gradient slab, or the shards.
+    const auto held = [&](DataParallel& dp) {
+      if (!shard_gradients) return dp.slabs()[0].grad;
+      std::vector<torch::Tensor> parts;
+      for (const FlatSlab& shard : dp.shards()) parts.push_back(shard.grad);
+      return torch::cat(parts);
+    };
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      eager.zeroGrad();
+      lazy.zeroGrad(/*set_to_none=*/true);
+      for (int micro = 0; micro < 2; ++micro) {
+        const torch::Tensor x = torch::randn({6, 20}).to(device);
+        if (micro == 0) {
+          auto e = eager.noSync();
+          auto l = lazy.noSync();
+          eager_net->forward(x).pow(2).mean().backward();
+          lazy_net->forward(x).pow(2).mean().backward();
+        } else {
+          eager_net->forward(x).pow(2).mean().backward();
+          lazy_net->forward(x).pow(2).mean().backward();
+        }
+      }
+      ASSERT_TRUE(torch::equal(held(lazy), held(eager)));
+      EXPECT_GT(held(lazy).abs().sum().item<float>(), 0.0f);
+      if (!shard_gradients) {
+        EXPECT_EQ(lazy_net->unused->weight.grad().abs().sum().item<float>(), 0.0f)
+            << "a parameter without a gradient kept last step's";
+      }
+      eager_sgd->step();
+      lazy_sgd->step();
+      // What the next step must write over: `unused` gets no gradient;
+      // the shards are all written over.
+      if (!shard_gradients) lazy_net->unused->weight.grad().fill_(7);
+      for (const FlatSlab& shard : lazy.shards()) shard.grad.fill_(7);
+    }
+    EXPECT_EQ(lazy.syncedBackwards(), 3 * (shard_gradients ? 2 : 1));
+  }
+}
+
+// A kernel that writes a weight's whole gradient itself (as the FP8
+// linear layer does): y = x Wᵀ whose backward takes W's stale gradient
+// and returns none for W. The bucket is still reduced and the gradient is
+// the one plain autograd gives; without a stale slot it returns dW.
+class WritesItsWeightGradient : public torch::autograd::Function<WritesItsWeightGradient> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["weight"] = w;
+    return x.mm(w.t());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    torch::Tensor into = models::takeStaleGradient(ctx->saved_data["weight"].toTensor());
+    ++calls;
+    if (into.defined()) {
+      ++direct;
+      torch::mm_out(into, grads[0].t(), saved[0]);
+      return {grads[0].mm(saved[1]), torch::Tensor()};
+    }
+    return {grads[0].mm(saved[1]), grads[0].t().mm(saved[0])};
+  }
+  static inline int calls = 0;
+  static inline int direct = 0;
+};
+
+TEST(DataParallelTest, AKernelWritesAStaleGradientItselfAndTheBucketIsStillReduced) {
+  const torch::Device device = soloDevice();
+  for (const bool shard_gradients : {false, true}) {
+    SCOPED_TRACE(shard_gradients ? "ZeRO-2: into the staging buffer" : "replicated: into the slab");
+    torch::manual_seed(9);
+    const torch::Tensor w0 = torch::randn({4, 8}).to(device);
+    auto module = std::make_shared<torch::nn::Module>();
+    torch::Tensor w = module->register_parameter("w", w0.clone());
+    DataParallelOptions options;
+    options.shard_gradients = shard_gradients;
+    DataParallel dp(module, soloCommOnDevice(), options);
+    const torch::Tensor x = torch::randn({5, 8}).to(device);
+    const torch::Tensor reference = w0.clone().requires_grad_(true);
+    torch::tanh(x.mm(reference.t())).sum().backward();
+    const int calls = WritesItsWeightGradient::calls;
+    for (const bool lazy : {true, true, false}) {
+      dp.zeroGrad(lazy);
+      const int direct = WritesItsWeightGradient::direct;
+      torch::tanh(WritesItsWeightGradient::apply(x, w)).sum().backward();
+      // Sharded, every backward's first gradient is written into the
+      // staging buffer; replicated, only after zeroGrad(true).
+      EXPECT_EQ(WritesItsWeightGradient::direct - direct, lazy || shard_gradients ? 1 : 0);
+      const torch::Tensor got = shard_gradients ? dp.shards()[0].grad.narrow(0, 0, w.numel()).view({4, 8}) : w.grad();
+      EXPECT_TRUE(torch::allclose(got, reference.grad(), 1e-6, 1e-7));
+      if (shard_gradients) {
+        EXPECT_FALSE(w.grad().defined());
+        EXPECT_EQ(dp.shards()[0].grad.narrow(0, w.numel(), dp.shards()[0].grad.numel() - w.numel()).abs().sum()
+                      .item<float>(), 0.0f) << "the bucket's padding was reduced with what its staging buffer held";
+        dp.shards()[0].grad.fill_(7);  // written over after zeroGrad(true), zeroed after zeroGrad()
+      }
+    }
+    EXPECT_EQ(WritesItsWeightGradient::calls - calls, 3);
+    EXPECT_EQ(dp.syncedBackwards(), 3) << "a gradient written by the kernel did not reach its bucket";
+    if (!shard_gradients) {
+      EXPECT_EQ(w.grad().data_ptr(), dp.slabs()[0].grad.data_ptr()) << "the gradient left the slab";
+      EXPECT_FALSE(models::takeStaleGradient(w).defined()) << "zeroed in place: nothing stale";
+    }
+  }
 }
 
 // GPT recipes leave norms, biases and embeddings undecayed: those parameters

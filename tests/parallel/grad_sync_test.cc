@@ -95,7 +95,7 @@ TEST(GradSyncTest, AllReduceBucketsAverageTheGradientSlabsInPlanOrder) {
                                                          "launching 2", "launched 2", "completed 0", "completed 1",
                                                          "completed 2"}));
     EXPECT_EQ(piece.gradientBytes(), (layout.padded_numel[0] + layout.padded_numel[1]) * 4);
-    piece.zeroGrad();
+    piece.zeroGrad(false);
     for (const FlatSlab& slab : layout.slabs) EXPECT_EQ(slab.grad.abs().sum().item<float>(), 0.0f);
   });
   for (const auto& e : errors) EXPECT_EQ(testing::errorText(e), "");
@@ -147,7 +147,7 @@ TEST(GradSyncTest, ReduceScatterBucketsKeepEachRanksSliceOfTheAverageAndNoFullGr
     for (const torch::Tensor& p : layout.params) p.mutable_grad() = torch::full_like(p, rank + 1.0);
     syncOnce(piece, layout, order);
     EXPECT_EQ(piece.shards()[0].grad[0].item<float>(), 3.0f);
-    piece.zeroGrad();
+    piece.zeroGrad(false);
     EXPECT_EQ(piece.shards()[0].grad.abs().sum().item<float>(), 0.0f);
   });
   for (const auto& e : errors) EXPECT_EQ(testing::errorText(e), "");
