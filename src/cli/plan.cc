@@ -275,6 +275,7 @@ nlohmann::json planJson(const PlanFlags& f, const plan::Cluster& cluster, const 
                         {"microbatches", p.layout.microbatches},
                         {"activation_checkpointing", p.layout.activation_checkpointing},
                         {"memory_gib_per_gpu", static_cast<double>(p.memory_bytes) / 1073741824.0},
+                        {"memory_needed_gib_per_gpu", static_cast<double>(p.needed_bytes) / 1073741824.0},
                         {"step_s", p.time.step_s}, {"tokens_per_s", p.time.tokens_per_s}, {"mfu", p.time.mfu},
                         {"exposed_communication_s", p.time.exposed_s}, {"bubble_s", p.time.bubble_s},
                         {"command", commandLine(f, cluster, p)}};
@@ -306,7 +307,7 @@ void printPlan(const PlanFlags& f, const plan::Cluster& cluster, const PlanSearc
               static_cast<long long>(f.tokens_per_step), cluster.gpus(), cluster.gpu.name.c_str(), cluster.nodes,
               cluster.gpus_per_node, search.tried, search.refused, search.too_big, list.size());
   std::printf("# predicted at %.0f%% of the bf16 peak for the products (--efficiency); memory: dtrain's estimate "
-              "with its 1 GiB + 5%% margin\n", 100 * cluster.efficiency);
+              "of the allocator's peak, which fits with a 1 GiB + 5%% margin\n", 100 * cluster.efficiency);
   std::printf("# constants: %s\n", calibrationText(out["calibration"]).c_str());
   std::string header = "| # | layout | GiB/GPU | tokens/s | MFU |";
   if (f.train_tokens > 0) {

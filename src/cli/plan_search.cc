@@ -102,7 +102,7 @@ PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, i
             if (pp > 1 && microbatches < pp) continue;
             plan::Layout l{tp, pp, dp, shard, micro, microbatches, checkpointing, fp8};
             ++s.tried;
-            PlannedLayout p{l, trainFlags(model, l, tokens_per_step), 0, {}};
+            PlannedLayout p{l, trainFlags(model, l, tokens_per_step), 0, 0, {}};
             TrainOptions o;
             try {
               o = parsedTrainOptions(p.train_flags, world);
@@ -114,9 +114,11 @@ PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, i
               continue;
             }
             const models::LanguageModelConfig config = languageModelConfig(o.model);
-            p.memory_bytes = neededDeviceBytes(lmMemoryInputs(o, config, world, /*cuda=*/true), gpu_bytes);
-            s.smallest_need = std::min(s.smallest_need, p.memory_bytes);
-            if (p.memory_bytes > gpu_bytes) {
+            const MemoryInputs memory = lmMemoryInputs(o, config, world, /*cuda=*/true);
+            p.memory_bytes = estimateMemory(memory).total();
+            p.needed_bytes = neededDeviceBytes(memory, gpu_bytes);
+            s.smallest_need = std::min(s.smallest_need, p.needed_bytes);
+            if (p.needed_bytes > gpu_bytes) {
               ++s.too_big;
               continue;
             }

@@ -26,7 +26,8 @@ struct PlanModel {
 struct PlannedLayout {
   plan::Layout layout;
   std::vector<std::string> train_flags;  // what follows `dtrain train`
-  int64_t memory_bytes = 0;              // the estimate with its margin, per GPU (the fullest)
+  int64_t memory_bytes = 0;              // the estimate of the allocator's peak per GPU (the fullest)
+  int64_t needed_bytes = 0;              // with checkFits' margin: what must fit the GPU's memory
   plan::StepTime time;
 };
 
@@ -35,7 +36,7 @@ struct PlanSearch {
   int tried = 0;
   int refused = 0;       // by dtrain train's own checks
   int too_big = 0;       // by the memory estimate
-  int64_t smallest_need = 0;  // bytes per GPU of the leanest layout tried
+  int64_t smallest_need = 0;  // bytes per GPU of the leanest layout tried, with the margin
 };
 
 // The model's shape as `dtrain train` would build it (ConfigError naming a

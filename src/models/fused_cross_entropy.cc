@@ -3,6 +3,7 @@
 // [tokens, vocab] logits never exist in full (cross_entropy.h).
 #include "models/fused_ops_cuda.h"
 #include "models/fused_ops_support.h"
+#include "models/lm_counts.h"
 
 #include <algorithm>
 
@@ -14,17 +15,9 @@ using torch::autograd::variable_list;
 using namespace detail;
 
 constexpr int64_t kIgnoreIndex = -100;  // torch's default: rows with this target do not count
-// The logits of one chunk take at most this much memory (GPT-2: ~5300 rows
-// of 50257 bf16 logits; Llama 3: ~2100 rows of 128256).
-constexpr int64_t kChunkBytes = int64_t{512} << 20;
-// Rows of the chunk buffer are padded to this many elements, so the kernel
-// and cuBLAS see 16-byte aligned rows whatever the vocabulary.
-constexpr int64_t kRowPadding = 64;
-
-int64_t chunkRows(int64_t rows, int64_t padded_vocab, int64_t element_size) {
-  int64_t chunk = std::max<int64_t>(kChunkBytes / (padded_vocab * element_size), 64) / 64 * 64;
-  return std::min(chunk, rows);
-}
+// The logits of one chunk take about 512 MiB; rows of the chunk buffer are
+// padded so the kernel and cuBLAS see 16-byte aligned rows whatever the
+// vocabulary (models/lm_counts.h, which the memory estimate sizes them by).
 
 // The rows' gradients and the weight's, filled chunk by chunk.
 struct HeadGradients {
@@ -34,7 +27,7 @@ struct HeadGradients {
 
 // One chunk of rows [r0, r0 + n): logits, loss and dlogits, gradient products.
 // w holds the weight's `vocab` rows and, when the vocabulary is not a
-// multiple of kRowPadding, zero rows up to the buffer's padded width: every
+// multiple of the row padding, zero rows up to the buffer's padded width: every
 // product then runs at an aligned size (GPT-2's 50257 is ~25% slower in
 // cuBLAS than 50304, and torch.compile pads the same way), the padding
 // logits are exactly 0 and the kernel writes 0 as their gradient, so the
@@ -102,7 +95,7 @@ class FusedClassifierCrossEntropyFunction
     const auto type = static_cast<torch::ScalarType>(compute);
     const torch::Tensor h = aligned(hidden.to(type));
     const int64_t rows = h.size(0), vocab = weight.size(0);
-    const int64_t padded = (vocab + kRowPadding - 1) / kRowPadding * kRowPadding;
+    const int64_t padded = models::fusedHeadPaddedVocab(vocab);
     // The weight in the compute dtype, with zero rows up to `padded`.
     torch::Tensor w = aligned(weight.to(type));
     if (padded != vocab) {
@@ -110,7 +103,7 @@ class FusedClassifierCrossEntropyFunction
       zero_padded.narrow(0, 0, vocab).copy_(w);
       w = zero_padded;
     }
-    const int64_t chunk = chunkRows(rows, padded, h.element_size());
+    const int64_t chunk = models::fusedHeadChunkRows(rows, vocab, h.element_size());
     const torch::Tensor losses = at::empty({rows}, h.options().dtype(torch::kFloat));
     // 1 / (rows that count), on the device: the mean's denominator without a sync.
     const torch::Tensor inverse_count = targets.ne(kIgnoreIndex).sum().to(torch::kFloat).reciprocal().reshape({1});

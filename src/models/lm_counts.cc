@@ -1,5 +1,7 @@
 #include "models/lm_counts.h"
 
+#include <algorithm>
+
 namespace dtrain::models {
 namespace {
 
@@ -51,6 +53,18 @@ double trainingFlopsPerToken(const LanguageModelConfig& c, int64_t seq_len) {
   const double attention = 12.0 * static_cast<double>(c.layers) * static_cast<double>(c.heads * c.headDim()) *
                            static_cast<double>(seq_len);
   return 6.0 * static_cast<double>(flopParameterCount(c)) + attention;
+}
+
+int64_t fusedHeadPaddedVocab(int64_t vocab) {
+  constexpr int64_t kRowPadding = 64;  // 16-byte aligned rows whatever the vocabulary
+  return (vocab + kRowPadding - 1) / kRowPadding * kRowPadding;
+}
+
+int64_t fusedHeadChunkRows(int64_t rows, int64_t vocab, int64_t element_size) {
+  // GPT-2: ~5300 rows of 50304 bf16 logits; Llama 3: ~2100 rows of 128256.
+  constexpr int64_t kChunkBytes = int64_t{512} << 20;
+  const int64_t chunk = std::max<int64_t>(kChunkBytes / (fusedHeadPaddedVocab(vocab) * element_size), 64) / 64 * 64;
+  return std::min(chunk, rows);
 }
 
 }  // namespace dtrain::models

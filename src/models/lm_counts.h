@@ -38,4 +38,12 @@ double trainingFlopsPerToken(const LanguageModelConfig& config, int64_t seq_len)
 // the work ran at FP8's (torchtitan likewise reports MFU against bf16).
 double fp8FlopShare(const LanguageModelConfig& config, int64_t seq_len);
 
+// The fused classifier + cross-entropy (fused_cross_entropy.cc) computes
+// the logits of at most fusedHeadChunkRows rows at once, into one buffer of
+// that many rows of the vocabulary padded to a multiple of 64 (about 512
+// MiB); the memory estimate sizes the buffer by the same two functions.
+int64_t fusedHeadPaddedVocab(int64_t vocab);
+// Rows per chunk of `rows` rows of logits of `element_size` bytes.
+int64_t fusedHeadChunkRows(int64_t rows, int64_t vocab, int64_t element_size);
+
 }  // namespace dtrain::models

@@ -22,6 +22,15 @@ struct BlockActivations {
   double full = 0;
 };
 
+// Bytes per element of the stream a norm keeps for its backward: the sum
+// in the stream's dtype, except gpt2's LayerNorm under autocast over a
+// compute-dtype stream (--shard full), which normalises and keeps an fp32
+// copy of it.
+double normSumBytes(const MemoryInputs& in) {
+  if (in.shard != ShardStage::kFull || in.lm->family == models::LmFamily::kGpt2) return 4.0;
+  return static_cast<double>(computeBytes(in.precision));
+}
+
 BlockActivations blockActivations(const MemoryInputs& in) {
   const models::LanguageModelConfig& c = *in.lm;
   BlockActivations b;
@@ -35,31 +44,119 @@ BlockActivations blockActivations(const MemoryInputs& in) {
   const double update = c.family == models::LmFamily::kGpt2 && in.tp > 1 ? 4.0 : compute;
   b.streams = residual + update;
   const double d = static_cast<double>(c.dim), f = static_cast<double>(c.ffn_dim);
-  const double k = static_cast<double>(c.kvDim());
-  const double narrow = static_cast<double>(computeBytes(in.precision)) / 2;  // fp32 runs keep fp32 copies
+  // Each of the block's two norms adds the pending update to the stream and
+  // keeps the sum (not the update) for its backward: two streams' worth.
+  const double sums = 2 * normSumBytes(in) * d;
+  // llama widens keys and values to the query heads before attention, which
+  // keeps the widened copies (as wide as the queries) when there are fewer
+  // key/value heads than heads.
+  const double kv = static_cast<double>(c.kv_heads < c.heads ? c.heads * c.headDim() : c.kvDim());
+  const double narrow = compute / 2;  // fp32 runs keep fp32 copies
   // gpt2's fused MLP keeps the fc product but not the GELU's output.
   const double gpt2_mlp = in.fused_head ? 2 * f : 4 * f;
-  b.full = b.streams * d + narrow * (c.family == models::LmFamily::kGpt2 ? 12 * d + gpt2_mlp : 8 * d + 4 * k + 6 * f);
+  const double rest = narrow * (c.family == models::LmFamily::kGpt2 ? 12 * d + gpt2_mlp : 8 * d + 4 * kv + 6 * f);
+  b.full = sums + rest;
   if (in.tp > 1) {
     const double tp = static_cast<double>(in.tp);
-    b.full = in.sequence_parallel ? b.full / tp : b.streams * d + (b.full - b.streams * d) / tp;
+    b.full = in.sequence_parallel ? b.full / tp : sums + rest / tp;
     if (in.sequence_parallel) b.streams /= tp;
   }
   return b;
 }
 
+// The output head's activations per micro-batch: what it keeps until its
+// backward (per token and in all) and, on top, what its forward allocates
+// for the time it runs.
+struct HeadActivations {
+  double kept_per_token = 0;
+  double kept = 0;
+  double forward_per_token = 0;
+  double forward = 0;
+};
+
+// The compute-dtype copies autocast makes of the matrix weights (each
+// product saves its cast weight for backward): the bytes per weight on a
+// tp rank. None in fp32, none under ZeRO-3 (the gathered parameters are in
+// the compute dtype already) nor of a LoRA base frozen in bf16.
+double castBytesPerWeight(const MemoryInputs& in) {
+  if (in.precision == ComputePrecision::kFp32 || in.shard == ShardStage::kFull) return 0;
+  if (in.trainable >= 0 && in.precision == ComputePrecision::kBf16) return 0;
+  return static_cast<double>(computeBytes(in.precision)) / std::max(1, in.tp);
+}
+
+// The fused classifier + cross-entropy on one rank (fused_cross_entropy.cc)
+// computes the gradients of the hidden state and of the output weight
+// during forward and keeps them until backward; forward also holds the
+// normed hidden state, the last block's update, the weight in the compute
+// dtype (padded to the kernel's row width), a chunk of logits and, for a
+// padded or fp32 weight, the chunk's weight-gradient product before it is
+// added. A stream of the final norm's sum stays for the norm's backward.
+// Under tp the vocabulary-parallel head keeps the normed hidden state and,
+// under autocast, its weight shard's cast; without the fused kernels (CPU)
+// the logits in bf16 and fp32 and the weight's cast.
+HeadActivations headActivations(const MemoryInputs& in) {
+  const models::LanguageModelConfig& c = *in.lm;
+  HeadActivations h;
+  const double d = static_cast<double>(c.dim), vocab = static_cast<double>(c.vocab_size);
+  const double compute = static_cast<double>(computeBytes(in.precision));
+  const double weight_cast = castBytesPerWeight(in) * vocab * d;
+  if (!in.fused_head) {
+    h.kept_per_token = 10.0 * vocab / std::max(1, in.tp);
+    h.kept = weight_cast;
+    return h;
+  }
+  if (in.tp > 1) {
+    h.kept_per_token = 2.0 * d;
+    h.kept = weight_cast;
+    return h;
+  }
+  // The output weight's dtype: fp32, the compute dtype when gathered by
+  // ZeRO-3, bf16 for a LoRA base frozen in it (no gradient then).
+  const bool frozen = in.trainable >= 0;
+  const bool narrow_weight = in.shard == ShardStage::kFull || (frozen && in.precision == ComputePrecision::kBf16);
+  const double weight = narrow_weight ? compute : 4.0;
+  const int64_t padded_vocab = models::fusedHeadPaddedVocab(c.vocab_size);
+  const double padded = static_cast<double>(padded_vocab);
+  const bool copied = weight != compute || padded_vocab != c.vocab_size;
+  h.kept_per_token = normSumBytes(in) * d + compute * d;  // the final norm's sum, the hidden state's gradient
+  h.kept = frozen ? 0 : weight * vocab * d;               // the output weight's gradient
+  h.forward_per_token = compute * d + compute * d + 4;  // the normed hidden state, the update, the loss
+  const double chunk = static_cast<double>(
+      models::fusedHeadChunkRows(std::max<int64_t>(1, in.tokens), c.vocab_size, static_cast<int64_t>(compute)));
+  h.forward = (copied ? compute * padded * d : 0) + (copied && !frozen ? compute * padded * d : 0) +
+              chunk * padded * compute;
+  return h;
+}
+
+// The parameters of one block (matrix weights, norms and biases).
+double blockWeights(const models::LanguageModelConfig& c) {
+  models::LanguageModelConfig none = c;
+  none.layers = 0;
+  return c.layers > 0 ? static_cast<double>(models::parameterCount(c) - models::parameterCount(none)) /
+                            static_cast<double>(c.layers)
+                      : 0;
+}
+
+// The peak of one step's activations without a pipeline: every block's
+// saved activations (with checkpointing, its input), then the larger of
+// the end of forward, where the head's forward runs and every block's
+// weight casts are held (by the products that saved them or, with
+// checkpointing, by autocast's cache until forward ends), and one block's
+// backward: its temporaries, the size of its saved activations (with
+// checkpointing its recomputed activations and casts too).
 int64_t activationBytes(const MemoryInputs& in) {
   if (in.lm == nullptr || in.tokens <= 0) return 0;
   const models::LanguageModelConfig& c = *in.lm;
   const BlockActivations block = blockActivations(in);
-  const double layers = static_cast<double>(c.layers);
-  const double kept = in.activation_checkpointing ? layers * block.streams * static_cast<double>(c.dim) +
-                                                        block.full
-                                                  : layers * block.full;
-  const double head = in.fused_head ? 2.0 * static_cast<double>(c.dim)
-                                    : 10.0 * static_cast<double>(c.vocab_size) / std::max(1, in.tp);
-  const double backward = block.full;  // one block's temporaries during its backward
-  return static_cast<int64_t>(static_cast<double>(in.tokens) * (kept + head + backward));
+  const HeadActivations head = headActivations(in);
+  const double layers = static_cast<double>(c.layers), tokens = static_cast<double>(in.tokens);
+  const bool checkpointing = in.activation_checkpointing;
+  const double per_block = checkpointing ? block.streams * static_cast<double>(c.dim) : block.full;
+  const double casts = castBytesPerWeight(in) * blockWeights(c);  // one block's
+  const double forward_end =
+      layers * casts + tokens * (head.kept_per_token + head.forward_per_token) + head.kept + head.forward;
+  const double backward = (checkpointing ? casts : layers * casts) + tokens * block.full * (checkpointing ? 2 : 1);
+  return static_cast<int64_t>(tokens * layers * per_block + std::max(forward_end, backward));
 }
 
 // Gather slots and staging buffers of ZeRO-3 (and ZeRO-2's staging), from
@@ -181,40 +278,43 @@ RankShare rankShare(const MemoryInputs& in, int rank) {
 }
 
 // The most activation bytes a pipeline rank's schedule keeps at once:
-// per token, each in-flight stage's blocks (the head at the last, the
+// per token, each in-flight stage's blocks (the head's at the last, the
 // stream sent on before it); per micro-batch, under autocast, the copies of
 // the stage's matrix weights in the compute dtype that its products saved
-// for backward (each forward casts them anew).
+// for backward (each forward casts them anew), and the head's gradients at
+// the last stage. The head's forward adds its own for the time it runs; a
+// block's backward its temporaries.
 int64_t pipelineActivationBytes(const MemoryInputs& in, int rank) {
   if (in.lm == nullptr || in.tokens <= 0) return 0;
   const models::LanguageModelConfig& c = *in.lm;
   const BlockActivations block = blockActivations(in);
+  const HeadActivations head = headActivations(in);
   const double d = static_cast<double>(c.dim), tokens = static_cast<double>(in.tokens);
   const double per_block = in.activation_checkpointing ? block.streams * d : block.full;
-  const double head = in.fused_head ? 2.0 * d : 10.0 * static_cast<double>(c.vocab_size) / std::max(1, in.tp);
   const double sent = 4.0 * d / (in.sequence_parallel ? in.tp : 1);
-  const bool casts = in.precision != ComputePrecision::kFp32 && in.shard != ShardStage::kFull;
-  models::LanguageModelConfig none = c;
-  none.layers = 0;
-  const double block_weights = c.layers > 0 ? static_cast<double>(models::parameterCount(c) -
-                                                                  models::parameterCount(none)) / c.layers : 0;
-  const double tp = static_cast<double>(std::max(1, in.tp));
-  const double cast_bytes = casts ? static_cast<double>(computeBytes(in.precision)) / tp : 0;
+  // A forward's casts stay with its micro-batch until its backward; with
+  // checkpointing only while it runs (autocast's cache is emptied after
+  // each forward), and a block's again in its recomputation.
+  const bool checkpointing = in.activation_checkpointing;
+  const double cast_weights = castBytesPerWeight(in) * blockWeights(c);
+  const double head_forward = tokens * head.forward_per_token + head.forward;
   const int stages = static_cast<int>(in.stages.size());
   using Op = PipelineAction::Op;
   std::map<std::pair<int, int>, double> live;  // (stage, micro-batch): its bytes
-  double held = 0, most = 0;
+  double held = 0, most_held = 0, most = 0;
   for (const PipelineAction& a : in.schedule.ranks.at(rank)) {
     const int stage = in.schedule.stageOf(rank, a.chunk);
     const bool last = stage == stages - 1;
     const auto key = std::make_pair(stage, a.microbatch);
     if (a.op == Op::kForward) {
       const double blocks = static_cast<double>(in.stages[stage].count());
-      const double weights = blocks * block_weights + (last ? static_cast<double>(c.vocab_size) * d : 0);
-      const double bytes = tokens * (blocks * per_block + (last ? head : sent)) + cast_bytes * weights;
+      const double casts = blocks * cast_weights;
+      const double bytes = tokens * (blocks * per_block + (last ? head.kept_per_token : sent)) +
+                           (checkpointing ? 0 : casts) + (last ? head.kept : 0);
       live[key] = bytes;
       held += bytes;
-      most = std::max(most, held);
+      most_held = std::max(most_held, held);
+      most = std::max(most, held + (checkpointing ? casts : 0) + (last ? head_forward : 0));
     } else if (a.op == Op::kBackward || (a.op == Op::kBackwardWeight && !last) ||
                (a.op == Op::kBackwardInput && last)) {
       held -= live[key];
@@ -222,7 +322,8 @@ int64_t pipelineActivationBytes(const MemoryInputs& in, int rank) {
     }
   }
   // One block's temporaries during its backward (and its recomputation).
-  return static_cast<int64_t>(most + tokens * block.full);
+  const double backward = (checkpointing ? cast_weights : 0) + tokens * block.full * (checkpointing ? 2 : 1);
+  return static_cast<int64_t>(std::max(most, most_held + backward));
 }
 
 }  // namespace

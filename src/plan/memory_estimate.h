@@ -29,16 +29,34 @@
 // (bf16 matmul inputs, a residual stream of the parameters' dtype: fp32, or
 // the compute dtype under --shard full, and the update each block passes
 // on in the compute dtype, fp32 for gpt2 under tp), flash attention (no
-// T x s scores):
-//   gpt2 block: 2 streams + 12 d + 4 f bytes per token (bf16 saved inputs
-//               of the norms, q/k/v, attention output, the MLP's two)
-//   llama block: 2 streams + 8 d + 4 k + 6 f
-// With --activation-checkpointing a block keeps only its input (the 2 streams)
-// and one block's full set lives during its recomputation. The head: the
-// fused classifier keeps the normed hidden state (2 d per token); without
-// it (CPU) the logits in bf16 and fp32 (10 V). One block's activations
-// more for backward's temporaries. These are estimates: the final summary
-// gives the allocator's measured peak beside them.
+// T x s scores), as the fused kernels save them (CUDA):
+//   gpt2 block: 2 streams (the sums each norm keeps) + 12 d + 2 f bytes
+//               per token (bf16: the norms' outputs, q/k/v, the attention
+//               output, the MLP's fc product; 4 f without the fused MLP)
+//   llama block: 2 streams + 8 d + 4 k + 6 f, k = d when there are fewer
+//               key/value heads than heads (attention keeps the copies
+//               widened to the query heads)
+// With --activation-checkpointing a block keeps only its input (the stream
+// and the update) and one block's full set lives during its recomputation.
+// Under autocast each block's matrix weights are cast to the compute
+// dtype once per forward and the products keep the casts until their
+// backward: 2 bytes per block parameter (with checkpointing autocast's
+// cache holds them to the end of forward, and each recomputation casts its
+// block's again). The step peaks at the larger of the end of forward (the
+// head's forward) and one block's backward (its temporaries: one block's
+// activations more). The
+// fused classifier + cross-entropy (tp 1) computes the gradients of the
+// hidden state and of the output weight during forward and keeps them (2 d
+// per token; V d in the weight's dtype, fp32) with the final norm's sum;
+// while it runs it also holds the normed hidden state and the last update,
+// the weight cast and padded to the kernel's rows (64), a chunk of about
+// 512 MiB of logits and, for a padded vocabulary such as gpt2's 50257, the
+// chunk's weight-gradient product. Under tp the vocabulary-parallel head
+// keeps the normed hidden state (2 d); without the fused kernels (CPU) the
+// logits in bf16 and fp32 (10 V). These are estimates of the allocator's
+// peak: the final summary gives the measured peak beside them; what the
+// allocator does not count (the CUDA context, fragmentation) is checkFits'
+// margin.
 //
 // Tensor parallelism over tp ranks (N is then the data-parallel ranks): a
 // rank holds 1/tp of every split parameter and all of the whole ones (the
@@ -57,10 +75,9 @@
 // plus the stream it sends on (fp32, d per token), and, under autocast,
 // the compute-dtype copies of the stage's matrix weights its products saved
 // (each forward casts them anew: 2 bytes per weight per micro-batch in
-// flight); a B frees them, as does the W of a zero-bubble schedule (its I
-// keeps them). The estimate is the fullest rank's. `tokens` is then one
-// micro-batch's. (Without a pipeline the one such copy, 2 bytes per
-// parameter, is left to the margin.)
+// flight) and, at the last stage, the head's gradients; a B frees them, as
+// does the W of a zero-bubble schedule (its I keeps them). The estimate is
+// the fullest rank's. `tokens` is then one micro-batch's.
 #pragma once
 
 #include <cstdint>

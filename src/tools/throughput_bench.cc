@@ -19,6 +19,7 @@
 #include "plan/memory_estimate.h"
 #include "models/language_model.h"
 #include "train/bucket_timer.h"
+#include "train/train_memory.h"
 #include "train/training_job.h"
 
 #if DTRAIN_TORCH_CUDA
@@ -288,25 +289,12 @@ void writeResult(const nlohmann::json& result, const std::string& path) {
   if (!out) throw IoError("cannot write the bench result to " + path);
 }
 
-// A language model's memory needs per GPU (nullopt for image models).
+// A language model's memory needs per GPU (nullopt for image models), as
+// `dtrain train` and `dtrain plan` size the same job.
 std::optional<MemoryInputs> benchMemoryInputs(const BenchTrainOptions& o, const models::LanguageModelConfig& config,
-                                              const OptimizerOptions& optimizer, int ranks) {
+                                              const OptimizerOptions& optimizer, int ranks, bool cuda) {
   if (!isLanguageModel(o.model)) return std::nullopt;
-  MemoryInputs in;
-  in.lm = &config;
-  in.parameters = models::parameterCount(config);
-  in.tp = o.parallel.tp;
-  in.ranks = std::max(1, ranks / (in.tp * o.parallel.pp));  // the data-parallel ranks
-  in.sequence_parallel = in.tp > 1 && o.parallel.sequence_parallel;
-  in.shard = o.parallel.shard;
-  in.precision = o.execution.precision;
-  in.reduce_dtype = o.parallel.reduce_dtype;
-  in.optimizer_state_bytes = optimizerStateBytes(optimizer);
-  in.bucket_mb = o.parallel.bucket_mb;
-  in.tokens = o.input.batch_size * config.seq_len;
-  in.activation_checkpointing = o.model.lm.activation_checkpointing;
-  if (o.parallel.pp > 1) setPipeline(in, planParallelism(o.parallel, ranks, plannedModel(o.model)), o.input.batch_size);
-  return in;
+  return lmMemoryInputs(o.model, o.parallel, o.execution, optimizer, o.input.batch_size, config, ranks, cuda);
 }
 
 // The result's fields that say how the ranks were laid out.
@@ -353,8 +341,7 @@ int runThroughputBench(const BenchTrainOptions& o) {
   parts.preflight = [&](Context& ctx, const std::string& device_name) {
     const int64_t limit = plannedDeviceBytes(ctx.device());
     if (limit <= 0) return;
-    if (auto in = benchMemoryInputs(o, lm, optimizer, ctx.size())) {
-      in->fused_head = in->gpu = ctx.device().is_cuda();
+    if (auto in = benchMemoryInputs(o, lm, optimizer, ctx.size(), ctx.device().is_cuda())) {
       checkFits(*in, limit, plannedMemoryName(ctx.device(), device_name));
     }
   };
@@ -400,8 +387,7 @@ int runThroughputBench(const BenchTrainOptions& o) {
     result["seq_len"] = batch.tokens_per_sample;
   }
   result["peak_memory_bytes"] = static_cast<int64_t>(maxOverRanks(ctx, static_cast<double>(peakAllocatedBytes(device))));
-  if (auto in = benchMemoryInputs(o, lm, optimizer, ctx.size())) {
-    in->fused_head = device.is_cuda();
+  if (auto in = benchMemoryInputs(o, lm, optimizer, ctx.size(), device.is_cuda())) {
     const MemoryEstimate e = estimateMemory(*in);
     result["memory_estimate_bytes"] = {{"parameters", e.parameters}, {"gradients", e.gradients},
                                        {"optimizer", e.optimizer},   {"activations", e.activations},

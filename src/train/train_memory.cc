@@ -7,25 +7,31 @@
 
 namespace dtrain {
 
-MemoryInputs lmMemoryInputs(const TrainOptions& o, const models::LanguageModelConfig& config, int ranks, bool cuda) {
+MemoryInputs lmMemoryInputs(const ModelSpec& model, const ParallelOptions& parallel, const ExecutionOptions& execution,
+                            const OptimizerOptions& optimizer, int64_t batch_size,
+                            const models::LanguageModelConfig& config, int ranks, bool cuda) {
   MemoryInputs in;
   in.lm = &config;
   in.parameters = models::parameterCount(config);
-  in.tp = o.parallel.tp;
-  in.ranks = std::max(1, ranks / (in.tp * o.parallel.pp));  // the data-parallel ranks
-  in.sequence_parallel = in.tp > 1 && o.parallel.sequence_parallel;
+  in.tp = parallel.tp;
+  in.ranks = std::max(1, ranks / (in.tp * parallel.pp));  // the data-parallel ranks
+  in.sequence_parallel = in.tp > 1 && parallel.sequence_parallel;
   // Over one data-parallel rank sharding does nothing: the job runs unsharded (TrainingJob).
-  in.shard = in.ranks / std::max(1, o.parallel.dp_replicate) > 1 ? o.parallel.shard : ShardStage::kNone;
-  in.precision = o.execution.precision;
-  in.reduce_dtype = o.parallel.reduce_dtype;
-  in.optimizer_state_bytes = optimizerStateBytes(o.optimizer);
-  in.bucket_mb = o.parallel.bucket_mb;
-  in.tokens = o.data.batch_size * config.seq_len;
-  in.activation_checkpointing = o.model.lm.activation_checkpointing;
+  in.shard = in.ranks / std::max(1, parallel.dp_replicate) > 1 ? parallel.shard : ShardStage::kNone;
+  in.precision = execution.precision;
+  in.reduce_dtype = parallel.reduce_dtype;
+  in.optimizer_state_bytes = optimizerStateBytes(optimizer);
+  in.bucket_mb = parallel.bucket_mb;
+  in.tokens = batch_size * config.seq_len;
+  in.activation_checkpointing = model.lm.activation_checkpointing;
   in.fused_head = cuda;
   in.gpu = cuda;
-  if (o.parallel.pp > 1) setPipeline(in, planParallelism(o.parallel, ranks, plannedModel(o.model)), o.data.batch_size);
+  if (parallel.pp > 1) setPipeline(in, planParallelism(parallel, ranks, plannedModel(model)), batch_size);
   return in;
+}
+
+MemoryInputs lmMemoryInputs(const TrainOptions& o, const models::LanguageModelConfig& config, int ranks, bool cuda) {
+  return lmMemoryInputs(o.model, o.parallel, o.execution, o.optimizer, o.data.batch_size, config, ranks, cuda);
 }
 
 }  // namespace dtrain
