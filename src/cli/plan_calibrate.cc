@@ -114,9 +114,8 @@ int runPlanCalibrate(const std::string& path) {
                dir + "/train.json", dir + "/train.log");
   const nlohmann::json train = readJsonFile("dtrain bench train", dir + "/train.json");
   c.tokens_per_s = train.at("results").at(0).at("tokens_per_s").get<double>();
-  const double flops_per_token = models::trainingFlopsPerToken(planModelConfig({.name = c.model, .seq_len = c.seq_len}),
-                                                               c.seq_len);
-  c.efficiency = c.tokens_per_s * flops_per_token / (spec.bf16_tflops * 1e12);
+  // The products' efficiency, the step model's memory term taken out.
+  c.efficiency = calibrationEfficiency({.name = c.model, .seq_len = c.seq_len}, spec, c.batch_size, c.tokens_per_s);
   if (m.gpus >= 2) {
     std::fprintf(stderr, "dtrain plan --calibrate: dtrain bench allreduce over %d GPUs at 1 GiB ...\n", m.gpus);
     runBenchmark("dtrain bench allreduce",

@@ -122,7 +122,7 @@ PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, i
               ++s.too_big;
               continue;
             }
-            p.time = plan::predictStep(config, cluster, l, tokens_per_step);
+            p.time = plan::predictStep(config, cluster, l, tokens_per_step, plan::stepTrafficBytes(memory, l));
             s.fitting.push_back(std::move(p));
           }
         }
@@ -130,6 +130,15 @@ PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, i
     }
   }
   return s;
+}
+
+double calibrationEfficiency(const PlanModel& model, const plan::GpuSpec& gpu, int64_t batch, double tokens_per_s) {
+  const int64_t tokens = batch * model.seq_len;
+  const plan::Layout l{1, 1, 1, ShardStage::kNone, batch, 1, false, false};
+  const TrainOptions o = parsedTrainOptions(trainFlags(model, l, tokens), 1);
+  const models::LanguageModelConfig config = languageModelConfig(o.model);
+  const MemoryInputs memory = lmMemoryInputs(o, config, 1, /*cuda=*/true);
+  return plan::fittedEfficiency(config, gpu, tokens, plan::stepTrafficBytes(memory, l), tokens_per_s);
 }
 
 }  // namespace dtrain::cli

@@ -45,4 +45,10 @@ models::LanguageModelConfig planModelConfig(const PlanModel& model);
 
 PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, int64_t tokens_per_step, bool fp8);
 
+// The products' efficiency that a measured `tokens_per_s` of `model` at
+// `batch` sequences on one GPU (no sharding) gives this build's step model
+// (its memory term taken out): `plan --calibrate`'s fit, and a calibration
+// file's measurement read again.
+double calibrationEfficiency(const PlanModel& model, const plan::GpuSpec& gpu, int64_t batch, double tokens_per_s);
+
 }  // namespace dtrain::cli

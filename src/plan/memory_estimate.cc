@@ -328,6 +328,10 @@ int64_t pipelineActivationBytes(const MemoryInputs& in, int rank) {
 
 }  // namespace
 
+double blockActivationBytesPerToken(const MemoryInputs& in) {
+  return in.lm == nullptr ? 0 : blockActivations(in).full;
+}
+
 MemoryEstimate estimatePipelineRank(const MemoryInputs& in, int rank) {
   const RankShare share = rankShare(in, rank);
   MemoryInputs mine = in;

@@ -132,6 +132,11 @@ struct MemoryEstimate {
 
 MemoryEstimate estimateMemory(const MemoryInputs& in);
 
+// Bytes one block keeps for its backward per token on a rank (a language
+// model's; 0 without one): what the step model counts its memory traffic
+// by (plan/step_model.h).
+double blockActivationBytesPerToken(const MemoryInputs& in);
+
 // A pipeline's rank `rank` (in.stages set; pp_rank says which).
 MemoryEstimate estimatePipelineRank(const MemoryInputs& in, int rank);
 

@@ -6,8 +6,39 @@
 
 namespace dtrain::plan {
 
+double stepTrafficBytes(const MemoryInputs& in, const Layout& l) {
+  double bytes = 0;
+  const MemoryEstimate e = estimateMemory(in);
+  if (in.optimizer_state_bytes > 0) {
+    // State read and written; per updated parameter (state / its bytes per
+    // parameter) 4 + 4 bytes of fp32 parameter and 4 of gradient.
+    bytes += static_cast<double>(e.optimizer) * (2 + 12 / in.optimizer_state_bytes);
+  }
+  if (in.lm != nullptr && in.tokens > 0) {
+    const double tokens = static_cast<double>(in.tokens) * static_cast<double>(l.microbatches);
+    const double blocks = static_cast<double>(in.lm->layers) / std::max(1, l.pp);
+    const double passes = kActivationPasses * (l.activation_checkpointing ? 1.5 : 1.0);
+    bytes += tokens * blocks * blockActivationBytesPerToken(in) * passes;
+    const double element = in.precision == ComputePrecision::kFp32 ? 4 : 2;
+    bytes += tokens * static_cast<double>(models::fusedHeadPaddedVocab(in.lm->vocab_size)) / std::max(1, l.tp) *
+             element * kLogitsPasses;
+  }
+  return bytes;
+}
+
+double fittedEfficiency(const models::LanguageModelConfig& model, const GpuSpec& gpu, int64_t tokens_per_step,
+                        double traffic_bytes, double tokens_per_s) {
+  const double step = static_cast<double>(tokens_per_step) / tokens_per_s;
+  const double memory = traffic_bytes / (gpu.hbm_tbs * 1e12 * kHbmEfficiency);
+  // The products' time: what the step leaves beyond the memory term (at
+  // least a tenth of it, should the term come out larger).
+  const double products = std::max(step - memory, 0.1 * step);
+  const double flops = models::trainingFlopsPerToken(model, model.seq_len) * static_cast<double>(tokens_per_step);
+  return flops / (gpu.bf16_tflops * 1e12 * products);
+}
+
 StepTime predictStep(const models::LanguageModelConfig& model, const Cluster& cluster, const Layout& l,
-                     int64_t tokens_per_step) {
+                     int64_t tokens_per_step, double traffic_bytes) {
   StepTime t;
   const double gpus = cluster.gpus();
   const double peak = cluster.gpu.bf16_tflops * 1e12;
@@ -19,9 +50,11 @@ StepTime predictStep(const models::LanguageModelConfig& model, const Cluster& cl
     time_factor *= (1 - share) + share / kFp8Speedup;
   }
   t.compute_s = model_flops * time_factor / (gpus * peak * cluster.efficiency);
+  if (cluster.gpu.hbm_tbs > 0) t.memory_s = traffic_bytes / (cluster.gpu.hbm_tbs * 1e12 * kHbmEfficiency);
+  const double busy = t.compute_s + t.memory_s;
   if (l.pp > 1) {
     const double bubble = static_cast<double>(l.pp - 1) / static_cast<double>(l.microbatches + l.pp - 1);
-    t.bubble_s = t.compute_s * bubble / (1 - bubble);
+    t.bubble_s = busy * bubble / (1 - bubble);
   }
 
   const double intra = (cluster.intra_node_gbs > 0 ? cluster.intra_node_gbs : cluster.gpu.intra_node_busbw) * 1e9;
@@ -52,9 +85,9 @@ StepTime predictStep(const models::LanguageModelConfig& model, const Cluster& cl
     const bool across = l.tp * l.dp * l.pp > cluster.gpus_per_node;
     t.pipeline_s = bytes / (across ? inter : intra);
   }
-  const double backward = t.compute_s * 2.0 / 3.0;
+  const double backward = busy * 2.0 / 3.0;
   t.exposed_s = std::max(0.0, t.data_s - kDataOverlap * backward) + kTensorExposed * t.tensor_s + t.pipeline_s;
-  t.step_s = t.compute_s + t.bubble_s + t.exposed_s;
+  t.step_s = busy + t.bubble_s + t.exposed_s;
   t.tokens_per_s = static_cast<double>(tokens_per_step) / t.step_s;
   t.mfu = model_flops / (t.step_s * gpus * peak);
   return t;

@@ -111,12 +111,23 @@ TEST(PlanCliTest, ACalibrationFileSetsTheConstantsOfItsGpu) {
   nlohmann::json h200 = h100;
   h200["gpu"] = "h200";
   const nlohmann::json other = plan("--calibration " + write("h200.json", h200));
-  EXPECT_EQ(other["efficiency"].get<double>(), 0.45);
+  EXPECT_EQ(other["efficiency"].get<double>(), 0.6) << "the default";
   EXPECT_FALSE(other["calibration"]["used"].get<bool>());
   EXPECT_EQ(other["calibration"]["why"], "it is for h200, not h100");
   const CommandResult table = runCommand(dtrainBin() + kTiny + " --calibration " + own + " 2>&1", 60);
   EXPECT_NE(table.output.find("# constants: calibrated: efficiency 0.900, all-reduce 100 GB/s from " + own),
             std::string::npos) << table.output;
+
+  // A file that names its measurement is fitted again by this build's
+  // step model (its memory term taken out of the measured step).
+  nlohmann::json measured = h100;
+  measured.update({{"model", "llama-1b"}, {"seq_len", 2048}, {"batch_size", 4}, {"tokens_per_s", 20000.0},
+                   {"efficiency", 0.5}});
+  const nlohmann::json refit = plan("--calibration " + write("measured.json", measured));
+  EXPECT_EQ(refit["calibration"]["efficiency_in_file"].get<double>(), 0.5);
+  EXPECT_GT(refit["efficiency"].get<double>(), 0.1);
+  EXPECT_LT(refit["efficiency"].get<double>(), 0.5) << "20,000 tokens/s of llama-1b on an H100, products alone";
+  EXPECT_EQ(refit["calibration"]["efficiency"].get<double>(), refit["efficiency"].get<double>());
 
   nlohmann::json broken = h100;
   broken["efficiency"] = 3;

@@ -8,6 +8,7 @@
 #include "models/lm_counts.h"
 #include "plan/calibration.h"
 #include "plan/gpu_catalog.h"
+#include "plan/memory_estimate.h"
 #include "plan/run_cost.h"
 #include "plan/step_model.h"
 
@@ -59,6 +60,44 @@ TEST(GpuCatalogTest, NamesAndRefusals) {
     EXPECT_NE(e.message().find("--gpu 'v100' is not in dtrain's table"), std::string::npos) << e.message();
     EXPECT_NE(e.message().find("h100, h200"), std::string::npos) << e.message();
   }
+}
+
+// The memory term: bytes over 80% of the GPU's bandwidth, added to the
+// products' time; the efficiency --calibrate fits gives back the measured
+// speed; the optimizer's pass is AdamW's 28 bytes a parameter.
+TEST(StepModelTest, TheMemoryTermAddsItsBytesAtTheGpusBandwidthAndCalibrationInvertsIt) {
+  models::LanguageModelOverrides o;
+  o.seq_len = 2048;
+  const models::LanguageModelConfig llama = models::namedLanguageModel("llama-1b", o);
+  Cluster c;
+  c.gpu = gpuByName("h200");
+  c.nodes = 1;
+  c.gpus_per_node = 1;
+  const Layout one{1, 1, 1, ShardStage::kNone, 4, 1, false, false};
+  const int64_t tokens = 4 * 2048;
+  const StepTime plain = predictStep(llama, c, one, tokens);
+  const StepTime with = predictStep(llama, c, one, tokens, 40e9);
+  EXPECT_NEAR(with.memory_s, 40e9 / (4.8e12 * kHbmEfficiency), 1e-12);
+  EXPECT_NEAR(with.step_s, plain.step_s + with.memory_s, 1e-12);
+  c.efficiency = fittedEfficiency(llama, c.gpu, tokens, 40e9, 60000);
+  EXPECT_NEAR(predictStep(llama, c, one, tokens, 40e9).tokens_per_s, 60000, 1e-6);
+  EXPECT_GT(c.efficiency, fittedEfficiency(llama, c.gpu, tokens, 0, 60000)) << "the products get the rest of the step";
+
+  MemoryInputs in;
+  in.parameters = models::parameterCount(llama);
+  in.optimizer_state_bytes = 8;
+  const double optimizer = static_cast<double>(estimateMemory(in).optimizer);
+  EXPECT_NEAR(stepTrafficBytes(in, one), optimizer / 8 * 28, 1) << "AdamW: state, fp32 parameters, gradients";
+  in.lm = &llama;
+  in.tokens = tokens;
+  in.precision = ComputePrecision::kBf16;
+  const double blocks = static_cast<double>(llama.layers) * tokens * blockActivationBytesPerToken(in) * 4;
+  const double logits = static_cast<double>(tokens) * models::fusedHeadPaddedVocab(llama.vocab_size) * 2 * 4;
+  EXPECT_NEAR(stepTrafficBytes(in, one), optimizer / 8 * 28 + blocks + logits, 1e3);
+  Layout accumulated = one;
+  accumulated.microbatches = 2;
+  EXPECT_NEAR(stepTrafficBytes(in, accumulated), optimizer / 8 * 28 + 2 * (blocks + logits), 1e3)
+      << "each micro-batch moves its activations and logits, the optimizer runs once";
 }
 
 TEST(StepModelTest, ComputeBubbleAndCommunication) {
