@@ -62,17 +62,26 @@ TEST(GpuCatalogTest, NamesAndRefusals) {
   }
 }
 
+models::LanguageModelConfig llamaAt2048(const std::string& name) {
+  models::LanguageModelOverrides o;
+  o.seq_len = 2048;
+  return models::namedLanguageModel(name, o);
+}
+
+Cluster oneNode(const std::string& gpu, int gpus) {
+  Cluster c;
+  c.gpu = gpuByName(gpu);
+  c.nodes = 1;
+  c.gpus_per_node = gpus;
+  return c;
+}
+
 // The memory term: bytes over 80% of the GPU's bandwidth, added to the
 // products' time; the efficiency --calibrate fits gives back the measured
 // speed; the optimizer's pass is AdamW's 28 bytes a parameter.
 TEST(StepModelTest, TheMemoryTermAddsItsBytesAtTheGpusBandwidthAndCalibrationInvertsIt) {
-  models::LanguageModelOverrides o;
-  o.seq_len = 2048;
-  const models::LanguageModelConfig llama = models::namedLanguageModel("llama-1b", o);
-  Cluster c;
-  c.gpu = gpuByName("h200");
-  c.nodes = 1;
-  c.gpus_per_node = 1;
+  const models::LanguageModelConfig llama = llamaAt2048("llama-1b");
+  Cluster c = oneNode("h200", 1);
   const Layout one{1, 1, 1, ShardStage::kNone, 4, 1, false, false};
   const int64_t tokens = 4 * 2048;
   const StepTime plain = predictStep(llama, c, one, tokens);
@@ -101,13 +110,8 @@ TEST(StepModelTest, TheMemoryTermAddsItsBytesAtTheGpusBandwidthAndCalibrationInv
 }
 
 TEST(StepModelTest, ComputeBubbleAndCommunication) {
-  models::LanguageModelOverrides o;
-  o.seq_len = 2048;
-  const models::LanguageModelConfig llama = models::namedLanguageModel("llama-8b", o);
-  Cluster c;
-  c.gpu = gpuByName("h100");
-  c.nodes = 1;
-  c.gpus_per_node = 8;
+  const models::LanguageModelConfig llama = llamaAt2048("llama-8b");
+  Cluster c = oneNode("h100", 8);
   const int64_t tokens = int64_t{1} << 22;
   Layout dp8{1, 1, 8, ShardStage::kNone, 1, 256, false, false};
   const StepTime a = predictStep(llama, c, dp8, tokens);
