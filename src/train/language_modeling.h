@@ -19,6 +19,8 @@
 
 namespace dtrain {
 
+class CheckpointLayout;
+
 class LanguageModelTask : public Task {
  public:
   // Resolves the model's shape and opens (or prepares) the data now, so a
@@ -48,6 +50,13 @@ class LanguageModelTask : public Task {
   // shards of other writers), for checkpoints and `dtrain generate`.
   const std::string& tokenizer() const { return tokenizer_; }
   const std::string& tokenizerPath() const { return tokenizer_path_; }
+  // --init-from read once the job is parallelized: makeModel leaves the
+  // model as initialized, and loadInitFrom then reads from the memory-mapped
+  // files only what this rank holds (`layout`'s parameter pieces: ZeRO-3's
+  // slices, tensor parallelism's parts) and logs its share. Not with LoRA
+  // (its frozen base lies outside the layout) nor pipelines.
+  void loadInitFromLater() { init_from_later_ = true; }
+  void loadInitFrom(const CheckpointLayout& layout, int rank) const;
 
  protected:
   // --dataset chat: the model and its shape as for text, the data left to
@@ -74,6 +83,7 @@ class LanguageModelTask : public Task {
   models::LoraConfig lora_;
   std::shared_ptr<const data::TokenSource> train_, val_;  // val_ may be null
   std::string tokenizer_, tokenizer_path_;
+  bool init_from_later_ = false;
 };
 
 }  // namespace dtrain
