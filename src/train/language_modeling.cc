@@ -15,7 +15,6 @@
 #include "data/tokenizer.h"
 #include "models/hf_checkpoint.h"
 #include "models/language_model.h"
-#include "train/job_checkpoint_layout.h"
 #include "train/lora_options.h"
 
 namespace dtrain {
@@ -157,11 +156,13 @@ std::shared_ptr<models::Model> LanguageModelTask::makeModel() const {
   return model;
 }
 
-void LanguageModelTask::loadInitFrom(const CheckpointLayout& layout, int rank) const {
+void LanguageModelTask::loadInitFrom(const std::map<std::string, std::vector<int64_t>>& shapes,
+                                     const std::function<void(const RangeReader&)>& fill, int rank) const {
   const auto started = std::chrono::steady_clock::now();
-  models::HfWeights weights(spec_.lm.init_from, config_, layout.parameterShapes());
-  layout.loadParameters([&weights](const std::string& name, const std::vector<int64_t>& order, int64_t begin,
-                                   const torch::Tensor& dst) { weights.read(name, order, begin, dst); });
+  models::HfWeights weights(spec_.lm.init_from, config_, shapes);
+  fill([&weights](const std::string& name, const std::vector<int64_t>& order, int64_t begin, const torch::Tensor& dst) {
+    weights.read(name, order, begin, dst);
+  });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const double gib = static_cast<double>(weights.bytesRead()) / static_cast<double>(int64_t{1} << 30);
   char rate[96];

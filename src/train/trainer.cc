@@ -303,7 +303,12 @@ int runTraining(const TrainOptions& given) {
   setAccumulation(task, job);
   std::unique_ptr<BatchSource> batches = task.trainBatches(job.dataRank(), job.dataRanks(), ctx.device());
   JobCheckpoint checkpoint(job, o.checkpoint, identityOf(o, task));
-  if (init_from_shared) pretrained->loadInitFrom(checkpoint.layout(), ctx.rank());
+  if (init_from_shared) {
+    const CheckpointLayout& layout = checkpoint.layout();
+    pretrained->loadInitFrom(
+        layout.parameterShapes(), [&layout](const CheckpointLayout::ParameterReader& read) { layout.loadParameters(read); },
+        ctx.rank());
+  }
   const TrainPosition start = checkpoint.resume();
 
   Watchers watchers = makeWatchers(o, job, start.step);
