@@ -1,5 +1,6 @@
 #include "models/hf_checkpoint.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -82,49 +83,152 @@ torch::Tensor toHalves(const torch::Tensor& w, int64_t heads) {
 
 }  // namespace
 
-HfLoadReport loadHfWeights(LanguageModel& model, const std::string& dir) {
-  const auto started = std::chrono::steady_clock::now();
-  const LanguageModelConfig& c = model.config();
-  std::map<std::string, torch::Tensor> params;
-  for (auto& item : model.named_parameters(/*recurse=*/true)) params[item.key()] = item.value();
-  std::set<std::string> filled;
-  HfLoadReport report;
-  torch::NoGradGuard no_grad;
+struct HfWeights::Impl {
+  // Where one of dtrain's parameters comes from.
+  struct Source {
+    std::string file, hf;
+    torch::Tensor data;  // the file's tensor: a view of the mapping
+    Transform transform = Transform::kNone;
+    int64_t heads = 0;   // kRotary*: the heads whose halves are put back into pairs
+    std::vector<int64_t> shape;  // dtrain's (whole)
+    bool read = false;
+  };
+  std::map<std::string, Source> sources;
+  int files = 0;
+  int64_t tensors = 0, tensors_read = 0, bytes_read = 0, data_bytes = 0;
+
+  // The whole parameter in dtrain's layout (a copy where the transform needs one).
+  static torch::Tensor logical(const Source& s) {
+    switch (s.transform) {
+      case Transform::kTranspose: return s.data.t();
+      case Transform::kRotaryHeads:
+      case Transform::kRotaryKvHeads: return fromHalves(s.data, s.heads);
+      case Transform::kNone: break;
+    }
+    return s.data;
+  }
+};
+
+HfWeights::HfWeights(const std::string& dir, const LanguageModelConfig& c,
+                     const std::map<std::string, std::vector<int64_t>>& shapes)
+    : impl_(std::make_unique<Impl>()) {
   for (const std::string& file : hfWeightFiles(dir)) {
-    ++report.files;
-    report.bytes += static_cast<int64_t>(fs::file_size(file));
-    for (auto& [hf, value] : readSafetensors(file).tensors) {
+    ++impl_->files;
+    for (auto& [hf, value] : mapSafetensors(file).tensors) {
       if (ignored(hf)) continue;
       const std::optional<Target> target = targetOf(c.family, hf);
-      auto it = target ? params.find(target->name) : params.end();
-      if (it == params.end()) {
+      auto it = target ? shapes.find(target->name) : shapes.end();
+      if (it == shapes.end()) {
         // A tied head may be saved beside the embedding it is.
         if (c.tie_embeddings && (hf == "lm_head.weight")) continue;
         throw ConfigError(file + ": tensor '" + hf + "' is no parameter of a " + lmFamilyName(c.family) +
                           " model of this config");
       }
-      torch::Tensor v = value;
-      switch (target->transform) {
-        case Transform::kTranspose: v = v.t(); break;
-        case Transform::kRotaryHeads: v = fromHalves(v, c.heads); break;
-        case Transform::kRotaryKvHeads: v = fromHalves(v, c.kv_heads); break;
-        case Transform::kNone: break;
-      }
-      if (!v.sizes().equals(it->second.sizes())) {
+      std::vector<int64_t> shape = value.sizes().vec();
+      if (target->transform == Transform::kTranspose) std::reverse(shape.begin(), shape.end());
+      if (shape != it->second) {
         throw ConfigError(file + ": tensor '" + hf + "' has shape " + shapeOf(value.sizes()) + "; the model's '" +
-                          target->name + "' needs " + shapeOf(it->second.sizes()) +
+                          target->name + "' needs " + shapeOf(it->second) +
                           (target->transform == Transform::kTranspose ? " (transposed: a Conv1D weight)" : ""));
       }
-      it->second.copy_(v);
-      filled.insert(target->name);
-      ++report.tensors;
+      Impl::Source& source = impl_->sources[target->name];
+      if (source.data.defined()) {  // a later file's copy replaces it, as a second load would
+        impl_->data_bytes -= source.data.numel() * static_cast<int64_t>(source.data.element_size());
+        --impl_->tensors;
+      }
+      const int64_t heads = target->transform == Transform::kRotaryHeads ? c.heads : c.kv_heads;
+      source = {file, hf, value, target->transform, heads, it->second, false};
+      impl_->data_bytes += value.numel() * static_cast<int64_t>(value.element_size());
+      ++impl_->tensors;
     }
   }
-  for (const auto& [name, p] : params) {
-    if (!filled.count(name)) {
+  for (const auto& [name, shape] : shapes) {
+    if (!impl_->sources.count(name)) {
       throw ConfigError("'" + dir + "': no file holds the model's '" + name + "' (strict, as load_state_dict)");
     }
   }
+}
+
+HfWeights::~HfWeights() = default;
+
+void HfWeights::read(const std::string& name, const std::vector<int64_t>& storage_order, int64_t begin,
+                     const torch::Tensor& dst) {
+  auto it = impl_->sources.find(name);
+  if (it == impl_->sources.end()) throw ConfigError("HfWeights: no file holds the model's '" + name + "'");
+  Impl::Source& s = it->second;
+  const int64_t count = dst.numel();
+  const int64_t element = static_cast<int64_t>(s.data.element_size());
+  const bool row_major = storage_order.empty();
+  const bool column_major = s.shape.size() == 2 && storage_order == std::vector<int64_t>{1, 0};
+  torch::NoGradGuard no_grad;
+  // The rows of the parameter (in storage order) that hold the elements:
+  // a view of the file's bytes when they lie there in that order (only the
+  // elements asked for are read), else a copy (all of it was read).
+  torch::Tensor rows;
+  int64_t first = 0;  // the element rows[0] starts at
+  int64_t copied = -1;  // file elements a copy read
+  if (s.shape.size() == 1) {
+    rows = s.data.narrow(0, begin, count);
+    first = begin;
+  } else if (s.shape.size() == 2 && (row_major || column_major)) {
+    const int64_t width = column_major ? s.shape[0] : s.shape[1];
+    const int64_t r0 = begin / width, r1 = (begin + count + width - 1) / width, n = r1 - r0;
+    first = r0 * width;
+    if (s.transform == Transform::kRotaryHeads || s.transform == Transform::kRotaryKvHeads) {
+      if (row_major) {  // the rows, each from its place in transformers' halves
+        const int64_t all = s.data.size(0);
+        const torch::Tensor order = fromHalves(torch::arange(all).view({all, 1}), s.heads).view({-1});
+        rows = s.data.index_select(0, order.narrow(0, r0, n));
+        copied = rows.numel();
+      } else {
+        rows = Impl::logical(s).t().narrow(0, r0, n).contiguous();
+        copied = s.data.numel();
+      }
+    } else if ((s.transform == Transform::kTranspose) == column_major) {  // the file's rows are its rows
+      rows = s.data.narrow(0, r0, n);
+    } else {  // a band of the file's columns
+      rows = s.data.narrow(1, r0, n).t().contiguous();
+      copied = rows.numel();
+    }
+  } else {
+    torch::Tensor whole = Impl::logical(s);
+    if (!row_major) whole = whole.permute(storage_order);
+    rows = whole.contiguous().view({-1});
+    copied = s.data.numel();
+  }
+  impl_->bytes_read += (copied >= 0 ? copied : count) * element;
+  if (!s.read) {
+    s.read = true;
+    ++impl_->tensors_read;
+  }
+  dst.copy_(rows.reshape({-1}).narrow(0, begin - first, count));
+}
+
+int HfWeights::files() const { return impl_->files; }
+int64_t HfWeights::tensors() const { return impl_->tensors; }
+int64_t HfWeights::tensorsRead() const { return impl_->tensors_read; }
+int64_t HfWeights::bytesRead() const { return impl_->bytes_read; }
+int64_t HfWeights::dataBytes() const { return impl_->data_bytes; }
+
+HfLoadReport loadHfWeights(LanguageModel& model, const std::string& dir) {
+  const auto started = std::chrono::steady_clock::now();
+  std::map<std::string, torch::Tensor> params;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    params[item.key()] = item.value();
+    shapes[item.key()] = item.value().sizes().vec();
+  }
+  HfWeights weights(dir, model.config(), shapes);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : params) {
+    torch::Tensor flat = p.is_contiguous() ? p.view({-1}) : torch::empty({p.numel()}, p.options());
+    weights.read(name, {}, 0, flat);
+    if (!p.is_contiguous()) p.copy_(flat.view(p.sizes()));
+  }
+  HfLoadReport report;
+  report.tensors = weights.tensors();
+  report.bytes = weights.bytesRead();
+  report.files = weights.files();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return report;
 }

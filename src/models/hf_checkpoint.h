@@ -7,6 +7,9 @@
 //   auto model = createLanguageModel(c);
 //   HfLoadReport r = loadHfWeights(*model, dir);         // every parameter
 //
+//   HfWeights weights(dir, c, shapes);                    // or a range at a time
+//   weights.read("layers.0.attention.wq.weight", {}, begin, slice_of_a_shard);
+//
 // Contract:
 // - readHfConfig maps the config's fields (Llama: hidden_size,
 //   intermediate_size, num_hidden_layers, num_attention_heads,
@@ -29,6 +32,16 @@
 //   maps to none (other than GPT-2's attention-mask buffers and rotary
 //   inv_freq), or a shape that differs is a ConfigError naming the file and
 //   the tensor. A tied head may be in the files or not.
+// - HfWeights maps the files (mapSafetensors) and serves ranges of
+//   elements of each of dtrain's parameters (by its name, in its shape and
+//   layout, in row-major order or, for a 2-D one, column-major: storage
+//   order {1, 0}) into any tensor, reading only the rows of the file's
+//   tensor those elements lie in (a transposed or column-major read takes a
+//   column band, whose elements lie across the tensor's pages; a q/k
+//   projection in column-major order is permuted whole first). The
+//   checks are loadHfWeights', against the whole shapes given; bytesRead()
+//   counts the file's bytes copied out so far, dataBytes() all of the
+//   tensors' bytes in the files. loadHfWeights is it read whole.
 // - exportHf writes `dir`/config.json and the weights in `dtype` from a
 //   model, the inverse mapping, so that transformers' from_pretrained loads
 //   it: model.safetensors, or, for a model over max_shard_bytes, files of
@@ -39,6 +52,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,6 +71,30 @@ struct HfLoadReport {
   double seconds = 0;
 };
 HfLoadReport loadHfWeights(LanguageModel& model, const std::string& dir);
+
+class HfWeights {
+ public:
+  // `shapes`: every parameter of the model (dtrain's names, whole shapes).
+  HfWeights(const std::string& dir, const LanguageModelConfig& config,
+            const std::map<std::string, std::vector<int64_t>>& shapes);
+  ~HfWeights();
+  HfWeights(const HfWeights&) = delete;
+  HfWeights& operator=(const HfWeights&) = delete;
+
+  // Elements [begin, begin + dst.numel()) of parameter `name` in `storage_order`
+  // (empty: row-major) into the 1-D `dst` (any dtype or device).
+  void read(const std::string& name, const std::vector<int64_t>& storage_order, int64_t begin,
+            const torch::Tensor& dst);
+  int files() const;
+  int64_t tensors() const;      // the file tensors that fill a parameter
+  int64_t tensorsRead() const;  // of those, the ones read from so far
+  int64_t bytesRead() const;
+  int64_t dataBytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 std::vector<std::string> exportHf(LanguageModel& model, const std::string& dir, torch::ScalarType dtype = torch::kFloat,
                                   uint64_t max_shard_bytes = uint64_t{5} << 30);

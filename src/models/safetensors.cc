@@ -4,11 +4,14 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -228,6 +231,31 @@ SafetensorsContents readSafetensors(const std::string& path) {
   for (const Entry& e : parseHeader(header, file_size - data_start, path, contents.metadata)) {
     torch::Tensor tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
     readAll(file.fd(), tensor.data_ptr(), e.end - e.begin, data_start + e.begin, path);
+    contents.tensors.emplace_back(e.name, std::move(tensor));
+  }
+  return contents;
+}
+
+SafetensorsContents mapSafetensors(const std::string& path) {
+  struct stat info {};
+  const File file(openRegularFile(path, "safetensors file", &info).release());
+  const uint64_t file_size = static_cast<uint64_t>(info.st_size);
+  uint64_t header_size = 0;
+  const json header = readHeader(file.fd(), file_size, path, header_size);
+  SafetensorsContents contents;
+  const uint64_t data_start = 8 + header_size;
+  const std::vector<Entry> entries = parseHeader(header, file_size - data_start, path, contents.metadata);
+  if (file_size == data_start) {  // no data bytes: nothing to map
+    for (const Entry& e : entries) contents.tensors.emplace_back(e.name, torch::empty(e.shape, torch::TensorOptions().dtype(e.type)));
+    return contents;
+  }
+  void* base = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+  if (base == MAP_FAILED) throw errnoError("mmap", errno, "cannot map " + path);
+  const std::shared_ptr<void> mapping(base, [file_size](void* p) { ::munmap(p, file_size); });
+  char* data = static_cast<char*>(base) + data_start;
+  for (const Entry& e : entries) {
+    torch::Tensor tensor = torch::from_blob(data + e.begin, e.shape, [mapping](void*) {},
+                                            torch::TensorOptions().dtype(e.type));
     contents.tensors.emplace_back(e.name, std::move(tensor));
   }
   return contents;

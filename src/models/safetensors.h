@@ -41,6 +41,11 @@ void writeSafetensors(const std::string& path, const NamedTensors& tensors,
 // Reads every tensor onto the CPU.
 SafetensorsContents readSafetensors(const std::string& path);
 
+// The file memory-mapped (read-only): every tensor a CPU view of the
+// mapping, which lives while any of them does; only the pages of what is
+// read from them are read from the file. Checked as readSafetensors.
+SafetensorsContents mapSafetensors(const std::string& path);
+
 // A module's parameters and buffers under their state-dict names.
 void saveModuleSafetensors(const torch::nn::Module& module, const std::string& path,
                            const std::map<std::string, std::string>& metadata = {});

@@ -98,10 +98,12 @@ class JobCheckpoint {
   // a ConfigError, as are NaN/Inf values in what the ranks read unless
   // options.allow_nonfinite.
   TrainPosition resume();
+  // The job's state as logical tensors, which save() and resume() write
+  // and read (also what --init-from's share is read into).
+  CheckpointLayout& layout();
 
  private:
   struct Candidate;
-  CheckpointLayout& layout();
   nlohmann::json meta(const TrainPosition& position) const;
   void prepareDirectory(const std::string& path);
   std::vector<std::vector<double>> writeShard(const std::string& path, int64_t step);

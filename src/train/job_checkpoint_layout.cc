@@ -366,6 +366,31 @@ int64_t CheckpointLayout::fill(const CheckpointReader& reader, const Family& fam
   return bytes;
 }
 
+std::map<std::string, std::vector<int64_t>> CheckpointLayout::parameterShapes() const {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const Parameter& p : params_) shapes[p.name] = p.split.whole;
+  return shapes;
+}
+
+void CheckpointLayout::loadParameters(const ParameterReader& read) const {
+  torch::NoGradGuard no_grad;
+  for (const Held& held : families_.at(0).held) {  // kParamFamily's
+    held.tensor.zero_();
+    const int64_t end = held.begin + held.tensor.numel();
+    for (const Parameter& p : params_) {
+      const int64_t a = std::max(held.begin, p.start), b = std::min(end, p.start + p.numel);
+      if (p.slab != held.slab || a >= b) continue;
+      const torch::Tensor dst = held.tensor.narrow(0, a - held.begin, b - a);
+      int64_t at = 0;
+      for (const auto& [begin, count] : wholeRunsOf(p.split, tp_rank_, tp_, a - p.start, b - a)) {
+        read(p.name, p.storage_order, begin, dst.narrow(0, at, count));
+        at += count;
+      }
+    }
+  }
+  if (dp_.shardsParameters()) dp_.shardLayout().published();
+}
+
 int64_t CheckpointLayout::restore(const CheckpointReader& reader, bool allow_nonfinite) const {
   checkAgainst(reader);
   torch::NoGradGuard no_grad;

@@ -92,6 +92,20 @@ class CheckpointLayout {
   // then partly restored. Returns the bytes read.
   int64_t restore(const CheckpointReader& reader, bool allow_nonfinite) const;
 
+  // Elements [begin, begin + dst.numel()) of the whole parameter `name`
+  // (its first name), in `storage_order` (empty: row-major), into the
+  // 1-D `dst`.
+  using ParameterReader = std::function<void(const std::string& name, const std::vector<int64_t>& storage_order,
+                                             int64_t begin, const torch::Tensor& dst)>;
+  // The whole shape of every trained parameter, by its first name.
+  std::map<std::string, std::vector<int64_t>> parameterShapes() const;
+  // The trained parameters' values this rank holds (its ZeRO-3 master
+  // slices, its tp parts, or whole slabs), each run of them from `read`,
+  // as restore() reads them: only what this rank holds is asked for.
+  // Nothing else changes (optimizer state, step, buffers); under ZeRO-3
+  // the compute copies follow.
+  void loadParameters(const ParameterReader& read) const;
+
  private:
   // A parameter's place in the slabs and what its logical tensors are.
   struct Parameter {

@@ -1,6 +1,7 @@
 #include "train/language_modeling.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -142,7 +143,7 @@ std::string LanguageModelTask::modelDescription() const {
 std::shared_ptr<models::Model> LanguageModelTask::makeModel() const {
   std::shared_ptr<models::LanguageModel> model = models::createLanguageModel(config_);
   model->setActivationCheckpointing(spec_.lm.activation_checkpointing);
-  if (!spec_.lm.init_from.empty()) {
+  if (!spec_.lm.init_from.empty() && !init_from_later_) {
     const models::HfLoadReport r = models::loadHfWeights(*model, spec_.lm.init_from);
     const double gib = static_cast<double>(r.bytes) / static_cast<double>(int64_t{1} << 30);
     char rate[96];
@@ -153,6 +154,22 @@ std::shared_ptr<models::Model> LanguageModelTask::makeModel() const {
   // Over the base as loaded: the adapters' A is drawn after the base's own init.
   if (lora_.enabled()) model->addLora(lora_);
   return model;
+}
+
+void LanguageModelTask::loadInitFrom(const std::map<std::string, std::vector<int64_t>>& shapes,
+                                     const std::function<void(const RangeReader&)>& fill, int rank) const {
+  const auto started = std::chrono::steady_clock::now();
+  models::HfWeights weights(spec_.lm.init_from, config_, shapes);
+  fill([&weights](const std::string& name, const std::vector<int64_t>& order, int64_t begin, const torch::Tensor& dst) {
+    weights.read(name, order, begin, dst);
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double gib = static_cast<double>(weights.bytesRead()) / static_cast<double>(int64_t{1} << 30);
+  char rate[96];
+  std::snprintf(rate, sizeof(rate), "%.3f GiB in %.2f s (%.2f GiB/s)", gib, seconds, gib / std::max(seconds, 1e-9));
+  DTRAIN_LOG_INFO("--init-from " << spec_.lm.init_from << ": " << weights.tensorsRead() << " tensors from "
+                                 << weights.files() << " file(s), " << rate << "; rank " << rank << "'s share: "
+                                 << weights.bytesRead() << " of " << weights.dataBytes() << " bytes");
 }
 
 int64_t LanguageModelTask::accumulation(int world_size) const {

@@ -8,8 +8,11 @@
 // sequences of seq_len tokens, and TrainStep accumulates their gradients.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/token_dataset.h"
 #include "data/token_source.h"
@@ -48,6 +51,18 @@ class LanguageModelTask : public Task {
   // shards of other writers), for checkpoints and `dtrain generate`.
   const std::string& tokenizer() const { return tokenizer_; }
   const std::string& tokenizerPath() const { return tokenizer_path_; }
+  // --init-from read once the job is parallelized: makeModel leaves the
+  // model as initialized, and loadInitFrom then reads from the memory-mapped
+  // files only what this rank holds and logs its share. `shapes`: every
+  // trained parameter's whole shape; `fill` fills what this rank holds
+  // (ZeRO-3's slices, tensor parallelism's parts) with the ranges it asks
+  // the reader it is given for (CheckpointLayout::loadParameters). Not with
+  // LoRA (its frozen base lies outside that layout) nor pipelines.
+  using RangeReader = std::function<void(const std::string& name, const std::vector<int64_t>& storage_order,
+                                         int64_t begin, const torch::Tensor& dst)>;
+  void loadInitFromLater() { init_from_later_ = true; }
+  void loadInitFrom(const std::map<std::string, std::vector<int64_t>>& shapes,
+                    const std::function<void(const RangeReader&)>& fill, int rank) const;
 
  protected:
   // --dataset chat: the model and its shape as for text, the data left to
@@ -74,6 +89,7 @@ class LanguageModelTask : public Task {
   models::LoraConfig lora_;
   std::shared_ptr<const data::TokenSource> train_, val_;  // val_ may be null
   std::string tokenizer_, tokenizer_path_;
+  bool init_from_later_ = false;
 };
 
 }  // namespace dtrain

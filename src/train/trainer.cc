@@ -293,11 +293,22 @@ int runTraining(const TrainOptions& given) {
       checkFits(*in, limit, plannedMemoryName(ctx.device(), device_name));
     }
   };
+  // --init-from under ZeRO-3 or tensor parallelism: each rank reads its share, once parallelized.
+  auto* pretrained = dynamic_cast<LanguageModelTask*>(&task);
+  const bool init_from_shared = pretrained != nullptr && !o.model.lm.init_from.empty() && !pretrained->lora().enabled() &&
+                                o.parallel.pp == 1 && (o.parallel.shard == ShardStage::kFull || o.parallel.tp > 1);
+  if (init_from_shared) pretrained->loadInitFromLater();
   TrainingJob job(parts, [&task] { return task.makeModel(); });
   Context& ctx = job.context();
   setAccumulation(task, job);
   std::unique_ptr<BatchSource> batches = task.trainBatches(job.dataRank(), job.dataRanks(), ctx.device());
   JobCheckpoint checkpoint(job, o.checkpoint, identityOf(o, task));
+  if (init_from_shared) {
+    const CheckpointLayout& layout = checkpoint.layout();
+    pretrained->loadInitFrom(
+        layout.parameterShapes(), [&layout](const CheckpointLayout::ParameterReader& read) { layout.loadParameters(read); },
+        ctx.rank());
+  }
   const TrainPosition start = checkpoint.resume();
 
   Watchers watchers = makeWatchers(o, job, start.step);

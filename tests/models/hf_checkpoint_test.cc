@@ -202,6 +202,60 @@ TEST(HfCheckpointTest, ExportThenImportIsBitwise) {
   }
 }
 
+// HfWeights' ranges (what a ZeRO-3 slice or a tensor-parallel part asks
+// for), row-major and column-major, are those of the whole load's
+// parameters, bit for bit: Conv1D weights transposed, q/k rows from halves,
+// bf16 files and a sharded index; the bytes it counts are the ranges' (a
+// q/k range that cuts rows: whole rows) and the files' at most.
+TEST(HfCheckpointTest, RangesOfEachParameterInEitherOrderAreTheWholeLoads) {
+  TempDir dir("hf-ranges");
+  torch::manual_seed(8);
+  HfCase bf16 = llamaCase("llama_bf16", 8, 2, false, false);
+  bf16.dtype = torch::kBFloat16;
+  bf16.shards = 3;
+  for (const HfCase& c : {llamaCase("llama", 8, 2, false, false), gpt2Case("gpt2", true, false), bf16}) {
+    SCOPED_TRACE(c.name);
+    const std::string path = writeCase(c, dir);
+    const auto model = imported(path);
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& item : model->named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+    HfWeights weights(path, model->config(), shapes);
+    EXPECT_EQ(weights.bytesRead(), 0);
+    int64_t asked = 0;
+    for (const auto& item : model->named_parameters()) {
+      const torch::Tensor& whole = item.value();
+      const std::vector<std::vector<int64_t>> orders =
+          whole.dim() == 2 ? std::vector<std::vector<int64_t>>{{}, {1, 0}} : std::vector<std::vector<int64_t>>{{}};
+      for (const std::vector<int64_t>& order : orders) {
+        const torch::Tensor laid = (order.empty() ? whole : whole.permute(order)).contiguous().view({-1});
+        const int64_t n = laid.numel();
+        for (const auto& [begin, count] : std::vector<std::pair<int64_t, int64_t>>{{0, n}, {n / 3, n / 2 - n / 3 + 1}, {n - 5, 5}}) {
+          const torch::Tensor got = torch::full({count}, -7.0f);
+          weights.read(item.key(), order, begin, got);
+          EXPECT_TRUE(torch::equal(got, laid.narrow(0, begin, count))) << item.key() << " [" << begin << ", +" << count << ")";
+          asked += count * (c.dtype == torch::kBFloat16 ? 2 : 4);
+        }
+      }
+    }
+    EXPECT_GE(weights.bytesRead(), asked);
+    EXPECT_EQ(weights.tensorsRead(), weights.tensors());
+  }
+  // Half of a row-major weight: half of its bytes.
+  HfCase llama = llamaCase("llama_half", 8, 2, false, false);
+  const std::string path = writeCase(llama, dir);
+  const auto model = imported(path);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& item : model->named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  HfWeights weights(path, model->config(), shapes);
+  const torch::Tensor w = model->named_parameters()["layers.0.feed_forward.w1.weight"];
+  weights.read("layers.0.feed_forward.w1.weight", {}, 0, torch::empty({w.numel() / 2}));
+  EXPECT_EQ(weights.bytesRead(), w.numel() / 2 * 4);
+  EXPECT_EQ(weights.tensorsRead(), 1);
+  int64_t data = 0;
+  for (const auto& [name, t] : llama.tensors) data += t.numel() * 4;
+  EXPECT_EQ(weights.dataBytes(), data);
+}
+
 // Directories transformers itself wrote (bench/peers/hf_transformers_check.py
 // write DIR, where transformers is installed: bench/gpu/hf_acceptance.sh):
 // dtrain's logits equal transformers' (1e-4), and dtrain's export of each

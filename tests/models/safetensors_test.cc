@@ -50,14 +50,19 @@ TEST(SafetensorsTest, RoundTripsEveryDtype) {
       {"strided", torch::randn({3, 4}).t()},
   };
   writeSafetensors(dir / "all.safetensors", tensors, {{"format", "pt"}, {"note", "x"}});
-  const SafetensorsContents back = readSafetensors(dir / "all.safetensors");
-  ASSERT_EQ(back.tensors.size(), tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    EXPECT_EQ(back.tensors[i].first, tensors[i].first);
-    EXPECT_EQ(back.tensors[i].second.scalar_type(), tensors[i].second.scalar_type()) << tensors[i].first;
-    EXPECT_TRUE(torch::equal(back.tensors[i].second, tensors[i].second)) << tensors[i].first;
+  // Read, and memory-mapped (its views outlive the contents they came in).
+  torch::Tensor mapped_f32;
+  for (const SafetensorsContents& back : {readSafetensors(dir / "all.safetensors"), mapSafetensors(dir / "all.safetensors")}) {
+    ASSERT_EQ(back.tensors.size(), tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      EXPECT_EQ(back.tensors[i].first, tensors[i].first);
+      EXPECT_EQ(back.tensors[i].second.scalar_type(), tensors[i].second.scalar_type()) << tensors[i].first;
+      EXPECT_TRUE(torch::equal(back.tensors[i].second, tensors[i].second)) << tensors[i].first;
+    }
+    EXPECT_EQ(back.metadata, (std::map<std::string, std::string>{{"format", "pt"}, {"note", "x"}}));
+    mapped_f32 = back.tensors[0].second;
   }
-  EXPECT_EQ(back.metadata, (std::map<std::string, std::string>{{"format", "pt"}, {"note", "x"}}));
+  EXPECT_TRUE(torch::equal(mapped_f32, tensors[0].second));
 }
 
 TEST(SafetensorsTest, ByteLayoutIsTheFormats) {
@@ -106,6 +111,8 @@ TEST(SafetensorsTest, MalformedFilesNameTheFileAndTheRule) {
   for (const Case& c : cases) {
     const std::string msg = configErrorOf([&] { readSafetensors(c.path); });
     EXPECT_TRUE(contains(msg, c.expected)) << msg;
+    const std::string mapped = configErrorOf([&] { mapSafetensors(c.path); });
+    EXPECT_TRUE(contains(mapped, c.expected)) << mapped;
     EXPECT_TRUE(contains(msg, c.path)) << msg;
   }
   const std::string missing = dir / "missing.safetensors";
