@@ -131,7 +131,7 @@ int runPlanCalibrate(const std::string& path) {
   plan::writeCalibration(path, c);
   std::filesystem::remove_all(dir);
   std::printf("dtrain plan --calibrate: %s on %s: llama-1b at %.0f tokens/s on one GPU = efficiency %.3f of the bf16 "
-              "peak (%.1f TFLOP/s)%s; written to %s\n",
+              "peak (%.1f TFLOP/s) for the products, the step's memory term apart%s; written to %s\n",
               m.name.c_str(), c.host.c_str(), c.tokens_per_s, c.efficiency, spec.bf16_tflops,
               m.gpus >= 2 ? (", all-reduce bus bandwidth " + std::to_string(static_cast<int>(c.intra_node_gbs)) +
                              " GB/s over " + std::to_string(m.gpus) + " GPUs").c_str()
