@@ -14,6 +14,11 @@
 #include "models/safetensors.h"
 
 namespace dtrain::models {
+
+// How a file's tensor becomes one of dtrain's parameters (outside the
+// anonymous namespace: HfWeights::Impl keeps one per parameter).
+enum class Transform { kNone, kTranspose, kRotaryHeads, kRotaryKvHeads };
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -23,8 +28,6 @@ std::string shapeOf(c10::IntArrayRef sizes) {
   for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
   return text + "]";
 }
-
-enum class Transform { kNone, kTranspose, kRotaryHeads, kRotaryKvHeads };
 
 struct Target {
   std::string name;  // dtrain's parameter

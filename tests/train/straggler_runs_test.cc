@@ -35,7 +35,7 @@ using testing::TempDir;
 // threshold is 20%, not the default 10%, to leave a clean run a wide
 // margin: measured as CPU time, two ranks on two virtual CPUs kept busy by
 // two other processes stayed within 9% of each other (10 runs of 6
-// windows); the drill's rank is 1.33x the median.
+// windows); the drill's rank is 1.5x the median (1.33x in the stop test).
 const std::string kRun = "--model gpt2 --layers 2 --dim 64 --heads 4 --seq-len 64 --vocab-size 320 --dataset text "
                          "--tokenizer byte --batch-size 8 --seed 5 --progress none --eval-batches 4 --optimizer adamw "
                          "--lr 1e-3 --warmup-steps 2 --log-every 100 --straggler-window 10 --straggler-patience 3 "
@@ -54,11 +54,13 @@ std::vector<nlohmann::json> windowsIn(const std::string& jsonl) {
 
 std::string flagLine(int rank) { return "straggler: rank " + std::to_string(rank) + " (host " + hostName() + ", no GPU (CPU)) took"; }
 
-// Rank 1 of 2 takes twice as long per step: 2 / 1.5 = 1.33x the median.
+// Rank 1 of 2 takes three times as long per step: 3 / 2 = 1.5x the median
+// (at twice, 1.33x, one window of a loaded 2-CPU machine came out under
+// the 1.2 threshold).
 TEST(StragglerRunsTest, ASlowRankIsFlaggedWithinThreeWindowsNamingItsRankAndHost) {
   TempDir dir("dtrain-straggler-drill");
   const std::string jsonl = dir / "metrics.jsonl";
-  auto r = runCommand("DTRAIN_FAULT_SLOW_RANK=1:1 " +
+  auto r = runCommand("DTRAIN_FAULT_SLOW_RANK=1:2 " +
                           launchTrain(2, kRun + "--max-steps 42 --metrics-jsonl " + jsonl),
                       300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
