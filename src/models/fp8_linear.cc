@@ -1,6 +1,9 @@
 #include "models/fp8_linear.h"
 
+#include <atomic>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "libtorch/compat.h"
@@ -16,6 +19,38 @@ namespace {
 
 thread_local int scope_depth = 0;
 
+// noteAbsoluteMaximum's notes, by data pointer.
+struct AmaxNote {
+  int64_t numel = 0;
+  at::ScalarType dtype = at::ScalarType::Undefined;
+  int64_t version = 0;
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+  torch::Tensor amax_bits;
+};
+
+struct AmaxNotes {
+  std::mutex mutex;
+  std::unordered_map<const void*, AmaxNote> by_data;
+};
+
+AmaxNotes& amaxNotes() {
+  static AmaxNotes* n = new AmaxNotes;  // never destroyed: tensors may outlive static destruction order
+  return *n;
+}
+
+std::atomic<int64_t> noted_amax_casts{0};
+std::atomic<int64_t> measured_amax_casts{0};
+
+// Notes whose storage is gone, dropped when the table grows (activations
+// come and go every step; their addresses mostly repeat).
+constexpr size_t kAmaxNotesBeforeSweep = 4096;
+
+void sweepDeadAmaxNotes(std::unordered_map<const void*, AmaxNote>& by_data) {
+  for (auto it = by_data.begin(); it != by_data.end();) {
+    it = it->second.storage.expired() ? by_data.erase(it) : std::next(it);
+  }
+}
+
 // A tensor cast to float8 with its scale: value = data / scale = data * inverse.
 struct Cast {
   torch::Tensor data;
@@ -26,6 +61,7 @@ struct Cast {
 // The fused kernel's two passes where it takes t (fused_ops_cuda.h), else
 // libtorch's operations; the same bits either way.
 Cast castFp8(const torch::Tensor& t, at::ScalarType type, double max) {
+  ++measured_amax_casts;
   if (auto fused = fused::fp8Cast(t, type == compat::float8E5m2())) {
     return {std::move(fused->data), std::move(fused->scale), std::move(fused->inverse)};
   }
@@ -41,7 +77,14 @@ struct CastPair : Cast {
 };
 
 CastPair castFp8Pair(const torch::Tensor& t, at::ScalarType type, double max) {
+  if (const torch::Tensor amax_bits = notedAbsoluteMaximum(t); amax_bits.defined()) {
+    if (auto fused = fused::fp8CastTransposed(t, type == compat::float8E5m2(), amax_bits)) {
+      ++noted_amax_casts;
+      return {{std::move(fused->data), std::move(fused->scale), std::move(fused->inverse)}, std::move(fused->transposed)};
+    }
+  }
   if (auto fused = fused::fp8CastTransposed(t, type == compat::float8E5m2())) {
+    ++measured_amax_casts;
     return {{std::move(fused->data), std::move(fused->scale), std::move(fused->inverse)}, std::move(fused->transposed)};
   }
   Cast c = castFp8(t, type, max);
@@ -174,6 +217,53 @@ Fp8Scope::~Fp8Scope() {
   if (--scope_depth == 0) shared_input.reset();
 }
 bool Fp8Scope::active() { return scope_depth > 0; }
+
+// Dense tensors (any order of their dimensions) of the same data pointer
+// and element count cover the same memory, so the same elements.
+static bool notableForAmax(const torch::Tensor& t) {
+  return t.defined() && t.has_storage() && t.numel() > 0 && t.is_non_overlapping_and_dense();
+}
+
+void noteAbsoluteMaximum(const torch::Tensor& t, const torch::Tensor& amax_bits) {
+  if (!notableForAmax(t)) return;
+  if (!amax_bits.defined() || amax_bits.scalar_type() != torch::kInt || amax_bits.numel() != 1 ||
+      amax_bits.device() != t.device()) {
+    throw ConfigError("noteAbsoluteMaximum: amax_bits must be one int32 on " + t.device().str());
+  }
+  AmaxNote note;
+  note.numel = t.numel();
+  note.dtype = t.scalar_type();
+  note.version = t._version();
+  note.storage = t.storage().getWeakStorageImpl();
+  note.amax_bits = amax_bits;
+  AmaxNotes& n = amaxNotes();
+  const std::lock_guard<std::mutex> lock(n.mutex);
+  if (n.by_data.size() >= kAmaxNotesBeforeSweep) sweepDeadAmaxNotes(n.by_data);
+  n.by_data[t.data_ptr()] = std::move(note);
+}
+
+torch::Tensor notedAbsoluteMaximum(const torch::Tensor& t) {
+  if (!notableForAmax(t)) return {};
+  AmaxNotes& n = amaxNotes();
+  const std::lock_guard<std::mutex> lock(n.mutex);
+  const auto it = n.by_data.find(t.data_ptr());
+  if (it == n.by_data.end()) return {};
+  const AmaxNote& note = it->second;
+  const c10::intrusive_ptr<c10::StorageImpl> storage = note.storage.lock();
+  if (!storage || storage.get() != t.storage().unsafeGetStorageImpl() || note.numel != t.numel() ||
+      note.dtype != t.scalar_type() || note.version != t._version()) {
+    return {};
+  }
+  return note.amax_bits;
+}
+
+void forgetAbsoluteMaxima() {
+  AmaxNotes& n = amaxNotes();
+  const std::lock_guard<std::mutex> lock(n.mutex);
+  n.by_data.clear();
+}
+
+AbsoluteMaximumCounts absoluteMaximumCounts() { return {noted_amax_casts.load(), measured_amax_casts.load()}; }
 
 torch::Tensor fp8Scale(const torch::Tensor& amax, double max) {
   return max / amax.to(torch::kFloat).clamp_min(1e-12);

@@ -54,4 +54,35 @@ torch::Tensor fp8Linear(const torch::Tensor& x, const torch::Tensor& weight, con
 
 std::string fp8Unsupported(torch::Device device);
 
+// Absolute maxima written by a tensor's producer, so that its cast reads
+// the tensor once (the scaled cast) instead of twice (an absolute-maximum
+// pass first): the fused optimizer's step for the weights, the norm and
+// SwiGLU kernels for the activations and their gradients.
+// - noteAbsoluteMaximum(t, amax_bits): amax_bits, one int32 on t's device,
+//   holds (once the work queued before the next use of t on its stream
+//   has run) the bit pattern of max |t| over t's elements as they are now:
+//   non-negative float32s order as their bit patterns, a NaN above
+//   infinity, so producers keep it with an integer atomic max.
+// - A note holds while t's storage lives and t's version is unchanged: a
+//   write in place (which bumps the version) or a freed storage ends it.
+//   A fused optimizer's kernel writes parameters without bumping their
+//   versions, so it notes them again after each step it computed them in.
+//   Views share the note: the cast finds it by data pointer, element
+//   count, dtype, storage and version.
+// - notedAbsoluteMaximum(t): the note's amax_bits, or undefined. FP8's
+//   casts (fp8Linear) use it; the result is bit for bit the two-pass cast.
+// - forgetAbsoluteMaxima(): drops every note (parameters restored from a
+//   checkpoint by their data, tests).
+// Thread-safe.
+void noteAbsoluteMaximum(const torch::Tensor& t, const torch::Tensor& amax_bits);
+torch::Tensor notedAbsoluteMaximum(const torch::Tensor& t);
+void forgetAbsoluteMaxima();
+// How many casts took a noted maximum and how many measured their own,
+// since the process started (tests and the step's breakdown).
+struct AbsoluteMaximumCounts {
+  int64_t noted = 0;
+  int64_t measured = 0;
+};
+AbsoluteMaximumCounts absoluteMaximumCounts();
+
 }  // namespace dtrain::models

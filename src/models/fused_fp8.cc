@@ -25,7 +25,7 @@ std::optional<Fp8Cast> fp8Cast(const torch::Tensor& x, bool e5m2) {
   return out;
 }
 
-std::optional<Fp8Cast> fp8CastTransposed(const torch::Tensor& x, bool e5m2) {
+std::optional<Fp8Cast> fp8CastTransposed(const torch::Tensor& x, bool e5m2, const torch::Tensor& amax_bits) {
   if (!compat::kHasScaledMm || !activeFor(x) || x.dim() != 2 || x.size(0) % 16 != 0 || x.size(1) % 16 != 0 ||
       x.numel() == 0 || !isKernelType(x.scalar_type())) {
     return std::nullopt;
@@ -38,11 +38,17 @@ std::optional<Fp8Cast> fp8CastTransposed(const torch::Tensor& x, bool e5m2) {
   out.transposed = at::empty({in.size(1), in.size(0)}, in.options().dtype(type));
   out.scale = at::empty({}, in.options().dtype(torch::kFloat));
   out.inverse = at::empty({}, in.options().dtype(torch::kFloat));
-  const torch::Tensor scratch = workspace(kernels::fp8_cast_workspace_size(in.numel()), in);
+  const bool noted = amax_bits.defined();
+  if (noted && (amax_bits.scalar_type() != torch::kInt || amax_bits.numel() != 1 || amax_bits.device() != in.device())) {
+    return std::nullopt;
+  }
+  const torch::Tensor scratch =
+      noted ? torch::Tensor() : workspace(kernels::fp8_cast_workspace_size(in.numel()), in);
   DTRAIN_CUDA_CHECK(kernels::fp8_cast_transposed(
       out.data.data_ptr(), out.transposed.data_ptr(), out.scale.data_ptr<float>(), out.inverse.data_ptr<float>(),
       in.data_ptr(), kernelType(in), in.size(0), in.size(1), e5m2 ? kernels::Fp8Format::kE5M2 : kernels::Fp8Format::kE4M3,
-      scratch.data_ptr(), streamOf(in)));
+      noted ? nullptr : scratch.data_ptr(), streamOf(in),
+      noted ? reinterpret_cast<const uint32_t*>(amax_bits.data_ptr<int32_t>()) : nullptr));
   return out;
 }
 

@@ -123,6 +123,9 @@ std::optional<Fp8Cast> fp8Cast(const torch::Tensor& x, bool e5m2);
 // in the same pass (the layout Hopper's FP8 products take for a second
 // operand), bit for bit data.t().contiguous(). Declines, besides what
 // fp8Cast declines, x not 2-D or with rows or cols not multiples of 16.
-std::optional<Fp8Cast> fp8CastTransposed(const torch::Tensor& x, bool e5m2);
+// With amax_bits (one int32 on x's device: the bit pattern of max |x|,
+// noteAbsoluteMaximum's), the scale comes from it and x is read once.
+std::optional<Fp8Cast> fp8CastTransposed(const torch::Tensor& x, bool e5m2,
+                                         const torch::Tensor& amax_bits = torch::Tensor());
 
 }  // namespace dtrain::models::fused

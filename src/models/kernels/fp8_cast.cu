@@ -61,14 +61,23 @@ __global__ void __launch_bounds__(kThreads) amax_partials(const T* x, int64_t n,
   if (threadIdx.x == 0) partials[blockIdx.x] = m;
 }
 
+__device__ __forceinline__ float scale_of(float amax, float fmax) {
+  const float clamped = amax != amax ? amax : fmaxf(amax, 1e-12f);  // clamp_min keeps NaN
+  return fmax / clamped;  // torch's scalar / tensor divides (a reciprocal first is 1 ulp off)
+}
+
+// The amax a producer noted as bits (fp8_cast.h): a NaN as nan_max's.
+__device__ __forceinline__ float amax_of_bits(uint32_t bits) {
+  return bits > 0x7f800000u ? __int_as_float(0x7fc00000) : __uint_as_float(bits);
+}
+
 __global__ void __launch_bounds__(kThreads)
     amax_finish(const float* partials, int blocks, float fmax, float* scale, float* inverse) {
   float acc = 0;
   for (int i = threadIdx.x; i < blocks; i += blockDim.x) acc = nan_max(acc, partials[i]);
   const float amax = block_max(acc);
   if (threadIdx.x == 0) {
-    const float clamped = amax != amax ? amax : fmaxf(amax, 1e-12f);  // clamp_min keeps NaN
-    const float s = fmax / clamped;  // torch's scalar / tensor divides (a reciprocal first is 1 ulp off)
+    const float s = scale_of(amax, fmax);
     *scale = s;
     *inverse = 1.0f / s;
   }
@@ -115,11 +124,16 @@ constexpr int kTilePitch = kTile + 2;  // 16 rows apart land 8 banks apart: conf
 template <typename T, __nv_fp8_interpretation_t F>
 __global__ void __launch_bounds__(kThreads)
     scaled_cast_transposed(__nv_fp8_storage_t* y, __nv_fp8_storage_t* yt, const T* x, int64_t rows, int64_t cols,
-                           const float* scale, float fmax) {
+                           float* scale, float* inverse, const uint32_t* amax_bits, float fmax) {
   __shared__ __nv_fp8_storage_t tile[kTile][kTilePitch];
   constexpr int V = kVector<T>;
   constexpr int kVectorsPerRow = kTile / V;
-  const float s = *scale;
+  // A noted amax: every block derives the scale; the first writes it out.
+  const float s = amax_bits ? scale_of(amax_of_bits(*amax_bits), fmax) : *scale;
+  if (amax_bits && blockIdx.x == 0 && threadIdx.x == 0) {
+    *scale = s;
+    *inverse = 1.0f / s;
+  }
   const int64_t tiles_per_row = (cols + kTile - 1) / kTile;
   const int64_t row0 = (blockIdx.x / tiles_per_row) * kTile;
   const int64_t col0 = (blockIdx.x % tiles_per_row) * kTile;
@@ -165,20 +179,21 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <typename T>
 cudaError_t launch_transposed(void* y, void* yt, float* scale, float* inverse, const void* x_raw, int64_t rows,
-                              int64_t cols, Fp8Format format, void* workspace, cudaStream_t stream) {
+                              int64_t cols, Fp8Format format, void* workspace, cudaStream_t stream,
+                              const uint32_t* amax_bits) {
   const T* x = static_cast<const T*>(x_raw);
   const float fmax = format_max(format);
-  launch_amax<T>(scale, inverse, x, rows * cols, true, fmax, workspace, stream);
+  if (!amax_bits) launch_amax<T>(scale, inverse, x, rows * cols, true, fmax, workspace, stream);
   const int64_t tiles = ceil_div(rows, int64_t{kTile}) * ceil_div(cols, int64_t{kTile});
   if (tiles > 0x7fffffff) return cudaErrorInvalidValue;
   auto* out = static_cast<__nv_fp8_storage_t*>(y);
   auto* out_t = static_cast<__nv_fp8_storage_t*>(yt);
   if (format == Fp8Format::kE4M3) {
-    scaled_cast_transposed<T, __NV_E4M3><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(out, out_t, x, rows,
-                                                                                               cols, scale, fmax);
+    scaled_cast_transposed<T, __NV_E4M3><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
+        out, out_t, x, rows, cols, scale, inverse, amax_bits, fmax);
   } else {
-    scaled_cast_transposed<T, __NV_E5M2><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(out, out_t, x, rows,
-                                                                                               cols, scale, fmax);
+    scaled_cast_transposed<T, __NV_E5M2><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
+        out, out_t, x, rows, cols, scale, inverse, amax_bits, fmax);
   }
   return cudaGetLastError();
 }
@@ -210,15 +225,19 @@ size_t fp8_cast_workspace_size(int64_t n) {
 }
 
 cudaError_t fp8_cast_transposed(void* y, void* yt, float* scale, float* inverse, const void* x, DType dtype,
-                                int64_t rows, int64_t cols, Fp8Format format, void* workspace, cudaStream_t stream) {
-  if (y == nullptr || yt == nullptr || scale == nullptr || inverse == nullptr || x == nullptr || workspace == nullptr ||
+                                int64_t rows, int64_t cols, Fp8Format format, void* workspace, cudaStream_t stream,
+                                const uint32_t* amax_bits) {
+  if (y == nullptr || yt == nullptr || scale == nullptr || inverse == nullptr || x == nullptr ||
+      (workspace == nullptr && amax_bits == nullptr) ||
       rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0 || !detail::aligned16(x) || !detail::aligned16(y) ||
       !detail::aligned16(yt)) {
     return cudaErrorInvalidValue;
   }
   return dtype == DType::kFloat32
-             ? detail::launch_transposed<float>(y, yt, scale, inverse, x, rows, cols, format, workspace, stream)
-             : detail::launch_transposed<detail::bf16>(y, yt, scale, inverse, x, rows, cols, format, workspace, stream);
+             ? detail::launch_transposed<float>(y, yt, scale, inverse, x, rows, cols, format, workspace, stream,
+                                                amax_bits)
+             : detail::launch_transposed<detail::bf16>(y, yt, scale, inverse, x, rows, cols, format, workspace, stream,
+                                                       amax_bits);
 }
 
 cudaError_t fp8_cast(void* y, float* scale, float* inverse, const void* x, DType dtype, int64_t n, Fp8Format format,

@@ -28,8 +28,14 @@ size_t fp8_cast_workspace_size(int64_t n);
 // the absolute maximum, instead of a cast and a transposing copy. rows and
 // cols multiples of 16; x, y and yt 16-byte aligned; else
 // cudaErrorInvalidValue. Workspace: fp8_cast_workspace_size(rows * cols).
+// With amax_bits (device, one uint32: the bit pattern of max |x|, which
+// non-negative float32s order as, a NaN above infinity: what a producer
+// of x keeps with atomicMax), no absolute-maximum pass: the scale comes
+// from it (a NaN as the canonical NaN) and x is read once; workspace may
+// be null. The same bits as the two passes when amax_bits is right.
 cudaError_t fp8_cast_transposed(void* y, void* yt, float* scale, float* inverse, const void* x, DType dtype,
-                                int64_t rows, int64_t cols, Fp8Format format, void* workspace, cudaStream_t stream);
+                                int64_t rows, int64_t cols, Fp8Format format, void* workspace, cudaStream_t stream,
+                                const uint32_t* amax_bits = nullptr);
 
 cudaError_t fp8_cast(void* y, float* scale, float* inverse, const void* x, DType dtype, int64_t n, Fp8Format format,
                      void* workspace, cudaStream_t stream);
