@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -123,6 +124,20 @@ class Optimizer {
   // Bytes of optimizer state this rank holds (its slice when sharded),
   // counted from the state tensors.
   virtual int64_t stateBytes() const;
+
+  // Keeps, with every step, the absolute maximum of each of `ranges`
+  // (element ranges [begin, end) of slab `slab`'s param, sorted, not
+  // overlapping) as the step leaves them: an int32 tensor [ranges] on the
+  // slab's device, each element a maximum's float32 bit pattern (what
+  // FP8's weight casts read instead of a pass of their own:
+  // models/fp8_linear.h's noteAbsoluteMaximum). Undefined where this
+  // optimizer cannot: only AdamW's fused kernel on CUDA can (not SGD, not
+  // ZeRO's sharded optimizers, whose ranks hold slices). Replaces what an
+  // earlier call asked of that slab; empty ranges stop it.
+  virtual torch::Tensor trackAbsoluteMaxima(int slab, const std::vector<std::pair<int64_t, int64_t>>& ranges);
+  // Whether the last step() wrote every tracked maximum (a step by torch
+  // operations, such as the first, non-capturable one, writes none).
+  virtual bool absoluteMaximaCurrent() const { return false; }
 
  protected:
   // Validates the slabs (ConfigError naming `who`, the slab and the problem).

@@ -18,4 +18,9 @@ bool fusedKernelsSetting();
 // fusedKernelsSetting() lets them.
 bool fusedBatchNormSetting();
 
+// DTRAIN_FP8_NOTED_MAXIMA (default on): whether FP8's casts take noted
+// absolute maxima (fp8_linear.h's noteAbsoluteMaximum); 0 measures each
+// tensor's in a pass of its own, with the same bits (A/B comparisons).
+bool fp8NotedMaximaSetting();
+
 }  // namespace dtrain::models

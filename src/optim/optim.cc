@@ -43,11 +43,21 @@ bool fusedSlab(const torch::Tensor& t) {
 }
 #endif
 
+// AdamW::trackAbsoluteMaxima's tiles (int64 [tiles, 3] on the device)
+// and maxima (int32 [ranges]) of a slab.
+struct SlabMaxima {
+  torch::Tensor tiles;
+  torch::Tensor amax_bits;
+};
+
 // The capturable AdamW step of one slab in one kernel (lr and the step
-// count, this step included, read on the device); false where the kernel
-// does not apply and the torch operations must run.
+// count, this step included, read on the device), with the maxima of the
+// slab's ranges where `maxima` is given; false where the kernel does not
+// apply and the torch operations must run.
+
 bool fusedAdamWStep(const FlatSlab& slab, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
-                    const torch::Tensor& lr, const torch::Tensor& step, const AdamWOptions& options) {
+                    const torch::Tensor& lr, const torch::Tensor& step, const AdamWOptions& options,
+                    const SlabMaxima* maxima = nullptr) {
 #if DTRAIN_FUSED_ADAMW
   if (!fusedSlab(slab.param) || lr.device() != slab.param.device()) return false;
   const c10::cuda::CUDAGuard device(slab.param.device());
@@ -63,10 +73,17 @@ bool fusedAdamWStep(const FlatSlab& slab, const torch::Tensor& exp_avg, const to
   a.beta2 = options.beta2;
   a.eps = options.eps;
   a.weight_decay = slab.weight_decay ? options.weight_decay : 0.0;
+  if (maxima != nullptr && maxima->amax_bits.defined()) {
+    static_assert(sizeof(kernels::AdamWTile) == 3 * sizeof(int64_t));
+    a.tiles = reinterpret_cast<const kernels::AdamWTile*>(maxima->tiles.data_ptr<int64_t>());
+    a.tile_count = maxima->tiles.size(0);
+    a.amax_bits = reinterpret_cast<uint32_t*>(maxima->amax_bits.data_ptr<int32_t>());
+    a.ranges = maxima->amax_bits.numel();
+  }
   DTRAIN_CUDA_CHECK(kernels::adamw_step(a, c10::cuda::getCurrentCUDAStream(slab.param.device().index()).stream()));
   return true;
 #else
-  (void)slab, (void)exp_avg, (void)exp_avg_sq, (void)lr, (void)step, (void)options;
+  (void)slab, (void)exp_avg, (void)exp_avg_sq, (void)lr, (void)step, (void)options, (void)maxima;
   return false;
 #endif
 }
@@ -196,6 +213,7 @@ class AdamW final : public Optimizer {
       stepOnDevice();
       return;
     }
+    maxima_current_ = false;
     ++steps_;
     const double bias_correction1 = 1 - std::pow(options_.beta1, static_cast<double>(steps_));
     const double bias_correction2 = 1 - std::pow(options_.beta2, static_cast<double>(steps_));
@@ -228,6 +246,37 @@ class AdamW final : public Optimizer {
 
   std::string name() const override { return "adamw"; }
 
+  torch::Tensor trackAbsoluteMaxima(int slab, const std::vector<std::pair<int64_t, int64_t>>& ranges) override {
+#if DTRAIN_FUSED_ADAMW
+    if (slab < 0 || static_cast<size_t>(slab) >= slabs_.size()) {
+      throw ConfigError("AdamW: trackAbsoluteMaxima of slab " + std::to_string(slab) + " (it has " +
+                        std::to_string(slabs_.size()) + ")");
+    }
+    if (maxima_.size() < slabs_.size()) maxima_.resize(slabs_.size());
+    maxima_[slab] = SlabMaxima{};
+    const torch::Tensor& param = slabs_[slab].param;
+    if (ranges.empty() || !fusedSlab(param)) return {};
+    const std::vector<kernels::AdamWTile> tiles = kernels::adamw_tiles(param.numel(), ranges);
+    if (tiles.empty()) {
+      throw ConfigError("AdamW: trackAbsoluteMaxima of slab " + std::to_string(slab) +
+                        ": the ranges must be sorted, not overlapping and within its " +
+                        std::to_string(param.numel()) + " elements");
+    }
+    std::vector<int64_t> flat;
+    flat.reserve(tiles.size() * 3);
+    for (const kernels::AdamWTile& t : tiles) flat.insert(flat.end(), {t.begin, t.end, t.range});
+    maxima_[slab].tiles = torch::tensor(flat, torch::kLong).reshape({-1, 3}).to(param.device());
+    maxima_[slab].amax_bits = torch::zeros({static_cast<int64_t>(ranges.size())}, param.options().dtype(torch::kInt));
+    maxima_current_ = false;
+    return maxima_[slab].amax_bits;
+#else
+    (void)slab, (void)ranges;
+    return {};
+#endif
+  }
+
+  bool absoluteMaximaCurrent() const override { return maxima_current_; }
+
   std::vector<LocalOptimizerState> localState() const override {
     std::vector<LocalOptimizerState> state;
     for (size_t i = 0; i < slabs_.size(); ++i) {
@@ -256,9 +305,12 @@ class AdamW final : public Optimizer {
   void stepOnDevice() {
     step_tensor_.add_(1);
     std::vector<size_t> unfused;
+    maxima_current_ = true;
     for (size_t i = 0; i < slabs_.size(); ++i) {
-      if (!fusedAdamWStep(slabs_[i], exp_avg_[i], exp_avg_sq_[i], lrTensor(), step_tensor_, options_)) {
+      const SlabMaxima* maxima = i < maxima_.size() && maxima_[i].amax_bits.defined() ? &maxima_[i] : nullptr;
+      if (!fusedAdamWStep(slabs_[i], exp_avg_[i], exp_avg_sq_[i], lrTensor(), step_tensor_, options_, maxima)) {
         unfused.push_back(i);
+        if (maxima != nullptr) maxima_current_ = false;
       }
     }
     if (unfused.empty()) return;
@@ -280,6 +332,8 @@ class AdamW final : public Optimizer {
   std::vector<torch::Tensor> exp_avg_;
   std::vector<torch::Tensor> exp_avg_sq_;
   torch::Tensor step_tensor_;  // capturable mode: float32 [1] on the device
+  std::vector<SlabMaxima> maxima_;  // per slab (trackAbsoluteMaxima)
+  bool maxima_current_ = false;
 };
 
 }  // namespace
@@ -328,6 +382,8 @@ void Optimizer::setStepCount(int64_t steps) {
   if (steps < 0) throw ConfigError(name() + ": step count " + std::to_string(steps) + ", expected >= 0");
   steps_ = steps;
 }
+
+torch::Tensor Optimizer::trackAbsoluteMaxima(int, const std::vector<std::pair<int64_t, int64_t>>&) { return {}; }
 
 int64_t Optimizer::stateBytes() const {
   int64_t bytes = 0;

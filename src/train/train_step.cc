@@ -3,6 +3,7 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "models/fp8_linear.h"
 #include "parallel/tensor_buffer.h"
 
 #if DTRAIN_TORCH_CUDA
@@ -72,9 +73,37 @@ TrainStep::TrainStep(models::Model& model, DataParallel& dp, Optimizer& optimize
     fallback_ = cudaGraphsUnsupportedReason(device, options_.precision, options_.communicator_capturable);
     if (fallback_.empty()) fallback_ = options_.graphs_unsupported;
   }
+  if (options_.precision == Precision::kFp8) trackWeightMaxima();
 }
 
 TrainStep::~TrainStep() = default;
+
+// FP8: the optimizer's fused step keeps every 2-D parameter's absolute
+// maximum as it writes it, so that the next forward casts each weight to
+// FP8 in one pass over its float32 values instead of two. Where the
+// optimizer holds whole slabs (replicated data parallelism, tensor and
+// pipeline parts); a ZeRO stage's optimizer holds slices and cannot.
+void TrainStep::trackWeightMaxima() {
+  if (!device_.is_cuda() || dp_.shardsGradients() || optimizer_.slabs().size() != dp_.slabs().size()) return;
+  const std::vector<torch::Tensor>& params = dp_.parameters();
+  for (size_t s = 0; s < optimizer_.slabs().size(); ++s) {
+    if (!optimizer_.slabs()[s].param.is_same(dp_.slabs()[s].param)) return;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    std::vector<torch::Tensor> weights;
+    for (const ParameterRun& run : dp_.slabRuns(static_cast<int>(s), 0, dp_.paddedSlabNumel(s))) {
+      const torch::Tensor& p = params[static_cast<size_t>(run.param)];
+      if (p.dim() != 2 || run.offset != 0 || run.numel != p.numel()) continue;
+      ranges.emplace_back(run.position, run.position + run.numel);
+      weights.push_back(p);
+    }
+    if (ranges.empty()) continue;
+    const torch::Tensor maxima = optimizer_.trackAbsoluteMaxima(static_cast<int>(s), ranges);
+    if (!maxima.defined()) continue;
+    for (size_t k = 0; k < weights.size(); ++k) {
+      weight_maxima_.emplace_back(weights[k], maxima.narrow(0, static_cast<int64_t>(k), 1));
+    }
+  }
+}
 
 void TrainStep::setAccumulation(int64_t micro_batches) {
   if (micro_batches < 1) {
@@ -153,6 +182,9 @@ void TrainStep::body(const StepBatch& batch) {
   mark("optimizer");
   if (options_.clip_grad_norm > 0) clipGradients();
   scaler_.step(optimizer_);
+  if (!weight_maxima_.empty() && optimizer_.absoluteMaximaCurrent()) {
+    for (const auto& [weight, maxima] : weight_maxima_) models::noteAbsoluteMaximum(weight, maxima);
+  }
   torch::NoGradGuard no_grad;
   loss_sum_.add_(loss);
   mark("end");

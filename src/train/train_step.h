@@ -154,6 +154,7 @@ class TrainStep {
   void eager(const StepBatch& batch);
   void body(const StepBatch& batch);
   void clipGradients();
+  void trackWeightMaxima();
   // Hybrid sharding: the mean of the held gradients over the replicas.
   void reduceAcrossReplicas();
   // The clip of a tensor-parallel job: each copy counted once.
@@ -186,6 +187,9 @@ class TrainStep {
   // of, with the share of their squares to take off (found at the first clip).
   bool copies_found_ = false;
   std::vector<std::pair<torch::Tensor, double>> copied_grads_;
+  // FP8: each 2-D parameter and the slot where the optimizer's step keeps
+  // its absolute maximum (noted after each step that wrote them).
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> weight_maxima_;
   bool last_graphed_ = false;
   bool capturing_ = false;
   StepObserver* observer_ = nullptr;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "common/error.h"
 #include "common/settings.h"
 #include "dtrain/optim.h"
 
@@ -133,6 +134,49 @@ TEST(FusedAdamWTest, ClipGradNormMatchesTheTorchOperations) {
   EXPECT_NEAR(norms[1], norms[0], 1e-6 * norms[0]);
   for (size_t i = 0; i < clipped[0].size(); ++i) {
     EXPECT_LT(maxRelativeDifference(clipped[1][i], clipped[0][i]), 1e-5) << "slab " << i;
+  }
+}
+
+// Only the fused AdamW keeps maxima: SGD and the CPU's slabs say so with
+// an undefined tensor, and no step calls them current.
+TEST(AbsoluteMaximaTest, WhereTheyCannotBeKeptTheTensorIsUndefined) {
+  std::vector<FlatSlab> cpu{{torch::randn({100}), torch::zeros({100}), true}};
+  auto adamw = makeAdamW(cpu, {.lr = 1e-2});
+  EXPECT_FALSE(adamw->trackAbsoluteMaxima(0, {{0, 50}}).defined()) << "CPU slabs";
+  adamw->step();
+  EXPECT_FALSE(adamw->absoluteMaximaCurrent());
+  auto sgd = makeSGD(cpu, {.lr = 0.1});
+  EXPECT_FALSE(sgd->trackAbsoluteMaxima(0, {{0, 50}}).defined()) << "SGD";
+}
+
+// The fused step keeps each range's maximum of |param| as it leaves it,
+// from the first capturable step on; the eager first step keeps none.
+TEST(AbsoluteMaximaTest, TheFusedStepKeepsEachRangesMaximum) {
+  DTRAIN_SKIP_WITHOUT_FUSED_ADAMW();
+  FusedSwitch on(true);
+  std::vector<FlatSlab> slabs = makeSlabs();
+  auto opt = makeAdamW(slabs, {.lr = 1e-2, .weight_decay = 0.1});
+  const std::vector<std::pair<int64_t, int64_t>> ranges{{0, 1000}, {1001, 500000}, {999000, 1000003}};
+  const torch::Tensor maxima = opt->trackAbsoluteMaxima(0, ranges);
+  ASSERT_TRUE(maxima.defined());
+  EXPECT_EQ(maxima.scalar_type(), torch::kInt);
+  EXPECT_EQ(maxima.numel(), 3);
+  EXPECT_THROW(opt->trackAbsoluteMaxima(1, {{10, 20}, {15, 30}}), ConfigError) << "overlapping ranges";
+  EXPECT_THROW(opt->trackAbsoluteMaxima(7, {{0, 1}}), ConfigError) << "no slab 7";
+  setGrads(slabs, 1);
+  opt->step();
+  EXPECT_FALSE(opt->absoluteMaximaCurrent()) << "the first step runs the torch operations";
+  opt->setCapturable(true);
+  for (int step = 2; step <= 3; ++step) {
+    setGrads(slabs, step);
+    opt->step();
+    opt->countStep();
+    EXPECT_TRUE(opt->absoluteMaximaCurrent());
+    for (size_t r = 0; r < ranges.size(); ++r) {
+      const float want = slabs[0].param.narrow(0, ranges[r].first, ranges[r].second - ranges[r].first).abs().max().item<float>();
+      const float got = maxima[static_cast<int64_t>(r)].view(torch::kFloat).item<float>();
+      EXPECT_EQ(got, want) << "step " << step << " range " << r;
+    }
   }
 }
 

@@ -91,8 +91,84 @@ __global__ void __launch_bounds__(kAdamThreads) adamw_kernel(const AdamWKernelAr
   }
 }
 
+// The update by tiles (AdamWArgs::tiles), each block a tile at a time,
+// keeping the maximum of |param| of each tile that lies in a range: a
+// block reduction, then one atomic max per tile. The same arithmetic per
+// element as adamw_kernel.
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(fabsf(v)); }
+
+template <bool VEC>
+__global__ void __launch_bounds__(kAdamThreads)
+    adamw_tiles_kernel(const AdamWKernelArgs a, const AdamWTile* tiles, int64_t tile_count, uint32_t* amax_bits) {
+  __shared__ uint32_t warp_max[kAdamThreads / 32];
+  const AdamWCoefficients c = coefficients(a);
+  for (int64_t t = blockIdx.x; t < tile_count; t += gridDim.x) {
+    const AdamWTile tile = tiles[t];
+    uint32_t acc = 0;
+    int64_t scalar_from = tile.begin;
+    if constexpr (VEC) {
+      if (tile.begin % 4 == 0) {
+        const int64_t last = tile.end / 4;
+        for (int64_t k = tile.begin / 4 + threadIdx.x; k < last; k += blockDim.x) {
+          float4 p = reinterpret_cast<const float4*>(a.param)[k];
+          const float4 g = reinterpret_cast<const float4*>(a.grad)[k];
+          float4 m = reinterpret_cast<const float4*>(a.exp_avg)[k];
+          float4 v = reinterpret_cast<const float4*>(a.exp_avg_sq)[k];
+          adamw_element(p.x, g.x, m.x, v.x, a, c);
+          adamw_element(p.y, g.y, m.y, v.y, a, c);
+          adamw_element(p.z, g.z, m.z, v.z, a, c);
+          adamw_element(p.w, g.w, m.w, v.w, a, c);
+          reinterpret_cast<float4*>(a.param)[k] = p;
+          reinterpret_cast<float4*>(a.exp_avg)[k] = m;
+          reinterpret_cast<float4*>(a.exp_avg_sq)[k] = v;
+          acc = max(max(acc, max(abs_bits(p.x), abs_bits(p.y))), max(abs_bits(p.z), abs_bits(p.w)));
+        }
+        scalar_from = max(tile.begin, last * 4);
+      }
+    }
+    for (int64_t i = scalar_from + threadIdx.x; i < tile.end; i += blockDim.x) {
+      float p = a.param[i], m = a.exp_avg[i], v = a.exp_avg_sq[i];
+      adamw_element(p, a.grad[i], m, v, a, c);
+      a.param[i] = p;
+      a.exp_avg[i] = m;
+      a.exp_avg_sq[i] = v;
+      acc = max(acc, abs_bits(p));
+    }
+    if (tile.range < 0) continue;  // the same tile, so the same branch, for the whole block
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc = max(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint32_t m = 0;
+      for (int w = 0; w < kAdamThreads / 32; ++w) m = max(m, warp_max[w]);
+      atomicMax(amax_bits + tile.range, m);
+    }
+    __syncthreads();  // warp_max is reused by the next tile
+  }
+}
+
 }  // namespace
 }  // namespace detail
+
+std::vector<AdamWTile> adamw_tiles(int64_t n, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  std::vector<AdamWTile> tiles;
+  const auto cover = [&](int64_t begin, int64_t end, int64_t range) {
+    for (int64_t at = begin; at < end; at += kAdamWTileElements) {
+      tiles.push_back({at, std::min(end, at + kAdamWTileElements), range});
+    }
+  };
+  int64_t at = 0;
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    const auto [begin, end] = ranges[r];
+    if (begin < at || end < begin || end > n) return {};  // not sorted, overlapping or outside: no tiles
+    cover(at, begin, -1);
+    cover(begin, end, static_cast<int64_t>(r));
+    at = end;
+  }
+  cover(at, n, -1);
+  return tiles;
+}
 
 cudaError_t adamw_step(const AdamWArgs& args, cudaStream_t stream) {
   using namespace detail;
@@ -116,6 +192,19 @@ cudaError_t adamw_step(const AdamWArgs& args, cudaStream_t stream) {
                           static_cast<float>(args.weight_decay)};
   const bool vec = aligned16(args.param) && aligned16(args.grad) && aligned16(args.exp_avg) &&
                    aligned16(args.exp_avg_sq);
+  if (args.amax_bits != nullptr) {
+    if (args.tiles == nullptr || args.tile_count <= 0 || args.ranges <= 0) return cudaErrorInvalidValue;
+    const cudaError_t zeroed = cudaMemsetAsync(args.amax_bits, 0, sizeof(uint32_t) * args.ranges, stream);
+    if (zeroed != cudaSuccess) return zeroed;
+    const int blocks = static_cast<int>(
+        std::min<int64_t>(args.tile_count, int64_t{multiprocessor_count()} * kAdamBlocksPerSm));
+    if (vec) {
+      adamw_tiles_kernel<true><<<blocks, kAdamThreads, 0, stream>>>(a, args.tiles, args.tile_count, args.amax_bits);
+    } else {
+      adamw_tiles_kernel<false><<<blocks, kAdamThreads, 0, stream>>>(a, args.tiles, args.tile_count, args.amax_bits);
+    }
+    return launch_status();
+  }
   const int64_t work = vec ? (args.n + 3) / 4 : args.n;
   const int blocks = static_cast<int>(
       std::min<int64_t>(ceil_div(work, kAdamThreads), int64_t{multiprocessor_count()} * kAdamBlocksPerSm));

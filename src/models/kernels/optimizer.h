@@ -34,9 +34,14 @@
 // param, grad, exp_avg, exp_avg_sq may overlap another.
 #pragma once
 
+#include <utility>
+#include <vector>
+
 #include "models/kernels/kernel_types.h"
 
 namespace dtrain::kernels {
+
+struct AdamWTile;
 
 struct AdamWArgs {
   float* param = nullptr;       // [n], updated in place
@@ -51,7 +56,30 @@ struct AdamWArgs {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0;  // 0 for slabs exempt from decay
+  // Optional: the absolute maximum of each of some ranges of the updated
+  // param (for the FP8 casts of the weights in the next forward, which then
+  // read each weight once: models/fp8_linear.h's noteAbsoluteMaximum).
+  // tiles: `tile_count` tiles (adamw_tiles) covering [0, n) in order;
+  // amax_bits[r] receives the bit pattern of max |param[i]| over range r
+  // as written (non-negative float32s order as their bit patterns, a NaN
+  // above infinity). The call zeroes amax_bits[0 .. ranges) first.
+  const AdamWTile* tiles = nullptr;  // device
+  int64_t tile_count = 0;
+  uint32_t* amax_bits = nullptr;  // device, [ranges]
+  int64_t ranges = 0;
 };
+
+// The tiles of a slab of n elements with ranges [begin, end) (sorted, not
+// overlapping, within [0, n)) whose maxima adamw_step keeps: every element
+// in one tile, each tile in one range (its index) or in none (-1), at most
+// kAdamWTileElements long. Host code; the caller copies them to the device.
+struct AdamWTile {
+  int64_t begin;
+  int64_t end;
+  int64_t range;
+};
+inline constexpr int64_t kAdamWTileElements = 16384;
+std::vector<AdamWTile> adamw_tiles(int64_t n, const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
 cudaError_t adamw_step(const AdamWArgs& args, cudaStream_t stream);
 

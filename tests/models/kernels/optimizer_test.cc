@@ -3,7 +3,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -144,6 +146,97 @@ std::vector<AdamWCase> adamw_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Slabs, AdamWTest, ::testing::ValuesIn(adamw_cases()), adamw_name);
+
+// The tiles cover the slab in order, each within one range or none, none
+// longer than kAdamWTileElements; ranges out of order, overlapping or past
+// the end give none. Host code: runs without a GPU.
+TEST(AdamWTiles, CoverTheSlabAndSplitAtTheRanges) {
+  const int64_t n = 100000;
+  const std::vector<std::pair<int64_t, int64_t>> ranges{{10, 20}, {20, 40000}, {50001, 50002}, {99999, 100000}};
+  const std::vector<AdamWTile> tiles = adamw_tiles(n, ranges);
+  ASSERT_FALSE(tiles.empty());
+  int64_t at = 0;
+  for (const AdamWTile& t : tiles) {
+    EXPECT_EQ(t.begin, at);
+    EXPECT_GT(t.end, t.begin);
+    EXPECT_LE(t.end - t.begin, kAdamWTileElements);
+    if (t.range >= 0) {
+      EXPECT_GE(t.begin, ranges[t.range].first);
+      EXPECT_LE(t.end, ranges[t.range].second);
+    } else {
+      for (const auto& [b, e] : ranges) EXPECT_TRUE(t.end <= b || t.begin >= e) << "a tile of no range inside one";
+    }
+    at = t.end;
+  }
+  EXPECT_EQ(at, n);
+  EXPECT_TRUE(adamw_tiles(n, {{20, 30}, {10, 15}}).empty()) << "out of order";
+  EXPECT_TRUE(adamw_tiles(n, {{10, 30}, {20, 40}}).empty()) << "overlapping";
+  EXPECT_TRUE(adamw_tiles(n, {{10, n + 1}}).empty()) << "past the end";
+  EXPECT_EQ(adamw_tiles(0, {}).size(), 0u);
+}
+
+// A step by tiles writes the bits the plain step writes, and each range's
+// maximum of |param| as written: a NaN gradient makes its range's NaN.
+TEST(AdamWTiles, TheTiledStepIsThePlainStepAndKeepsEachRangesMaximum) {
+  DTRAIN_SKIP_WITHOUT_GPU();
+  for (const auto& [n, offset] : std::vector<std::pair<int64_t, size_t>>{{4099, 0}, {4099, 3}, {1000003, 0}}) {
+    SCOPED_TRACE("n " + std::to_string(n) + " offset " + std::to_string(offset));
+    AdamWHyper h;
+    const size_t count = static_cast<size_t>(n);
+    AdamWState s{random_values(count, 41, DType::kFloat32), random_values(count, 42, DType::kFloat32, 0.1f),
+                 random_values(count, 43, DType::kFloat32, 0.01f)};
+    for (float& v : s.exp_avg_sq) v = v * v;
+    std::vector<float> grad = random_values(count, 44, DType::kFloat32);
+    // Ranges with unaligned ends, a long one, and one whose gradient has a NaN.
+    std::vector<std::pair<int64_t, int64_t>> ranges{{1, 7}, {7, 1000}, {1003, n / 2}, {n / 2 + 5, n - 1}};
+    grad[static_cast<size_t>(n / 2 + 9)] = std::nanf("");
+    DeviceSlab plain(s, grad, offset), tiled(s, grad, offset);
+    for (DeviceSlab* d : {&plain, &tiled}) {
+      d->lr.upload({1e-2f});
+      d->step.upload({1.f});
+    }
+    const std::vector<AdamWTile> tiles = adamw_tiles(n, ranges);
+    DeviceBytes tiles_d(tiles.size() * sizeof(AdamWTile)), maxima_d(ranges.size() * sizeof(uint32_t));
+    ASSERT_EQ(cudaMemcpy(tiles_d.data(), tiles.data(), tiles.size() * sizeof(AdamWTile), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemset(maxima_d.data(), 0xff, ranges.size() * sizeof(uint32_t)), cudaSuccess);  // the call zeroes
+    AdamWArgs a = tiled.args(h, false);
+    a.tiles = static_cast<const AdamWTile*>(tiles_d.data());
+    a.tile_count = static_cast<int64_t>(tiles.size());
+    a.amax_bits = static_cast<uint32_t*>(maxima_d.data());
+    a.ranges = static_cast<int64_t>(ranges.size());
+    DTRAIN_CUDA_OK(adamw_step(plain.args(h, false), nullptr));
+    DTRAIN_CUDA_OK(adamw_step(a, nullptr));
+    DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+    const auto same_bits = [&](const DeviceTensor& x, const DeviceTensor& y) {
+      const std::vector<float> u = x.download(offset), v = y.download(offset);
+      return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(same_bits(tiled.param, plain.param)) << "param";
+    EXPECT_TRUE(same_bits(tiled.exp_avg, plain.exp_avg)) << "exp_avg";
+    EXPECT_TRUE(same_bits(tiled.exp_avg_sq, plain.exp_avg_sq)) << "exp_avg_sq";
+    const std::vector<float> param = tiled.param.download(offset);
+    std::vector<uint32_t> maxima(ranges.size());
+    ASSERT_EQ(cudaMemcpy(maxima.data(), maxima_d.data(), maxima.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (size_t r = 0; r < ranges.size(); ++r) {
+      float want = 0;
+      bool nan = false;
+      for (int64_t i = ranges[r].first; i < ranges[r].second; ++i) {
+        const float v = std::fabs(param[static_cast<size_t>(i)]);
+        nan = nan || std::isnan(v);
+        want = std::max(want, v);
+      }
+      float got;
+      std::memcpy(&got, &maxima[r], sizeof got);
+      if (nan) {
+        EXPECT_TRUE(std::isnan(got)) << "range " << r << " holds a NaN";
+      } else {
+        EXPECT_EQ(got, want) << "range " << r;
+      }
+    }
+  }
+}
 
 double reference_squared_norm(const std::vector<float>& x) {
   long double s = 0;
