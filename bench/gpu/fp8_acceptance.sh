@@ -8,7 +8,9 @@
 #   bench/gpu/fp8_acceptance.sh converge  gpt2-124m on the embedded text, the same data order, fp8 and bf16:
 #                                         STEPS_CONVERGE (1000) steps each, validation losses side by side
 #                                         (goal: fp8 within 1% of bf16, no non-finite loss)
-#   bench/gpu/fp8_acceptance.sh throughput  dtrain bench train on 1 GPU, bf16 then fp8, for THROUGHPUT_CONFIGS
+#   bench/gpu/fp8_acceptance.sh throughput  dtrain bench train on 1 GPU, THROUGHPUT_PRECISIONS (bf16 fp8;
+#                                         fp8:measured turns noted maxima off, fp8:rowwise is
+#                                         --fp8-recipe rowwise) for THROUGHPUT_CONFIGS
 #                                         (lines "model seq batch [extra flags]"; default gpt2-124m 1024 16,
 #                                         llama-1b 2048 4, llama-8b 2048 2 --layers 8)
 #   bench/gpu/fp8_acceptance.sh profile   Nsight Compute's duration of every kernel of one eager step of
@@ -32,11 +34,13 @@ left() { echo $(( ${BUDGET_S:-540} - ($(date +%s) - started) )); }
 tiny_pair() {  # family: fp8 and bf16 on $gpus GPUs, the losses
   local tiny="--model $1 --layers 4 --dim 256 --heads 4 --seq-len 256 --vocab-size 1024 --batch-size 8"
   [ "$1" = llama ] && tiny+=" --kv-heads 2 --ffn-dim 512"
-  for precision in bf16 fp8; do
-    "$dtrain" bench train --gpus "$gpus" $tiny --precision $precision --steps 10 --warmup 4 --json \
-      > "$OUT/tiny-$1-$precision.json" 2> "$OUT/tiny-$1-$precision.log"
-    echo "$1 $precision: exit $? $(grep -o '"loss":[^,]*' "$OUT/tiny-$1-$precision.json" | head -1)" \
-      "$(grep -o '"tokens_per_s":[^,]*' "$OUT/tiny-$1-$precision.json" | head -1)"
+  for run in bf16 fp8 fp8:rowwise; do
+    local precision=${run%%:*} recipe="" name=${run/:/-}
+    [ "$run" = fp8:rowwise ] && recipe="--fp8-recipe rowwise"
+    "$dtrain" bench train --gpus "$gpus" $tiny --precision $precision $recipe --steps 10 --warmup 4 --json \
+      > "$OUT/tiny-$1-$name.json" 2> "$OUT/tiny-$1-$name.log"
+    echo "$1 $run: exit $? $(grep -o '"loss":[^,]*' "$OUT/tiny-$1-$name.json" | head -1)" \
+      "$(grep -o '"tokens_per_s":[^,]*' "$OUT/tiny-$1-$name.json" | head -1)"
   done
 }
 
@@ -46,6 +50,14 @@ case "$phase" in
     timeout 120 build-gpu/tests/models/models_test --gtest_brief=1 --gtest_filter='Fp8*' > "$OUT/fp8_test.log" 2>&1
     echo "fp8 tests exit $?"
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Skipped" -A3 "$OUT/fp8_test.log" | head -40
+    # The maxima the optimizer's step keeps (the weights' casts read them).
+    for t in kernels_test:'AdamW*' optim_test:'AbsoluteMaxima*:FusedAdamW*'; do
+      bin=$(find build-gpu/tests -name "${t%%:*}" -type f | head -1)
+      [ -x "$bin" ] || { echo "${t%%:*} not built"; continue; }
+      timeout 120 "$bin" --gtest_brief=1 --gtest_filter="${t#*:}" > "$OUT/${t%%:*}.log" 2>&1
+      echo "${t%%:*} ${t#*:} exit $?"
+      grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" -A3 "$OUT/${t%%:*}.log" | head -20
+    done
     if [ -x build-gpu/tests/parallel/parallel_test ]; then
       # Gradients written over stale ones (zeroGrad(true)) and by a kernel
       # itself, on CUDA over NCCL under this libtorch (the build has no Gloo).
@@ -61,20 +73,23 @@ case "$phase" in
     ;;
   converge)
     steps=${STEPS_CONVERGE:-1000} model=${CONVERGE_MODEL:-gpt2-124m}
-    for precision in bf16 fp8; do
-      log "$model $precision, $steps steps ($(left) s left)"
+    runs=${CONVERGE_PRECISIONS:-bf16 fp8}  # fp8:rowwise: --fp8-recipe rowwise
+    for run in $runs; do
+      precision=${run%%:*} recipe="" name=${run/:/-}
+      [ "$run" = fp8:rowwise ] && recipe="--fp8-recipe rowwise"
+      log "$model $run, $steps steps ($(left) s left)"
       "$dtrain" launch --nproc-per-node "$gpus" "$dtrain" train --model "$model" --dataset text \
         --seq-len "${CONVERGE_SEQ:-1024}" --batch-size "${CONVERGE_BATCH:-16}" --optimizer adamw --lr "${CONVERGE_LR:-6e-4}" \
         --warmup 0.02 --schedule cosine --clip-grad-norm 1.0 --seed 7 \
-        --precision $precision --max-steps "$steps" --eval-batches 20 --log-every 20 --progress lines \
-        --metrics-jsonl "$OUT/converge-$model-$precision.jsonl" ${DTRAIN_ARGS:-} > "$OUT/converge-$model-$precision.txt" 2>&1
-      echo "exit $?"; grep -E "val loss|nan|inf" "$OUT/converge-$model-$precision.txt" | tail -3
+        --precision $precision $recipe --max-steps "$steps" --eval-batches 20 --log-every 20 --progress lines \
+        --metrics-jsonl "$OUT/converge-$model-$name.jsonl" ${DTRAIN_ARGS:-} > "$OUT/converge-$model-$name.txt" 2>&1
+      echo "exit $?"; grep -E "val loss|nan|inf" "$OUT/converge-$model-$name.txt" | tail -3
     done
-    python3 - "$OUT" "$model" "${CONVERGE_GOAL:-1.01}" <<'EOF'
+    python3 - "$OUT" "$model" "${CONVERGE_GOAL:-1.01}" ${runs//:/-} <<'EOF'
 import json, math, sys
-out, model, goal = sys.argv[1], sys.argv[2], float(sys.argv[3])
+out, model, goal, runs = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
 val = {}
-for precision in ("bf16", "fp8"):
+for precision in runs:
     steps = []
     for line in open(f"{out}/converge-{model}-{precision}.jsonl"):
         r = json.loads(line)
@@ -84,8 +99,9 @@ for precision in ("bf16", "fp8"):
             val[precision] = r.get("val_loss")
     bad = sum(1 for x in steps if not math.isfinite(x))
     print(f"{precision}: {len(steps)} step records, {bad} non-finite, val loss {val.get(precision)}")
-if val.get("bf16") and val.get("fp8"):
-    print(f"{model} fp8 / bf16 validation loss: {val['fp8'] / val['bf16']:.4f} (goal <= {goal})")
+for run in runs:
+    if run != "bf16" and val.get("bf16") and val.get(run):
+        print(f"{model} {run} / bf16 validation loss: {val[run] / val['bf16']:.4f} (goal <= {goal})")
 EOF
     ;;
   speed)
@@ -101,14 +117,20 @@ EOF
     ;;
   throughput)
     # dtrain alone, bf16 then fp8 on one GPU, each shape back to back.
+    # THROUGHPUT_PRECISIONS: bf16, fp8, fp8:measured (fp8 with
+    # DTRAIN_FP8_NOTED_MAXIMA=0: every cast measures its own maximum) and
+    # fp8:rowwise (--fp8-recipe rowwise).
     while read -r model seq batch extra; do
-      for precision in bf16 fp8; do
-        [ "$(left)" -lt 40 ] && { echo "out of time before $model $precision"; break 2; }
-        "$dtrain" bench train --gpus 1 --model "$model" $extra --seq-len "$seq" --batch-size "$batch" \
-          --precision $precision --steps "${STEPS:-20}" --warmup "${WARMUP:-8}" --json ${DTRAIN_ARGS:-} \
-          > "$OUT/tp-$model$extra-$precision.json" 2> "$OUT/tp-$model$extra-$precision.log"
-        echo "$model $extra seq $seq batch $batch $precision: exit $?" \
-          "$(grep -oE '"(tokens_per_s|mfu|peak_memory_bytes|fp8_flops_share|step_ms)":[^,}]*' "$OUT/tp-$model$extra-$precision.json" | tr '\n' ' ')"
+      for run in ${THROUGHPUT_PRECISIONS:-bf16 fp8}; do
+        precision=${run%%:*} noted=1 recipe=""
+        [ "$run" = fp8:measured ] && noted=0
+        [ "$run" = fp8:rowwise ] && recipe="--fp8-recipe rowwise"
+        [ "$(left)" -lt 40 ] && { echo "out of time before $model $run"; break 2; }
+        DTRAIN_FP8_NOTED_MAXIMA=$noted "$dtrain" bench train --gpus 1 --model "$model" $extra --seq-len "$seq" \
+          --batch-size "$batch" --precision $precision $recipe --steps "${STEPS:-20}" --warmup "${WARMUP:-8}" --json \
+          ${DTRAIN_ARGS:-} > "$OUT/tp-$model$extra-${run/:/-}.json" 2> "$OUT/tp-$model$extra-${run/:/-}.log"
+        echo "$model $extra seq $seq batch $batch $run: exit $?" \
+          "$(grep -oE '"(tokens_per_s|mfu|peak_memory_bytes|fp8_flops_share|step_ms)":[^,}]*' "$OUT/tp-$model$extra-${run/:/-}.json" | tr '\n' ' ')"
       done
     done <<< "${THROUGHPUT_CONFIGS:-gpt2-124m 1024 16
 llama-1b 2048 4

@@ -121,6 +121,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--float8", action="store_true",
                    help="the blocks' linear layers in float8 (torchao's tensorwise recipe, or float8_peer.py's own "
                         "Float8Linear over torch._scaled_mm where torchao is absent)")
+    p.add_argument("--float8-recipe", default="tensorwise", choices=["tensorwise", "rowwise"],
+                   help="with --float8: torchao's recipe of that name (rowwise: power-of-two scales per row of "
+                        "each product's operands, e4m3 throughout), as dtrain's --fp8-recipe")
     p.add_argument("--no-static-graph", dest="static_graph", action="store_false",
                    help="DDP without static_graph=True")
     p.add_argument("--clip-grad-norm", type=float, default=0.0, help="clip gradients to this L2 norm (0: off)")
@@ -338,7 +341,8 @@ def parallelize(model: nn.Module, a: argparse.Namespace, group: Group, notes: Li
     a.after_step = None
     if getattr(a, "float8", False):
         a.after_step = float8_peer.apply_float8(model, blocks, a.parallel == "fsdp2",
-                                                lambda text: note(notes, group.rank, text))
+                                                lambda text: note(notes, group.rank, text),
+                                                recipe=getattr(a, "float8_recipe", "tensorwise"))
     if a.activation_checkpointing:
         apply_activation_checkpointing(blocks)
     compile_mode = None if a.compile == "none" else a.compile

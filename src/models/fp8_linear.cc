@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "libtorch/compat.h"
+#include "models/fused_kernels_setting.h"
 #include "models/fused_ops_cuda.h"
 #include "models/gradient_slot.h"
 
@@ -71,25 +72,80 @@ Cast castFp8(const torch::Tensor& t, at::ScalarType type, double max) {
 }
 
 // castFp8 with data's transpose too (Cast::transposed, contiguous): the
-// fused kernel writes both in one pass; else libtorch's copy.
+// fused kernel writes both in one pass; else libtorch's copy. Tensorwise,
+// transposed_inverse is inverse (one scalar); rowwise, inverse holds the
+// rows' [rows] and transposed_inverse the columns' [cols].
 struct CastPair : Cast {
   torch::Tensor transposed;
+  torch::Tensor transposed_inverse;
 };
 
+std::atomic<Fp8Recipe> fp8_recipe_now{Fp8Recipe::kTensorwise};
+
+bool fp8RowwiseNow() { return fp8_recipe_now.load(std::memory_order_relaxed) == Fp8Recipe::kRowwise; }
+
+// s rounded down to a power of two (exponent kept, mantissa cleared); a
+// NaN or infinite s as it is: fp8_cast_axiswise's rounding.
+torch::Tensor powerOfTwoBelow(const torch::Tensor& s) {
+  const torch::Tensor masked =
+      s.view(torch::kInt).bitwise_and(static_cast<int64_t>(static_cast<int32_t>(0xff800000u))).view(torch::kFloat);
+  return torch::where(torch::isfinite(s), masked, s);
+}
+
+// The rowwise recipe's casts of a 2-D t: scaled per row (data) and per
+// column (transposed, [cols, rows]), e4m3; the fused kernel's two passes
+// where it takes t, else libtorch's operations (the same bits).
+CastPair castFp8Axiswise(const torch::Tensor& t) {
+  if (auto fused = fused::fp8CastAxiswise(t)) {
+    CastPair c;
+    c.data = std::move(fused->data);
+    c.inverse = std::move(fused->inverse);
+    c.transposed = std::move(fused->transposed);
+    c.transposed_inverse = std::move(fused->transposed_inverse);
+    return c;
+  }
+  const torch::Tensor wide = t.to(torch::kFloat);
+  const torch::Tensor abs = wide.abs();
+  const torch::Tensor row_scale = powerOfTwoBelow(fp8Scale(abs.amax({1}, /*keepdim=*/true), kFp8E4m3Max));
+  const torch::Tensor col_scale = powerOfTwoBelow(fp8Scale(abs.amax({0}, /*keepdim=*/true), kFp8E4m3Max));
+  const auto e4m3 = compat::float8E4m3();
+  CastPair c;
+  c.data = (wide * row_scale).clamp(-kFp8E4m3Max, kFp8E4m3Max).to(e4m3);
+  c.transposed = (wide * col_scale).clamp(-kFp8E4m3Max, kFp8E4m3Max).to(e4m3).t().contiguous();
+  c.inverse = row_scale.reciprocal().reshape({-1});
+  c.transposed_inverse = col_scale.reciprocal().reshape({-1});
+  return c;
+}
+
+// An operand's scale factors as a product takes them: a scalar stays one;
+// per-row factors of the first operand as [M, 1], per-column factors of
+// the second as [1, N].
+torch::Tensor asRows(const torch::Tensor& inverse) { return inverse.dim() == 0 ? inverse : inverse.view({-1, 1}); }
+torch::Tensor asColumns(const torch::Tensor& inverse) {
+  return inverse.dim() == 0 ? inverse : inverse.view({1, -1});
+}
+
 CastPair castFp8Pair(const torch::Tensor& t, at::ScalarType type, double max) {
-  if (const torch::Tensor amax_bits = notedAbsoluteMaximum(t); amax_bits.defined()) {
+  if (fp8RowwiseNow()) return castFp8Axiswise(t);
+  if (const torch::Tensor amax_bits = fp8NotedMaximaSetting() ? notedAbsoluteMaximum(t) : torch::Tensor();
+      amax_bits.defined()) {
     if (auto fused = fused::fp8CastTransposed(t, type == compat::float8E5m2(), amax_bits)) {
       ++noted_amax_casts;
-      return {{std::move(fused->data), std::move(fused->scale), std::move(fused->inverse)}, std::move(fused->transposed)};
+      torch::Tensor inverse = fused->inverse;
+      return {{std::move(fused->data), std::move(fused->scale), std::move(fused->inverse)}, std::move(fused->transposed),
+              std::move(inverse)};
     }
   }
   if (auto fused = fused::fp8CastTransposed(t, type == compat::float8E5m2())) {
     ++measured_amax_casts;
-    return {{std::move(fused->data), std::move(fused->scale), std::move(fused->inverse)}, std::move(fused->transposed)};
+    torch::Tensor inverse = fused->inverse;
+    return {{std::move(fused->data), std::move(fused->scale), std::move(fused->inverse)}, std::move(fused->transposed),
+            std::move(inverse)};
   }
   Cast c = castFp8(t, type, max);
   torch::Tensor transposed = c.data.t().contiguous();
-  return {std::move(c), std::move(transposed)};
+  torch::Tensor inverse = c.inverse;
+  return {std::move(c), std::move(transposed), std::move(inverse)};
 }
 
 // The last product input's cast, reused while the same unchanged tensor
@@ -99,18 +155,21 @@ CastPair castFp8Pair(const torch::Tensor& t, at::ScalarType type, double max) {
 struct SharedInput {
   torch::Tensor x;
   int64_t version = 0;
+  bool rowwise = false;
   CastPair cast;
 };
 thread_local std::optional<SharedInput> shared_input;
 
 bool sameInput(const SharedInput& s, const torch::Tensor& x) {
-  return s.x.data_ptr() == x.data_ptr() && s.x.sizes() == x.sizes() && s.x.strides() == x.strides() &&
+  return s.rowwise == fp8RowwiseNow() && s.x.data_ptr() == x.data_ptr() && s.x.sizes() == x.sizes() &&
+         s.x.strides() == x.strides() &&
          s.x.scalar_type() == x.scalar_type() && s.x.device() == x.device() && s.version == x._version();
 }
 
 const CastPair& inputCast(const torch::Tensor& flat) {
   if (!shared_input || !sameInput(*shared_input, flat)) {
-    shared_input = SharedInput{flat, flat._version(), castFp8Pair(flat, compat::float8E4m3(), kFp8E4m3Max)};
+    shared_input =
+        SharedInput{flat, flat._version(), fp8RowwiseNow(), castFp8Pair(flat, compat::float8E4m3(), kFp8E4m3Max)};
   }
   return shared_input->cast;
 }
@@ -135,9 +194,11 @@ torch::Tensor fp8Forward(torch::autograd::AutogradContext* ctx, const torch::Ten
   // takes a bias only of a 16-bit dtype).
   const at::ScalarType out = torch::kBFloat16;
   // Wᵀ of a row-major W [N, K] is the column-major [K, N] cuBLASLt wants.
-  torch::Tensor y = product(x8.data, x8.inverse, w8.data.t(), w8.inverse, out, /*fast_accum=*/true);
+  torch::Tensor y =
+      product(x8.data, asRows(x8.inverse), w8.data.t(), asColumns(w8.inverse), out, /*fast_accum=*/true);
   if (bias.defined()) y = y + bias.to(out);
-  ctx->save_for_backward({x8.transposed, x8.inverse, w8.transposed, w8.inverse});
+  ctx->save_for_backward({x8.transposed, x8.transposed_inverse, w8.transposed, w8.transposed_inverse});
+  ctx->saved_data["rowwise"] = fp8RowwiseNow();
   ctx->saved_data["has_bias"] = bias.defined();
   // The parameter itself (a leaf: no cycle through this node), for its
   // gradient's slot (gradient_slot.h).
@@ -158,20 +219,27 @@ torch::autograd::variable_list fp8Backward(torch::autograd::AutogradContext* ctx
   const torch::Tensor& xt = saved[0];
   const torch::Tensor& wt = saved[2];
   const torch::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
-  const CastPair g8 = castFp8Pair(g, compat::float8E5m2(), kFp8E5m2Max);
+  // Rowwise: e4m3 gradients too, and products in bf16 only.
+  const bool by_rows = ctx->saved_data["rowwise"].toBool();
+  const CastPair g8 = by_rows ? castFp8Axiswise(g) : castFp8Pair(g, compat::float8E5m2(), kFp8E5m2Max);
   // g [M, N] x W [N, K] and gᵀ [N, M] x x [M, K]; (Xᵀ row-major).t() is X column-major.
   const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-  const torch::Tensor dx = product(g8.data, g8.inverse, wt.t(), saved[3], x_dtype);
+  const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+  const torch::Tensor dx =
+      product(g8.data, asRows(g8.inverse), wt.t(), asColumns(saved[3]), by_rows ? torch::kBFloat16 : x_dtype)
+          .to(x_dtype);
   // dW = gᵀ x, written straight over a stale gradient where its owner
   // lets it (then no gradient goes back for W: nothing to add), else
   // returned for autograd to accumulate.
   torch::Tensor dw;
-  if (ctx->needs_input_grad(1)) {
+  if (ctx->needs_input_grad(1) && by_rows) {
+    dw = product(g8.transposed, asRows(g8.transposed_inverse), xt.t(), asColumns(saved[1]), torch::kBFloat16)
+             .to(weight_dtype);
+  } else if (ctx->needs_input_grad(1)) {
     torch::Tensor into = takeStaleGradient(ctx->saved_data["weight"].toTensor());
     if (into.defined()) {
       compat::scaledMmOut(into, g8.transposed, xt.t(), g8.inverse, saved[1], /*fast_accum=*/false);
     } else {
-      const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
       dw = product(g8.transposed, g8.inverse, xt.t(), saved[1], weight_dtype);
     }
   }
@@ -261,6 +329,24 @@ void forgetAbsoluteMaxima() {
   AmaxNotes& n = amaxNotes();
   const std::lock_guard<std::mutex> lock(n.mutex);
   n.by_data.clear();
+}
+
+void setFp8Recipe(Fp8Recipe r) { fp8_recipe_now.store(r); }
+
+Fp8Recipe fp8Recipe() { return fp8_recipe_now.load(); }
+
+std::string fp8RecipeUnsupported(Fp8Recipe r, torch::Device device) {
+  std::string why = fp8Unsupported(device);
+  if (!why.empty() || r != Fp8Recipe::kRowwise) return why;
+#if DTRAIN_TORCH_CUDA
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
+  if (p->major < 9) {
+    return "--fp8-recipe rowwise needs compute capability 9.0 or newer (Hopper, Blackwell: cuBLASLt's row-scaled "
+           "FP8 products); " + std::string(p->name) + " has " + std::to_string(p->major) + "." +
+           std::to_string(p->minor) + " (use --fp8-recipe tensorwise)";
+  }
+#endif
+  return "";
 }
 
 AbsoluteMaximumCounts absoluteMaximumCounts() { return {noted_amax_casts.load(), measured_amax_casts.load()}; }

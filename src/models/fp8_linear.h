@@ -32,6 +32,8 @@
 
 #include <torch/torch.h>
 
+#include "models/fp8_recipe.h"
+
 namespace dtrain::models {
 
 inline constexpr double kFp8E4m3Max = 448.0;
@@ -53,6 +55,22 @@ bool fp8Takes(const torch::Tensor& x, const torch::Tensor& weight);
 torch::Tensor fp8Linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
 std::string fp8Unsupported(torch::Device device);
+
+// The recipe of every FP8 product of this process (--fp8-recipe; one job
+// per process): tensorwise (the contract above) by default. Rowwise casts
+// each operand twice, once scaled per row and once per column
+// (kernels/fp8_cast.h's fp8_cast_axiswise), so that each product's scales
+// run along its outer dimensions: forward x (per token) times W (per
+// output channel), backward g (per token) times W (per input channel) for
+// x's gradient and gᵀ (per output channel) times x (per input channel) for
+// W's; the products come out in bf16 (all cuBLASLt's row-scaled products
+// give), so W's gradient is returned for autograd to add rather than
+// written into a stale slot.
+void setFp8Recipe(Fp8Recipe recipe);
+Fp8Recipe fp8Recipe();
+// Why `recipe` cannot run on `device` ("" when it can): fp8Unsupported's
+// reasons, and rowwise below compute capability 9.0.
+std::string fp8RecipeUnsupported(Fp8Recipe recipe, torch::Device device);
 
 // Absolute maxima written by a tensor's producer, so that its cast reads
 // the tensor once (the scaled cast) instead of twice (an absolute-maximum

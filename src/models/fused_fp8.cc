@@ -52,4 +52,26 @@ std::optional<Fp8Cast> fp8CastTransposed(const torch::Tensor& x, bool e5m2, cons
   return out;
 }
 
+std::optional<Fp8Cast> fp8CastAxiswise(const torch::Tensor& x) {
+  if (!compat::kHasScaledMm || !activeFor(x) || x.dim() != 2 || x.size(0) % 16 != 0 || x.size(1) % 16 != 0 ||
+      x.numel() == 0 || !isKernelType(x.scalar_type())) {
+    return std::nullopt;
+  }
+  const KernelScope scope(x);
+  const torch::Tensor in = aligned(x);
+  const auto type = compat::float8E4m3();
+  const int64_t rows = in.size(0), cols = in.size(1);
+  Fp8Cast out;
+  out.data = at::empty(in.sizes(), in.options().dtype(type));
+  out.transposed = at::empty({cols, rows}, in.options().dtype(type));
+  out.inverse = at::empty({rows}, in.options().dtype(torch::kFloat));
+  out.transposed_inverse = at::empty({cols}, in.options().dtype(torch::kFloat));
+  const torch::Tensor scratch = workspace(kernels::fp8_cast_axiswise_workspace_size(rows, cols), in);
+  DTRAIN_CUDA_CHECK(kernels::fp8_cast_axiswise(out.data.data_ptr(), out.transposed.data_ptr(),
+                                               out.inverse.data_ptr<float>(), out.transposed_inverse.data_ptr<float>(),
+                                               in.data_ptr(), kernelType(in), rows, cols, scratch.data_ptr(),
+                                               streamOf(in)));
+  return out;
+}
+
 }  // namespace dtrain::models::fused

@@ -117,6 +117,7 @@ struct Fp8Cast {
   torch::Tensor scale;
   torch::Tensor inverse;
   torch::Tensor transposed;  // fp8CastTransposed only: data's transpose, contiguous
+  torch::Tensor transposed_inverse;  // fp8CastAxiswise only: the inverses of transposed's rows' scales
 };
 std::optional<Fp8Cast> fp8Cast(const torch::Tensor& x, bool e5m2);
 // The cast of a 2-D x [rows, cols] with its transpose [cols, rows] written
@@ -127,5 +128,11 @@ std::optional<Fp8Cast> fp8Cast(const torch::Tensor& x, bool e5m2);
 // noteAbsoluteMaximum's), the scale comes from it and x is read once.
 std::optional<Fp8Cast> fp8CastTransposed(const torch::Tensor& x, bool e5m2,
                                          const torch::Tensor& amax_bits = torch::Tensor());
+// The axiswise (rowwise) cast of a 2-D x [rows, cols] (kernels/fp8_cast.h's
+// fp8_cast_axiswise): data e4m3 with a scale per row, transposed [cols,
+// rows] e4m3 with a scale per column of x; inverse [rows] and
+// transposed_inverse [cols] float32 (scale unset). Declines as
+// fp8CastTransposed.
+std::optional<Fp8Cast> fp8CastAxiswise(const torch::Tensor& x);
 
 }  // namespace dtrain::models::fused

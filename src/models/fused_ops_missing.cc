@@ -52,5 +52,6 @@ std::optional<torch::Tensor> maxPool2d(const torch::Tensor&, int64_t, int64_t, i
 
 std::optional<Fp8Cast> fp8Cast(const torch::Tensor&, bool) { return std::nullopt; }
 std::optional<Fp8Cast> fp8CastTransposed(const torch::Tensor&, bool, const torch::Tensor&) { return std::nullopt; }
+std::optional<Fp8Cast> fp8CastAxiswise(const torch::Tensor&) { return std::nullopt; }
 
 }  // namespace dtrain::models::fused

@@ -127,6 +127,11 @@ void declareExecution(OptionSet& set, ExecutionOptions& o, bool bench) {
                "Capture forward, backward, all-reduce and optimizer step into one CUDA graph after warm-up and "
                "replay it (fp32/bf16, NCCL; otherwise says why and runs eagerly)");
   }
+  set.choice("--fp8-recipe", o.fp8_recipe,
+             {{"tensorwise", models::Fp8Recipe::kTensorwise}, {"rowwise", models::Fp8Recipe::kRowwise}},
+             "--precision fp8's scaling: tensorwise (one scale per tensor; e4m3, e5m2 gradients) | rowwise (a "
+             "power-of-two scale per row of each product's operands, e4m3 throughout, as torchao's rowwise; "
+             "compute capability 9.0+)");
   set.integer("--graph-warmup", o.graph_warmup, "Eager steps of each batch size before its CUDA graph is captured")
       .range(1, 1000);
   set.negatedToggle("--no-cudnn-benchmark", o.cudnn_benchmark,

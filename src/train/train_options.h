@@ -13,6 +13,7 @@
 
 #include "checkpoint/meta_checks.h"  // kMaxBatch, kMaxEpochs, kMaxSteps
 #include "data/chat_template.h"      // ChatTemplate (an enum; no code of data/ is linked)
+#include "models/fp8_recipe.h"         // Fp8Recipe (an enum)
 #include "parallel/parallel_plan.h"    // ParallelOptions, ComputePrecision
 #include "train/straggler_options.h"   // StragglerOptions
 
@@ -161,6 +162,7 @@ ScheduleOptions withImageDefaults(ScheduleOptions schedule);
 // How a step runs on the device.
 struct ExecutionOptions {
   ComputePrecision precision = ComputePrecision::kFp32;
+  models::Fp8Recipe fp8_recipe = models::Fp8Recipe::kTensorwise;  // --precision fp8's scaling
   bool cuda_graphs = false;        // capture the whole step after warm-up
   int64_t graph_warmup = 3;        // eager steps of a batch size before its capture
   bool cudnn_benchmark = true;

@@ -29,6 +29,7 @@ void shareCores(const Context& ctx) {
 // TF32 as PyTorch's defaults: cuDNN convolutions may use TF32, float32
 // matmuls do not (torch.backends.cuda.matmul.allow_tf32 = False).
 void configureKernels(const ExecutionOptions& execution) {
+  models::setFp8Recipe(execution.fp8_recipe);
   at::globalContext().setAllowTF32CuDNN(true);
   at::globalContext().setBenchmarkCuDNN(execution.cudnn_benchmark && !execution.deterministic);
   at::globalContext().setDeterministicCuDNN(execution.deterministic);
@@ -138,6 +139,14 @@ std::unique_ptr<Optimizer> makeOptimizer(const OptimizerOptions& given, const st
 // What FP8 cannot run with, said before any rank connects.
 void TrainingJob::checkFp8(const JobParts& parts) {
   const PlannedModel& model = parts.planned_model;
+  if (precision_ != Precision::kFp8) {
+    if (parts.execution.fp8_recipe != models::Fp8Recipe::kTensorwise) {
+      throw ConfigError("--fp8-recipe rowwise scales --precision fp8's products; this run's precision is " +
+                        std::string(computePrecisionName(parts.execution.precision)) +
+                        " (add --precision fp8 or drop --fp8-recipe)");
+    }
+    return;
+  }
   if (!model.splits_by_tensor) {
     throw ConfigError("--precision fp8 with --model " + model.name +
                       ": FP8 computes the transformer blocks' linear layers (gpt2, llama); use --precision bf16");
@@ -163,7 +172,7 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
     plan_.shard = ShardStage::kNone;
     plan_.reduce_dtype = ReduceDtype::kFp32;
   }
-  if (precision_ == Precision::kFp8) checkFp8(parts);
+  checkFp8(parts);
   InitOptions init_options;
   init_options.backend = commBackendName(parts.parallel.backend);  // the library API takes the word
   init_options.collective_timeout = std::chrono::seconds(parts.parallel.timeout_s);
@@ -172,7 +181,7 @@ TrainingJob::TrainingJob(const JobParts& parts, const ModelFactory& make_model)
   shareCores(*ctx_);
   if (precision_ == Precision::kFp8) {
     // Every rank has the same kind of device: all of them exit 2 here.
-    const std::string why = models::fp8Unsupported(ctx_->device());
+    const std::string why = models::fp8RecipeUnsupported(parts.execution.fp8_recipe, ctx_->device());
     if (!why.empty()) throw ConfigError("--precision fp8: " + why + "; use --precision bf16");
   }
   stream_ = std::make_unique<JobStreamGuard>(ctx_->device());  // a capturable stream for the whole job

@@ -7,8 +7,10 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
+#include "common/error.h"
 #include "libtorch/compat.h"
 #include "models/fp8_linear.h"
 #include "models/fused_ops_cuda.h"
@@ -213,6 +215,173 @@ TEST(Fp8Test, AnInputChangedInPlaceIsCastAgain) {
   EXPECT_LT(relativeError(doubled, first * 2), 0.05);
 }
 
+torch::Tensor amaxBitsOf(const torch::Tensor& t) {
+  const float amax = t.abs().max().item<float>();
+  int32_t bits;
+  std::memcpy(&bits, &amax, sizeof bits);
+  return torch::full({1}, bits, torch::TensorOptions().dtype(torch::kInt).device(t.device()));
+}
+
+// A note holds for the tensor and its dense views of the same memory, not
+// for another part of it, and ends with a write in place.
+TEST(Fp8NotesTest, ANoteHoldsForTheSameElementsUntilTheyChange) {
+  forgetAbsoluteMaxima();
+  torch::Tensor w = torch::randn({32, 64});
+  const torch::Tensor bits = amaxBitsOf(w);
+  EXPECT_FALSE(notedAbsoluteMaximum(w).defined());
+  noteAbsoluteMaximum(w, bits);
+  ASSERT_TRUE(notedAbsoluteMaximum(w).defined());
+  EXPECT_TRUE(notedAbsoluteMaximum(w.view({-1})).defined()) << "a view of the same elements";
+  EXPECT_TRUE(notedAbsoluteMaximum(w.t()).defined()) << "a dense view, other order";
+  EXPECT_FALSE(notedAbsoluteMaximum(w.narrow(0, 0, 16)).defined()) << "a part";
+  EXPECT_FALSE(notedAbsoluteMaximum(w.narrow(0, 16, 16)).defined()) << "another part";
+  EXPECT_FALSE(notedAbsoluteMaximum(w.to(torch::kDouble)).defined()) << "a copy";
+  EXPECT_FALSE(notedAbsoluteMaximum(w.clone()).defined()) << "a copy";
+  w.mul_(2);
+  EXPECT_FALSE(notedAbsoluteMaximum(w).defined()) << "written in place after the note";
+  noteAbsoluteMaximum(w, amaxBitsOf(w));
+  EXPECT_TRUE(notedAbsoluteMaximum(w).defined());
+  forgetAbsoluteMaxima();
+  EXPECT_FALSE(notedAbsoluteMaximum(w).defined());
+  EXPECT_THROW(noteAbsoluteMaximum(w, torch::zeros({1})), ConfigError) << "float32, not int32 bits";
+  EXPECT_THROW(noteAbsoluteMaximum(w, torch::zeros({2}, torch::kInt)), ConfigError) << "two elements";
+}
+
+// A cast takes the noted maximum: with the right one the same bits as
+// measuring it, with a wrong one (proving it is read) another result; a
+// weight changed in place is measured again.
+TEST(Fp8NotesTest, TheProductReadsANotedMaximumOfItsWeight) {
+  DTRAIN_SKIP_WITHOUT_FP8();
+  if (!fused::compiledIn()) GTEST_SKIP() << "this build has no fused kernels";
+  forgetAbsoluteMaxima();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(14);
+  torch::Tensor w = torch::randn({64, 128}, cuda);
+  const torch::Tensor x = torch::randn({32, 128}, cuda.dtype(torch::kBFloat16));
+  Fp8Scope fp8;
+  const torch::Tensor measured = fp8Linear(x, w, {});
+  const AbsoluteMaximumCounts before = absoluteMaximumCounts();
+  noteAbsoluteMaximum(w, amaxBitsOf(w));
+  EXPECT_TRUE(torch::equal(fp8Linear(x, w, {}), measured)) << "the noted maximum is the measured one";
+  EXPECT_EQ(absoluteMaximumCounts().noted, before.noted + 1);
+  noteAbsoluteMaximum(w, amaxBitsOf(w * 4));
+  EXPECT_FALSE(torch::equal(fp8Linear(x, w, {}), measured)) << "a wrong note is read, so the right one was";
+  w.mul_(1);  // the same values, a new version
+  EXPECT_TRUE(torch::equal(fp8Linear(x, w, {}), measured)) << "after a write in place the weight is measured";
+  forgetAbsoluteMaxima();
+}
+
+// The recipe of the scope for a test, tensorwise again after it.
+class RecipeFor {
+ public:
+  explicit RecipeFor(Fp8Recipe r) { setFp8Recipe(r); }
+  ~RecipeFor() { setFp8Recipe(Fp8Recipe::kTensorwise); }
+};
+
+// Equal floats or bytes, NaN where the other has NaN (any NaN's bits).
+void expectSameNanAware(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const torch::Tensor g = got.contiguous(), w = want.contiguous();
+  const torch::Tensor got_nan = g.to(torch::kFloat).isnan(), want_nan = w.to(torch::kFloat).isnan();
+  EXPECT_TRUE(torch::equal(got_nan, want_nan)) << what << ": NaN where libtorch has NaN";
+  const auto raw = [](const torch::Tensor& t) {
+    return t.element_size() == 1 ? t.view(torch::kByte).to(torch::kInt) : t.view(torch::kInt);
+  };
+  const torch::Tensor differ = (raw(g) != raw(w)).logical_and(got_nan.logical_not());
+  EXPECT_EQ(differ.sum().item<int64_t>(), 0) << what << ": elements whose bits differ";
+}
+
+// The rowwise recipe's cast (a scale per row for data, per column for its
+// transpose, powers of two, e4m3) against libtorch's operations, on
+// tile-sized and ragged shapes, zeros, a huge value, infinity and NaN.
+TEST(Fp8RowwiseTest, TheAxiswiseCastIsLibtorchsBitForBit) {
+  DTRAIN_SKIP_WITHOUT_FP8();
+  if (!fused::compiledIn()) GTEST_SKIP() << "this build has no fused kernels";
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(15);
+  torch::Tensor special = torch::randn({80, 48}, cuda);
+  special[7][3] = 1e30;
+  special[1][1] = std::numeric_limits<float>::infinity();
+  special[79][47] = std::nanf("");
+  std::vector<std::pair<std::string, torch::Tensor>> inputs;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const std::string d = dtype == torch::kFloat ? "fp32 " : "bf16 ";
+    inputs.emplace_back(d + "randn 1024x768, rows of other sizes",
+                        (torch::randn({1024, 768}, cuda) * torch::exp(torch::randn({1024, 1}, cuda) * 3)).to(dtype));
+    inputs.emplace_back(d + "ragged 208x112", torch::randn({208, 112}, cuda).to(dtype));
+    inputs.emplace_back(d + "zeros", torch::zeros({64, 64}, cuda.dtype(dtype)));
+    inputs.emplace_back(d + "huge, inf, nan", special.to(dtype));
+  }
+  const auto pow2 = [](const torch::Tensor& s) {
+    const torch::Tensor masked =
+        s.view(torch::kInt).bitwise_and(static_cast<int64_t>(static_cast<int32_t>(0xff800000u))).view(torch::kFloat);
+    return torch::where(torch::isfinite(s), masked, s);
+  };
+  for (const auto& [name, x] : inputs) {
+    SCOPED_TRACE(name);
+    const torch::Tensor wide = x.to(torch::kFloat);
+    const torch::Tensor row_scale = pow2(fp8Scale(wide.abs().amax({1}, true), kFp8E4m3Max));
+    const torch::Tensor col_scale = pow2(fp8Scale(wide.abs().amax({0}, true), kFp8E4m3Max));
+    const torch::Tensor data = (wide * row_scale).clamp(-kFp8E4m3Max, kFp8E4m3Max).to(compat::float8E4m3());
+    const torch::Tensor transposed =
+        (wide * col_scale).clamp(-kFp8E4m3Max, kFp8E4m3Max).to(compat::float8E4m3()).t().contiguous();
+    const std::optional<fused::Fp8Cast> got = fused::fp8CastAxiswise(x);
+    ASSERT_TRUE(got.has_value());
+    expectSameNanAware(got->data, data, "rows");
+    expectSameNanAware(got->transposed, transposed, "columns");
+    expectSameNanAware(got->inverse, row_scale.reciprocal().reshape({-1}), "the rows' inverses");
+    expectSameNanAware(got->transposed_inverse, col_scale.reciprocal().reshape({-1}), "the columns' inverses");
+  }
+  EXPECT_FALSE(fused::fp8CastAxiswise(torch::randn({24, 64}, cuda)).has_value()) << "rows not a multiple of 16";
+}
+
+// Rowwise products and gradients follow float32; a huge value in one row
+// of x spoils that row only, where one tensorwise scale loses the others.
+TEST(Fp8RowwiseTest, TheProductAndItsGradientsFollowFloat32AndAnOutlierStaysInItsRow) {
+  DTRAIN_SKIP_WITHOUT_FP8();
+  const std::string why = fp8RecipeUnsupported(Fp8Recipe::kRowwise, torch::Device(torch::kCUDA, 0));
+  if (!why.empty()) GTEST_SKIP() << why;
+  torch::manual_seed(16);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const torch::Tensor x0 = torch::randn({4, 32, 128}, cuda.dtype(torch::kBFloat16));
+  const torch::Tensor w0 = torch::randn({96, 128}, cuda) / 10, b0 = torch::randn({96}, cuda);
+  const torch::Tensor g = torch::randn({4, 32, 96}, cuda.dtype(torch::kBFloat16));
+  const torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+  const torch::Tensor b = b0.clone().requires_grad_(true);
+  torch::Tensor y;
+  {
+    RecipeFor rowwise(Fp8Recipe::kRowwise);
+    Fp8Scope fp8;
+    y = fp8Linear(x, w, b);
+    y.backward(g);
+  }
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  const torch::Tensor xr = x0.to(torch::kFloat).requires_grad_(true), wr = w0.clone().requires_grad_(true);
+  const torch::Tensor br = b0.clone().requires_grad_(true);
+  const torch::Tensor yr = torch::linear(xr, wr, br);
+  yr.backward(g.to(torch::kFloat));
+  EXPECT_LT(relativeError(y, yr), 0.05);
+  EXPECT_LT(relativeError(x.grad(), xr.grad()), 0.1);
+  EXPECT_LT(relativeError(w.grad(), wr.grad()), 0.1);
+  EXPECT_EQ(w.grad().scalar_type(), torch::kFloat) << "W's gradient in W's dtype";
+  EXPECT_EQ(x.grad().scalar_type(), torch::kBFloat16) << "x's gradient in x's dtype";
+  EXPECT_LT(relativeError(b.grad(), br.grad()), 0.01);
+
+  // Row 0 of x holds 1e4: the other rows' products, each recipe.
+  torch::Tensor outlier = x0.reshape({-1, 128}).clone();
+  outlier[0][0] = 1e4;
+  const torch::Tensor reference = torch::linear(outlier.to(torch::kFloat), w0, {}).narrow(0, 1, 127);
+  double error[2];
+  for (const Fp8Recipe r : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
+    RecipeFor recipe(r);
+    Fp8Scope fp8;
+    error[r == Fp8Recipe::kRowwise] = relativeError(fp8Linear(outlier, w0, {}).narrow(0, 1, 127), reference);
+  }
+  EXPECT_LT(error[1], 0.05) << "rowwise: the other rows keep their precision";
+  EXPECT_GT(error[0], 2 * error[1]) << "tensorwise: one scale for all rows (errors " << error[0] << ", " << error[1]
+                                    << ")";
+}
+
 TEST(Fp8Test, ALanguageModelsLossUnderFp8FollowsBf16) {
   DTRAIN_SKIP_WITHOUT_FP8();
   LanguageModelOverrides o;
@@ -256,6 +425,40 @@ TEST(Fp8Test, ALanguageModelsLossUnderFp8FollowsBf16) {
     for (const torch::Tensor& p : model->parameters()) {
       EXPECT_LT(relativeError(p.grad(), grads[i++]), 1e-3) << "parameter " << i - 1;
     }
+  }
+}
+
+// A tiny llama's loss under the rowwise recipe follows bf16, its
+// gradients finite.
+TEST(Fp8RowwiseTest, ALanguageModelsLossFollowsBf16) {
+  DTRAIN_SKIP_WITHOUT_FP8();
+  const std::string why = fp8RecipeUnsupported(Fp8Recipe::kRowwise, torch::Device(torch::kCUDA, 0));
+  if (!why.empty()) GTEST_SKIP() << why;
+  LanguageModelOverrides o;
+  o.layers = 2;
+  o.dim = 128;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.ffn_dim = 256;
+  o.seq_len = 64;
+  o.vocab_size = 512;
+  torch::manual_seed(3);
+  const auto model = createLanguageModel(namedLanguageModel("llama", o));
+  model->to(torch::kCUDA);
+  const torch::Tensor tokens = torch::randint(512, {4, 64}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
+  torch::Tensor bf16, fp8;
+  {
+    testing::Bf16Autocast autocast;
+    bf16 = model->loss(tokens, tokens).detach();
+    RecipeFor rowwise(Fp8Recipe::kRowwise);
+    Fp8Scope scope;
+    fp8 = model->loss(tokens, tokens);
+    fp8.backward();
+  }
+  EXPECT_NEAR(fp8.item<double>(), bf16.item<double>(), 0.03 * bf16.item<double>());
+  for (const torch::Tensor& p : model->parameters()) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>());
   }
 }
 

@@ -295,6 +295,17 @@ INSTANTIATE_TEST_SUITE_P(
                        "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text "
                        "--tokenizer byte --precision fp8 --max-steps 1",
                        "--precision fp8: FP8 products need"},
+        BadCommandLine{"fp8_recipe_without_fp8",
+                       "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text "
+                       "--tokenizer byte --precision bf16 --fp8-recipe rowwise --max-steps 1",
+                       "--fp8-recipe rowwise scales --precision fp8's products; this run's precision is bf16 (add "
+                       "--precision fp8 or drop --fp8-recipe)"},
+        BadCommandLine{"fp8_recipe_unknown", "--fp8-recipe columnwise",
+                       "--fp8-recipe 'columnwise': unknown; expected one of tensorwise or rowwise"},
+        BadCommandLine{"fp8_rowwise_without_an_fp8_gpu",
+                       "--model gpt2 --layers 2 --dim 32 --heads 4 --seq-len 32 --vocab-size 320 --dataset text "
+                       "--tokenizer byte --precision fp8 --fp8-recipe rowwise --max-steps 1",
+                       "--precision fp8: FP8 products need"},
         BadCommandLine{"unknown_progress", "--progress fancy", "--progress 'fancy': unknown"},
         BadCommandLine{"misspelt_flag", "--modle gpt2", "dtrain train: unknown flag --modle; did you mean --model?"},
         BadCommandLine{"unknown_flag", "--frobnicate-everything 3",

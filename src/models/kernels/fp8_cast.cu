@@ -163,6 +163,123 @@ __global__ void __launch_bounds__(kThreads)
   store_pack<__nv_fp8_storage_t, 16>(yt + (col0 + c) * rows + row0 + r, out);
 }
 
+// Axiswise casts (fp8_cast_axiswise): each row of y scaled by its row's
+// maximum, each row of yt (a column of x) by its column's, scales rounded
+// down to a power of two. Pass one: the maxima of a kTile x kTile tile per
+// block, as bit patterns, into the rows' and columns' slots (atomic max);
+// pass two: both casts from one read of x.
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(fabsf(v)); }
+
+// fmax / max(amax, 1e-12) rounded down to a power of two (the exponent
+// kept, the mantissa cleared); a NaN or infinite scale stays as it is.
+__device__ __forceinline__ float pow2_scale_of_bits(uint32_t bits, float fmax) {
+  const float s = scale_of(amax_of_bits(bits), fmax);
+  return isfinite(s) ? __uint_as_float(__float_as_uint(s) & 0xff800000u) : s;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    axis_maxima(const T* x, int64_t rows, int64_t cols, uint32_t* row_bits, uint32_t* col_bits) {
+  constexpr int V = kVector<T>;
+  constexpr int kVectorsPerRow = kTile / V;  // threads sharing a row of the tile: adjacent lanes
+  static_assert(kThreads % kVectorsPerRow == 0 && kVectorsPerRow <= 32);
+  __shared__ uint32_t col_max[kTile];
+  for (int c = threadIdx.x; c < kTile; c += kThreads) col_max[c] = 0;
+  __syncthreads();
+  const int64_t tiles_per_row = (cols + kTile - 1) / kTile;
+  const int64_t row0 = (blockIdx.x / tiles_per_row) * kTile;
+  const int64_t col0 = (blockIdx.x % tiles_per_row) * kTile;
+  const int c = (threadIdx.x % kVectorsPerRow) * V;  // the same columns in every row this thread reads
+  uint32_t mine[V] = {};
+  for (int k = threadIdx.x; k < kTile * kVectorsPerRow; k += kThreads) {
+    const int r = k / kVectorsPerRow;
+    const bool inside = row0 + r < rows && col0 + c < cols;
+    uint32_t row = 0;
+    if (inside) {
+      float v[V];
+      load_floats<T, V>(x + (row0 + r) * cols + col0 + c, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const uint32_t b = abs_bits(v[j]);
+        row = max(row, b);
+        mine[j] = max(mine[j], b);
+      }
+    }
+#pragma unroll
+    for (int o = kVectorsPerRow / 2; o > 0; o >>= 1) row = max(row, __shfl_xor_sync(0xffffffffu, row, o));
+    if (inside && threadIdx.x % kVectorsPerRow == 0) atomicMax(row_bits + row0 + r, row);
+  }
+  if (col0 + c < cols) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) atomicMax(col_max + c + j, mine[j]);
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < kTile; j += kThreads) {
+    if (col0 + j < cols) atomicMax(col_bits + col0 + j, col_max[j]);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    axis_cast(__nv_fp8_storage_t* y, __nv_fp8_storage_t* yt, const T* x, int64_t rows, int64_t cols,
+              const uint32_t* row_bits, const uint32_t* col_bits, float* row_inverse, float* col_inverse,
+              float fmax) {
+  __shared__ __nv_fp8_storage_t tile[kTile][kTilePitch];
+  __shared__ float col_scale[kTile];
+  constexpr int V = kVector<T>;
+  constexpr int kVectorsPerRow = kTile / V;
+  const int64_t tiles_per_row = (cols + kTile - 1) / kTile;
+  const int64_t row0 = (blockIdx.x / tiles_per_row) * kTile;
+  const int64_t col0 = (blockIdx.x % tiles_per_row) * kTile;
+  for (int j = threadIdx.x; j < kTile; j += kThreads) {
+    if (col0 + j >= cols) continue;
+    const float s = pow2_scale_of_bits(col_bits[col0 + j], fmax);
+    col_scale[j] = s;
+    if (row0 == 0) col_inverse[col0 + j] = 1.0f / s;  // the first row of tiles writes the columns' inverses
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < kTile * kVectorsPerRow; k += kThreads) {
+    const int r = k / kVectorsPerRow, c = (k % kVectorsPerRow) * V;
+    if (row0 + r >= rows || col0 + c >= cols) continue;
+    const float s = pow2_scale_of_bits(row_bits[row0 + r], fmax);
+    if (col0 == 0 && c == 0) row_inverse[row0 + r] = 1.0f / s;  // the first column of tiles writes the rows'
+    const int64_t at = (row0 + r) * cols + col0 + c;
+    float v[V];
+    load_floats<T, V>(x + at, v);
+    Pack<__nv_fp8_storage_t, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      out.v[j] = to_fp8<__NV_E4M3>(v[j], s, fmax);
+      tile[r][c + j] = to_fp8<__NV_E4M3>(v[j], col_scale[c + j], fmax);
+    }
+    store_pack<__nv_fp8_storage_t, V>(y + at, out);
+  }
+  __syncthreads();
+  const int c = threadIdx.x / 4, r = (threadIdx.x % 4) * 16;
+  if (col0 + c >= cols || row0 + r >= rows) return;
+  Pack<__nv_fp8_storage_t, 16> out;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) out.v[j] = tile[r + j][c];
+  store_pack<__nv_fp8_storage_t, 16>(yt + (col0 + c) * rows + row0 + r, out);
+}
+
+template <typename T>
+cudaError_t launch_axiswise(void* y, void* yt, float* row_inverse, float* col_inverse, const void* x_raw,
+                            int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
+  const T* x = static_cast<const T*>(x_raw);
+  auto* row_bits = static_cast<uint32_t*>(workspace);
+  uint32_t* col_bits = row_bits + rows;
+  const cudaError_t zeroed = cudaMemsetAsync(workspace, 0, sizeof(uint32_t) * (rows + cols), stream);
+  if (zeroed != cudaSuccess) return zeroed;
+  const int64_t tiles = ceil_div(rows, int64_t{kTile}) * ceil_div(cols, int64_t{kTile});
+  if (tiles > 0x7fffffff) return cudaErrorInvalidValue;
+  axis_maxima<T><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(x, rows, cols, row_bits, col_bits);
+  axis_cast<T><<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(
+      static_cast<__nv_fp8_storage_t*>(y), static_cast<__nv_fp8_storage_t*>(yt), x, rows, cols, row_bits, col_bits,
+      row_inverse, col_inverse, 448.0f);
+  return cudaGetLastError();
+}
+
 // The absolute maximum of x's n elements into scale and inverse (fp8_cast.h).
 template <typename T>
 void launch_amax(float* scale, float* inverse, const T* x, int64_t n, bool vector, float fmax, void* workspace,
@@ -238,6 +355,22 @@ cudaError_t fp8_cast_transposed(void* y, void* yt, float* scale, float* inverse,
                                                 amax_bits)
              : detail::launch_transposed<detail::bf16>(y, yt, scale, inverse, x, rows, cols, format, workspace, stream,
                                                        amax_bits);
+}
+
+size_t fp8_cast_axiswise_workspace_size(int64_t rows, int64_t cols) {
+  return rows <= 0 || cols <= 0 ? 0 : static_cast<size_t>(rows + cols) * sizeof(uint32_t);
+}
+
+cudaError_t fp8_cast_axiswise(void* y, void* yt, float* row_inverse, float* col_inverse, const void* x, DType dtype,
+                              int64_t rows, int64_t cols, void* workspace, cudaStream_t stream) {
+  if (y == nullptr || yt == nullptr || row_inverse == nullptr || col_inverse == nullptr || x == nullptr ||
+      workspace == nullptr || rows <= 0 || cols <= 0 || rows % 16 != 0 || cols % 16 != 0 || !detail::aligned16(x) ||
+      !detail::aligned16(y) || !detail::aligned16(yt)) {
+    return cudaErrorInvalidValue;
+  }
+  return dtype == DType::kFloat32
+             ? detail::launch_axiswise<float>(y, yt, row_inverse, col_inverse, x, rows, cols, workspace, stream)
+             : detail::launch_axiswise<detail::bf16>(y, yt, row_inverse, col_inverse, x, rows, cols, workspace, stream);
 }
 
 cudaError_t fp8_cast(void* y, float* scale, float* inverse, const void* x, DType dtype, int64_t n, Fp8Format format,

@@ -40,4 +40,20 @@ cudaError_t fp8_cast_transposed(void* y, void* yt, float* scale, float* inverse,
 cudaError_t fp8_cast(void* y, float* scale, float* inverse, const void* x, DType dtype, int64_t n, Fp8Format format,
                      void* workspace, cudaStream_t stream);
 
+// Axiswise (rowwise) scaling, as torchao's float8 "rowwise" recipe casts:
+// e4m3 throughout, each row of y = x's row r scaled by
+//   s_r = pow2(448 / max(amax_r, 1e-12)),  amax_r = max_c |x[r][c]|
+// and each row of yt (yᵀ's layout, [cols, rows]) = x's column c scaled by
+// s_c from that column's maximum, where pow2(s) rounds s down to a power
+// of two (its exponent kept, its mantissa cleared; a NaN or infinite s
+// kept), so no product of a scale rounds. row_inverse [rows] and
+// col_inverse [cols] receive 1 / s_r and 1 / s_c (the scaled product's
+// per-row and per-column factors). Clamping and rounding as fp8_cast.
+// Two passes over x (the maxima, then both casts); rows and cols multiples
+// of 16; x, y and yt 16-byte aligned. Workspace:
+// fp8_cast_axiswise_workspace_size(rows, cols) bytes.
+size_t fp8_cast_axiswise_workspace_size(int64_t rows, int64_t cols);
+cudaError_t fp8_cast_axiswise(void* y, void* yt, float* row_inverse, float* col_inverse, const void* x, DType dtype,
+                              int64_t rows, int64_t cols, void* workspace, cudaStream_t stream);
+
 }  // namespace dtrain::kernels
