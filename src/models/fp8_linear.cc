@@ -38,6 +38,7 @@ AmaxNotes& amaxNotes() {
   return *n;
 }
 
+std::atomic<bool> noted_amax_enabled{true};
 std::atomic<int64_t> noted_amax_casts{0};
 std::atomic<int64_t> measured_amax_casts{0};
 
@@ -243,7 +244,7 @@ void noteAbsoluteMaximum(const torch::Tensor& t, const torch::Tensor& amax_bits)
 }
 
 torch::Tensor notedAbsoluteMaximum(const torch::Tensor& t) {
-  if (!notableForAmax(t)) return {};
+  if (!noted_amax_enabled.load(std::memory_order_relaxed) || !notableForAmax(t)) return {};
   AmaxNotes& n = amaxNotes();
   const std::lock_guard<std::mutex> lock(n.mutex);
   const auto it = n.by_data.find(t.data_ptr());
@@ -262,6 +263,10 @@ void forgetAbsoluteMaxima() {
   const std::lock_guard<std::mutex> lock(n.mutex);
   n.by_data.clear();
 }
+
+void setNotedAbsoluteMaximaEnabled(bool enabled) { noted_amax_enabled.store(enabled); }
+
+bool notedAbsoluteMaximaEnabled() { return noted_amax_enabled.load(std::memory_order_relaxed); }
 
 AbsoluteMaximumCounts absoluteMaximumCounts() { return {noted_amax_casts.load(), measured_amax_casts.load()}; }
 
