@@ -48,8 +48,8 @@ torch::Tensor aligned(const torch::Tensor& t) {
   return aligned16 ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
-torch::Tensor amaxSlot(const torch::Tensor& out) {
-  if (!Fp8Scope::active() || !notedAbsoluteMaximaEnabled() || !out.defined() || !out.is_cuda() || out.dim() == 0 ||
+torch::Tensor amaxSlot(const torch::Tensor& out, bool fp8) {
+  if (!fp8 || !notedAbsoluteMaximaEnabled() || !out.defined() || !out.is_cuda() || out.dim() == 0 ||
       !isKernelType(out.scalar_type())) {
     return {};
   }

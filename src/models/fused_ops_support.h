@@ -39,15 +39,17 @@ inline void* mutablePtr(const torch::Tensor& t) { return t.defined() ? t.data_pt
 
 // Absolute maxima written by the kernels beside their outputs, for the FP8
 // casts of those outputs (fp8_linear.h's noteAbsoluteMaximum):
-// - amaxSlot(out): a zeroed int32 on out's device for the kernel's
-//   amax_bits, when an FP8 product may cast out: inside an Fp8Scope with
-//   notes enabled, out CUDA, fp32 or bf16, its rows (elements / last
-//   dimension) and columns multiples of 16 (the transposing cast's
-//   condition). Else undefined, and the kernel runs without one.
+// - amaxSlot(out, fp8): a zeroed int32 on out's device for the kernel's
+//   amax_bits, when an FP8 product may cast out: `fp8` (in forward,
+//   Fp8Scope::active(); in backward, whether the forward ran in a scope:
+//   backward runs on autograd's threads, outside the scope), notes
+//   enabled, out CUDA, fp32 or bf16, its rows (elements / last dimension)
+//   and columns multiples of 16 (the transposing cast's condition). Else
+//   undefined, and the kernel runs without one.
 // - amaxBits(slot): the pointer the kernels take (null for an undefined slot).
 // - noteAmax(out, slot): after the launch that wrote out and slot, notes
 //   slot as out's absolute maximum (nothing for an undefined slot).
-torch::Tensor amaxSlot(const torch::Tensor& out);
+torch::Tensor amaxSlot(const torch::Tensor& out, bool fp8);
 inline uint32_t* amaxBits(const torch::Tensor& slot) {
   return slot.defined() ? reinterpret_cast<uint32_t*>(slot.data_ptr<int32_t>()) : nullptr;
 }
