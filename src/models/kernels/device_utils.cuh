@@ -195,6 +195,20 @@ inline int multiprocessor_count() {
   return count;
 }
 
+// Blocks of `kernel` at `threads` threads each that fit on the current
+// device at once (0 if the query fails). Like multiprocessor_count, a host
+// query, allowed while a stream is being captured; callers read it once
+// per kernel.
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int threads) {
+  int per_multiprocessor = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, 0) != cudaSuccess) {
+    cudaGetLastError();  // leave no error behind for the launch check
+    return 0;
+  }
+  return per_multiprocessor * multiprocessor_count();
+}
+
 // The launch's error (an invalid configuration, or an earlier asynchronous
 // fault), without synchronising.
 inline cudaError_t launch_status() { return cudaGetLastError(); }

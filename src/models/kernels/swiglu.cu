@@ -14,6 +14,9 @@ __device__ __forceinline__ float sigmoid(float v) { return __frcp_rn(1.f + __exp
 // AMAX: also max |y| as stored into *amax_bits (activation.h). Its lanes
 // past the row stay until the warp's reduction instead of returning; the
 // warp (32 column vectors of one row, kTileCols == 32) walks the same rows.
+// Its grid is capped at one wave of blocks (the blocks that fit at once,
+// each thread walking rows, as tile_grid's column-sum form), so that the
+// warps' atomics are a few thousand per call, not one per 8 rows.
 template <typename T, int VEC, bool AMAX>
 __global__ void __launch_bounds__(kTileCols* kTileRows)
     swiglu_forward_kernel(T* y, const T* a, const T* b, int64_t rows, int ffn, int64_t in_stride,
@@ -98,13 +101,13 @@ cudaError_t swiglu_forward(void* y, const void* a, const void* b, int64_t rows, 
     using T = typename decltype(act)::type;
     auto launch = [&](auto vec_tag) {
       constexpr int kV = decltype(vec_tag)::value;
-      const dim3 grid = tile_grid(rows, ffn / kV);
       if (amax_bits) {
-        swiglu_forward_kernel<T, kV, true><<<grid, tile_block(), 0, stream>>>(
+        static const int resident = resident_blocks(swiglu_forward_kernel<T, kV, true>, kTileCols * kTileRows);
+        swiglu_forward_kernel<T, kV, true><<<tile_grid(rows, ffn / kV, resident), tile_block(), 0, stream>>>(
             static_cast<T*>(y), static_cast<const T*>(a), static_cast<const T*>(b), rows, ffn, in_row_stride,
             amax_bits);
       } else {
-        swiglu_forward_kernel<T, kV, false><<<grid, tile_block(), 0, stream>>>(
+        swiglu_forward_kernel<T, kV, false><<<tile_grid(rows, ffn / kV), tile_block(), 0, stream>>>(
             static_cast<T*>(y), static_cast<const T*>(a), static_cast<const T*>(b), rows, ffn, in_row_stride,
             nullptr);
       }
@@ -129,13 +132,13 @@ cudaError_t swiglu_backward(void* da, void* db, const void* dy, const void* a, c
     using T = typename decltype(act)::type;
     auto launch = [&](auto vec_tag) {
       constexpr int kV = decltype(vec_tag)::value;
-      const dim3 grid = tile_grid(rows, ffn / kV);
       if (da_amax_bits || db_amax_bits) {
-        swiglu_backward_kernel<T, kV, true><<<grid, tile_block(), 0, stream>>>(
+        static const int resident = resident_blocks(swiglu_backward_kernel<T, kV, true>, kTileCols * kTileRows);
+        swiglu_backward_kernel<T, kV, true><<<tile_grid(rows, ffn / kV, resident), tile_block(), 0, stream>>>(
             static_cast<T*>(da), static_cast<T*>(db), static_cast<const T*>(dy), static_cast<const T*>(a),
             static_cast<const T*>(b), rows, ffn, in_row_stride, grad_row_stride, da_amax_bits, db_amax_bits);
       } else {
-        swiglu_backward_kernel<T, kV, false><<<grid, tile_block(), 0, stream>>>(
+        swiglu_backward_kernel<T, kV, false><<<tile_grid(rows, ffn / kV), tile_block(), 0, stream>>>(
             static_cast<T*>(da), static_cast<T*>(db), static_cast<const T*>(dy), static_cast<const T*>(a),
             static_cast<const T*>(b), rows, ffn, in_row_stride, grad_row_stride, nullptr, nullptr);
       }
