@@ -343,10 +343,10 @@ TEST(Fp8NotedMaximumTest, NormsNoteTheirOutputsAbsoluteMaximum) {
         const torch::Tensor residual = torch::randn({rows, cols}, c.x.options()).to(dtype);
         // Each norm's normed output, without and then with an Fp8Scope.
         const std::vector<std::pair<std::string, std::function<torch::Tensor()>>> norms = {
-            {"rms", [&] { return *fused::rmsNorm(x, w, eps); }},
-            {"layer", [&] { return *fused::layerNorm(x, w, b, eps); }},
-            {"residual + rms", [&] { return fused::addRmsNorm(residual, x, w, eps)->normed; }},
-            {"residual + layer", [&] { return fused::addLayerNorm(residual, x, w, b, eps)->normed; }},
+            {"rms", [&] { return fused::rmsNorm(x, w, eps).value(); }},
+            {"layer", [&] { return fused::layerNorm(x, w, b, eps).value(); }},
+            {"residual + rms", [&] { return fused::addRmsNorm(residual, x, w, eps).value().normed; }},
+            {"residual + layer", [&] { return fused::addLayerNorm(residual, x, w, b, eps).value().normed; }},
         };
         for (const auto& [name, norm] : norms) {
           const torch::Tensor without = norm();
@@ -362,11 +362,11 @@ TEST(Fp8NotedMaximumTest, NormsNoteTheirOutputsAbsoluteMaximum) {
         // update in bf16 (bf16_x); the note is on the bf16 y returned.
         const torch::Tensor update = x.to(torch::kBFloat16);
         const std::vector<std::pair<std::string, std::function<torch::Tensor()>>> narrowed = {
-            {"autocast rms", [&] { return *fused::rmsNorm(x, w, eps); }},
-            {"autocast layer", [&] { return *fused::layerNorm(x, w, b, eps); }},
-            {"autocast residual + rms", [&] { return fused::addRmsNorm(residual, update, w, eps)->normed; }},
+            {"autocast rms", [&] { return fused::rmsNorm(x, w, eps).value(); }},
+            {"autocast layer", [&] { return fused::layerNorm(x, w, b, eps).value(); }},
+            {"autocast residual + rms", [&] { return fused::addRmsNorm(residual, update, w, eps).value().normed; }},
             {"autocast residual + layer",
-             [&] { return fused::addLayerNorm(residual, update, w, b, eps)->normed; }},
+             [&] { return fused::addLayerNorm(residual, update, w, b, eps).value().normed; }},
         };
         for (const auto& [name, norm] : narrowed) {
           testing::Bf16Autocast autocast;
@@ -389,16 +389,16 @@ TEST(Fp8NotedMaximumTest, OnlyOutputsAnFp8CastCanTakeAreNoted) {
   const auto cuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
   const torch::Tensor w = torch::ones({256}, cuda), ragged_w = torch::ones({200}, cuda);
   Fp8Scope fp8;
-  EXPECT_TRUE(notedAbsoluteMaximum(*fused::rmsNorm(torch::randn({64, 256}, cuda), w, 1e-5)).defined());
-  EXPECT_FALSE(notedAbsoluteMaximum(*fused::rmsNorm(torch::randn({24, 256}, cuda), w, 1e-5)).defined())
+  EXPECT_TRUE(notedAbsoluteMaximum(fused::rmsNorm(torch::randn({64, 256}, cuda), w, 1e-5).value()).defined());
+  EXPECT_FALSE(notedAbsoluteMaximum(fused::rmsNorm(torch::randn({24, 256}, cuda), w, 1e-5).value()).defined())
       << "rows not a multiple of 16";
-  EXPECT_FALSE(notedAbsoluteMaximum(*fused::rmsNorm(torch::randn({64, 200}, cuda), ragged_w, 1e-5)).defined())
+  EXPECT_FALSE(notedAbsoluteMaximum(fused::rmsNorm(torch::randn({64, 200}, cuda), ragged_w, 1e-5).value()).defined())
       << "columns not a multiple of 16";
-  EXPECT_FALSE(notedAbsoluteMaximum(*fused::swiglu(torch::randn({24, 256}, cuda), torch::randn({24, 256}, cuda)))
+  EXPECT_FALSE(notedAbsoluteMaximum(fused::swiglu(torch::randn({24, 256}, cuda), torch::randn({24, 256}, cuda)).value())
                    .defined())
       << "rows not a multiple of 16";
   setNotedAbsoluteMaximaEnabled(false);
-  const torch::Tensor off = *fused::rmsNorm(torch::randn({64, 256}, cuda), w, 1e-5);
+  const torch::Tensor off = fused::rmsNorm(torch::randn({64, 256}, cuda), w, 1e-5).value();
   setNotedAbsoluteMaximaEnabled(true);
   EXPECT_FALSE(notedAbsoluteMaximum(off).defined()) << "notes turned off";
 }
@@ -418,7 +418,7 @@ SwigluRun runSwiglu(const torch::Tensor& gate, const torch::Tensor& up, const to
   {
     std::optional<Fp8Scope> scope;
     if (fp8) scope.emplace();
-    r.y = *fused::swiglu(gv, uv);
+    r.y = fused::swiglu(gv, uv).value();
   }
   // Outside the scope, as a training step's backward: the forward's scope decides.
   r.y.backward(dy);
