@@ -39,6 +39,7 @@ AmaxNotes& amaxNotes() {
   return *n;
 }
 
+std::atomic<bool> noted_amax_enabled{true};
 std::atomic<int64_t> noted_amax_casts{0};
 std::atomic<int64_t> measured_amax_casts{0};
 
@@ -127,8 +128,7 @@ torch::Tensor asColumns(const torch::Tensor& inverse) {
 
 CastPair castFp8Pair(const torch::Tensor& t, at::ScalarType type, double max) {
   if (fp8RowwiseNow()) return castFp8Axiswise(t);
-  if (const torch::Tensor amax_bits = fp8NotedMaximaSetting() ? notedAbsoluteMaximum(t) : torch::Tensor();
-      amax_bits.defined()) {
+  if (const torch::Tensor amax_bits = notedAbsoluteMaximum(t); amax_bits.defined()) {
     if (auto fused = fused::fp8CastTransposed(t, type == compat::float8E5m2(), amax_bits)) {
       ++noted_amax_casts;
       torch::Tensor inverse = fused->inverse;
@@ -311,7 +311,7 @@ void noteAbsoluteMaximum(const torch::Tensor& t, const torch::Tensor& amax_bits)
 }
 
 torch::Tensor notedAbsoluteMaximum(const torch::Tensor& t) {
-  if (!notableForAmax(t)) return {};
+  if (!notedAbsoluteMaximaEnabled() || !notableForAmax(t)) return {};
   AmaxNotes& n = amaxNotes();
   const std::lock_guard<std::mutex> lock(n.mutex);
   const auto it = n.by_data.find(t.data_ptr());
@@ -347,6 +347,12 @@ std::string fp8RecipeUnsupported(Fp8Recipe r, torch::Device device) {
   }
 #endif
   return "";
+}
+
+void setNotedAbsoluteMaximaEnabled(bool enabled) { noted_amax_enabled.store(enabled); }
+
+bool notedAbsoluteMaximaEnabled() {
+  return noted_amax_enabled.load(std::memory_order_relaxed) && fp8NotedMaximaSetting();
 }
 
 AbsoluteMaximumCounts absoluteMaximumCounts() { return {noted_amax_casts.load(), measured_amax_casts.load()}; }

@@ -91,10 +91,17 @@ std::string fp8RecipeUnsupported(Fp8Recipe recipe, torch::Device device);
 //   casts (fp8Linear) use it; the result is bit for bit the two-pass cast.
 // - forgetAbsoluteMaxima(): drops every note (parameters restored from a
 //   checkpoint by their data, tests).
+// - setNotedAbsoluteMaximaEnabled(false) (tests: the same bits either way)
+//   makes every cast measure its own maximum: notedAbsoluteMaximum returns
+//   undefined, and producers that ask notedAbsoluteMaximaEnabled() write
+//   none. On by default; DTRAIN_FP8_NOTED_MAXIMA=0 turns it off for the
+//   process (A/B comparisons of speed).
 // Thread-safe.
 void noteAbsoluteMaximum(const torch::Tensor& t, const torch::Tensor& amax_bits);
 torch::Tensor notedAbsoluteMaximum(const torch::Tensor& t);
 void forgetAbsoluteMaxima();
+void setNotedAbsoluteMaximaEnabled(bool enabled);
+bool notedAbsoluteMaximaEnabled();
 // How many casts took a noted maximum and how many measured their own,
 // since the process started (tests and the step's breakdown).
 struct AbsoluteMaximumCounts {

@@ -1,6 +1,7 @@
 // Bias + GELU (alone, and with the projection after it), SwiGLU and rotary
 // embeddings as autograd functions over the fused kernels (activation.h,
 // rope.h).
+#include "models/fp8_linear.h"
 #include "models/fused_ops_cuda.h"
 #include "models/fused_ops_support.h"
 
@@ -102,9 +103,15 @@ class FusedSwigluFunction : public torch::autograd::Function<FusedSwigluFunction
     KernelScope scope(gate);
     const int64_t ffn = gate.size(-1), rows = gate.numel() / ffn;
     const torch::Tensor y = at::empty(gate.sizes(), gate.options());
+    // y feeds the down projection: under FP8 its cast takes the maximum written here.
+    const bool fp8 = Fp8Scope::active();
+    const torch::Tensor y_amax = amaxSlot(y, fp8);
     DTRAIN_CUDA_CHECK(kernels::swiglu_forward(y.data_ptr(), gate.data_ptr(), up.data_ptr(), rows,
-                                              static_cast<int>(ffn), ffn, kernelType(gate), streamOf(gate)));
+                                              static_cast<int>(ffn), ffn, kernelType(gate), streamOf(gate),
+                                              amaxBits(y_amax)));
+    noteAmax(y, y_amax);
     ctx->save_for_backward({gate, up});
+    ctx->saved_data["fp8"] = fp8;
     return y;
   }
 
@@ -116,9 +123,17 @@ class FusedSwigluFunction : public torch::autograd::Function<FusedSwigluFunction
     const torch::Tensor dy = aligned(grads[0].to(gate.scalar_type()));
     const torch::Tensor dgate = at::empty(gate.sizes(), gate.options());
     const torch::Tensor dup = at::empty(up.sizes(), up.options());
+    // dgate and dup are the gate and up projections' output gradients,
+    // which FP8 casts to e5m2 when the forward ran in an Fp8Scope (this
+    // thread, autograd's, has none open).
+    const bool fp8 = ctx->saved_data["fp8"].toBool();
+    const torch::Tensor dgate_amax = amaxSlot(dgate, fp8), dup_amax = amaxSlot(dup, fp8);
     DTRAIN_CUDA_CHECK(kernels::swiglu_backward(dgate.data_ptr(), dup.data_ptr(), dy.data_ptr(), gate.data_ptr(),
                                                up.data_ptr(), rows, static_cast<int>(ffn), ffn, ffn,
-                                               kernelType(gate), streamOf(gate)));
+                                               kernelType(gate), streamOf(gate), amaxBits(dgate_amax),
+                                               amaxBits(dup_amax)));
+    noteAmax(dgate, dgate_amax);
+    noteAmax(dup, dup_amax);
     return {dgate, dup};
   }
 };

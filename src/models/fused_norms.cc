@@ -1,5 +1,6 @@
 // Residual add + LayerNorm / RMSNorm as autograd functions over the fused
 // kernels (normalization.h).
+#include "models/fp8_linear.h"
 #include "models/fused_ops_cuda.h"
 #include "models/fused_ops_support.h"
 
@@ -52,8 +53,14 @@ class FusedNormFunction : public torch::autograd::Function<FusedNormFunction> {
     a.param_dtype = kernelType(weight);
     a.bf16_x = narrow_x;
     a.bf16_y = bf16_y;
+    // y (bf16 under bf16_y: the tensor returned as the normed output) feeds
+    // the block's projections: under FP8 their cast takes the maximum
+    // written here.
+    const torch::Tensor y_amax = amaxSlot(y, Fp8Scope::active());
+    a.y_amax_bits = amaxBits(y_amax);
     const cudaStream_t stream = streamOf(x);
     DTRAIN_CUDA_CHECK(rms ? kernels::rms_norm_forward(a, stream) : kernels::layer_norm_forward(a, stream));
+    noteAmax(y, y_amax);
     // Backward reads what forward normalised: the sum when there was one.
     ctx->save_for_backward({has_residual ? residual_out : x, weight, mean, rstd});
     ctx->saved_data["rms"] = rms;

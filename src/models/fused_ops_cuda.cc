@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "libtorch/compat.h"
+#include "models/fp8_linear.h"
 #include "models/fused_kernels_setting.h"
 #include "models/fused_ops_support.h"
 
@@ -45,6 +46,20 @@ torch::Tensor aligned(const torch::Tensor& t) {
   if (!t.is_contiguous()) return t.contiguous();
   const bool aligned16 = (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15u) == 0;
   return aligned16 ? t : t.clone(at::MemoryFormat::Contiguous);
+}
+
+torch::Tensor amaxSlot(const torch::Tensor& out, bool fp8) {
+  if (!fp8 || !notedAbsoluteMaximaEnabled() || !out.defined() || !out.is_cuda() || out.dim() == 0 ||
+      !isKernelType(out.scalar_type())) {
+    return {};
+  }
+  const int64_t cols = out.size(-1);
+  if (cols == 0 || cols % 16 != 0 || (out.numel() / cols) % 16 != 0 || out.numel() == 0) return {};
+  return at::zeros({1}, out.options().dtype(torch::kInt));
+}
+
+void noteAmax(const torch::Tensor& out, const torch::Tensor& slot) {
+  if (slot.defined()) noteAbsoluteMaximum(out, slot);
 }
 
 }  // namespace detail

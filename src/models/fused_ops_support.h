@@ -37,6 +37,24 @@ torch::Tensor aligned(const torch::Tensor& t);
 inline const void* ptr(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 inline void* mutablePtr(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
+// Absolute maxima written by the kernels beside their outputs, for the FP8
+// casts of those outputs (fp8_linear.h's noteAbsoluteMaximum):
+// - amaxSlot(out, fp8): a zeroed int32 on out's device for the kernel's
+//   amax_bits, when an FP8 product may cast out: `fp8` (in forward,
+//   Fp8Scope::active(); in backward, whether the forward ran in a scope:
+//   backward runs on autograd's threads, outside the scope), notes
+//   enabled, out CUDA, fp32 or bf16, its rows (elements / last dimension)
+//   and columns multiples of 16 (the transposing cast's condition). Else
+//   undefined, and the kernel runs without one.
+// - amaxBits(slot): the pointer the kernels take (null for an undefined slot).
+// - noteAmax(out, slot): after the launch that wrote out and slot, notes
+//   slot as out's absolute maximum (nothing for an undefined slot).
+torch::Tensor amaxSlot(const torch::Tensor& out, bool fp8);
+inline uint32_t* amaxBits(const torch::Tensor& slot) {
+  return slot.defined() ? reinterpret_cast<uint32_t*>(slot.data_ptr<int32_t>()) : nullptr;
+}
+void noteAmax(const torch::Tensor& out, const torch::Tensor& slot);
+
 // Inside an autograd function: launches go to t's device, and autocast stays
 // out of the torch operations (their dtypes are chosen before the call).
 class KernelScope {

@@ -25,6 +25,17 @@
 // fill one [rows, 2 * ffn] gradient buffer). Save a and b (or their packed
 // buffer) for backward; nothing else.
 //
+// Absolute maxima beside the outputs (for FP8 casts of them, models/
+// fp8_linear.h's noteAbsoluteMaximum): with amax_bits (forward, for y) or
+// da_amax_bits / db_amax_bits (backward, for da and db; either may be
+// null), a device uint32 that the caller zeroes before the call, the kernel
+// leaves there the bit pattern of max |v| over the values v of that output
+// as stored (rounded to the dtype): non-negative floats order as their
+// bits, a NaN above infinity, so each warp's unsigned maximum goes in with
+// one atomicMax. The maximum is order-free, so the result is deterministic
+// despite the atomics. Without them (null, the default), the kernels are
+// today's: the maximum is a separate instantiation, compiled out.
+//
 // Aliasing: dx may alias dy or x; da may alias a and db may alias b when the
 // strides are equal; y may alias x (GELU). y must not overlap a or b unless
 // it has their layout.
@@ -47,10 +58,14 @@ cudaError_t gelu_backward(void* dx, void* dbias, bool accumulate, void* workspac
 
 size_t gelu_backward_workspace_size(int64_t rows, int cols);
 
+// amax_bits (device, one uint32, zeroed by the caller) or null: max |y| (above).
 cudaError_t swiglu_forward(void* y, const void* a, const void* b, int64_t rows, int ffn, int64_t in_row_stride,
-                           DType dtype, cudaStream_t stream);
+                           DType dtype, cudaStream_t stream, uint32_t* amax_bits = nullptr);
 
+// da_amax_bits, db_amax_bits (each one zeroed device uint32, or null):
+// max |da| and max |db| (above).
 cudaError_t swiglu_backward(void* da, void* db, const void* dy, const void* a, const void* b, int64_t rows, int ffn,
-                            int64_t in_row_stride, int64_t grad_row_stride, DType dtype, cudaStream_t stream);
+                            int64_t in_row_stride, int64_t grad_row_stride, DType dtype, cudaStream_t stream,
+                            uint32_t* da_amax_bits = nullptr, uint32_t* db_amax_bits = nullptr);
 
 }  // namespace dtrain::kernels

@@ -114,6 +114,28 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Absolute maxima written beside an output (the amax_bits of the norm and
+// SwiGLU kernels): the bit pattern of |v| for a value v as stored. Non-
+// negative floats order as their bit patterns (a NaN above infinity), so
+// an unsigned maximum of these is the bit pattern of the absolute maximum.
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+// Folds every lane's bits into *amax_bits: the warp's unsigned maximum,
+// then one atomicMax by its first lane, skipped when the slot already holds
+// as much (during a kernel the slot only grows, so an old value read there
+// costs at most an atomic, never a wrong result; the read goes to L2, where
+// the atomics land). All 32 lanes of the warp must call it.
+__device__ __forceinline__ void note_warp_amax(uint32_t bits, uint32_t* amax_bits) {
+#if __CUDA_ARCH__ >= 800
+  bits = __reduce_max_sync(0xffffffffu, bits);
+#else
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) bits = max(bits, __shfl_xor_sync(0xffffffffu, bits, o));
+#endif
+  const unsigned lane = (threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y) & 31u;
+  if (lane == 0 && bits > __ldcg(amax_bits)) atomicMax(amax_bits, bits);
+}
+
 template <typename T>
 struct TypeTag {
   using type = T;
@@ -171,6 +193,20 @@ inline int multiprocessor_count() {
     return n;
   }();
   return count;
+}
+
+// Blocks of `kernel` at `threads` threads each that fit on the current
+// device at once (0 if the query fails). Like multiprocessor_count, a host
+// query, allowed while a stream is being captured; callers read it once
+// per kernel.
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int threads) {
+  int per_multiprocessor = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads, 0) != cudaSuccess) {
+    cudaGetLastError();  // leave no error behind for the launch check
+    return 0;
+  }
+  return per_multiprocessor * multiprocessor_count();
 }
 
 // The launch's error (an invalid configuration, or an earlier asynchronous

@@ -22,7 +22,9 @@
 //   (fp32) take the vectorised path (128-bit loads); anything else takes a
 //   slower scalar path with the same results.
 // - Results are deterministic: the same arguments give the same bits on
-//   every run (no atomics; every reduction has a fixed order).
+//   every run (no floating-point atomics; every reduction has a fixed order;
+//   the absolute maxima some kernels note take integer atomicMax, whose
+//   result no order changes).
 #pragma once
 
 #include <cuda_runtime_api.h>

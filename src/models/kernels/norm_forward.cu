@@ -35,7 +35,10 @@ __device__ __forceinline__ void load_forward_row(const NormForwardArgs& a, int64
 // rows_per_block, loading the next row while it normalises this one; the
 // weight and bias stay in registers. T: the residual stream's dtype (the
 // activation dtype), U: x's, Y: y's (each T, or bf16 under an fp32 stream).
-template <typename T, typename U, typename Y, typename W, int VEC, int ITEMS, bool RMS>
+// AMAX: each thread keeps max |y| over what it stored, and each warp folds
+// it into a.y_amax_bits once, at the end (every thread gets there: the
+// loop has no early exit, its row sums hold barriers).
+template <typename T, typename U, typename Y, typename W, int VEC, int ITEMS, bool RMS, bool AMAX>
 __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(NormForwardArgs a, int tpr, int rows_per_block) {
   __shared__ float2 scratch[32];
   const int slot = threadIdx.x / tpr;
@@ -52,6 +55,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(NormForwar
     if (bias) load_raw<W, VEC>(bias + c, bp[k]);
   }
   const int64_t step = static_cast<int64_t>(gridDim.x) * rows_per_block;
+  uint32_t y_amax = 0;
   ForwardRow<T, U, VEC, ITEMS> cur;
   load_forward_row<T, U, VEC, ITEMS>(a, static_cast<int64_t>(blockIdx.x) * rows_per_block + slot, tpr, t, cur);
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * rows_per_block; base < a.rows; base += step) {
@@ -110,15 +114,18 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_forward_kernel(NormForwar
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
           out[j] = (h[k][j] - mean) * rstd * to_float(wp[k].v[j]) + (bias ? to_float(bp[k].v[j]) : 0.f);
+          // The value as stored: rounded to Y as store_floats rounds it.
+          if constexpr (AMAX) y_amax = max(y_amax, abs_bits(to_float(from_float<Y>(out[j]))));
         }
         store_floats<Y, VEC>(y + c, out);
       }
     }
     cur = next;
   }
+  if constexpr (AMAX) note_warp_amax(y_amax, a.y_amax_bits);
 }
 
-template <typename T, typename U, typename Y, typename W, int VEC, bool RMS>
+template <typename T, typename U, typename Y, typename W, int VEC, bool RMS, bool AMAX>
 cudaError_t launch_norm_forward(const NormForwardArgs& a, const RowLayout& l, cudaStream_t stream) {
   // As many blocks as fit at once (2048 threads per multiprocessor); the
   // grid only bounds the work per block, so it needs no occupancy query.
@@ -127,20 +134,20 @@ cudaError_t launch_norm_forward(const NormForwardArgs& a, const RowLayout& l, cu
   const dim3 block(l.threads());
   switch (l.items) {
     case 1:
-      norm_forward_kernel<T, U, Y, W, VEC, 1, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      norm_forward_kernel<T, U, Y, W, VEC, 1, RMS, AMAX><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
       break;
     case 2:
-      norm_forward_kernel<T, U, Y, W, VEC, 2, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      norm_forward_kernel<T, U, Y, W, VEC, 2, RMS, AMAX><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
       break;
     case 3:
-      norm_forward_kernel<T, U, Y, W, VEC, 3, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      norm_forward_kernel<T, U, Y, W, VEC, 3, RMS, AMAX><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
       break;
     case 4:
-      norm_forward_kernel<T, U, Y, W, VEC, 4, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      norm_forward_kernel<T, U, Y, W, VEC, 4, RMS, AMAX><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
       break;
     default:
       if constexpr (VEC != 1) return cudaErrorInvalidValue;  // choose_row_layout gives 8 only when VEC == 1
-      norm_forward_kernel<T, U, Y, W, 1, 8, RMS><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
+      norm_forward_kernel<T, U, Y, W, 1, 8, RMS, AMAX><<<blocks, block, 0, stream>>>(a, l.tpr, l.rows_per_block);
       break;
   }
   return launch_status();
@@ -165,8 +172,12 @@ cudaError_t norm_forward(const NormForwardArgs& a, cudaStream_t stream) {
     auto launch = [&](auto x_tag, auto y_tag) -> cudaError_t {
       using U = typename decltype(x_tag)::type;
       using Y = typename decltype(y_tag)::type;
-      return vec ? launch_norm_forward<T, U, Y, W, kVec, RMS>(a, l, stream)
-                 : launch_norm_forward<T, U, Y, W, 1, RMS>(a, l, stream);
+      if (a.y_amax_bits) {
+        return vec ? launch_norm_forward<T, U, Y, W, kVec, RMS, true>(a, l, stream)
+                   : launch_norm_forward<T, U, Y, W, 1, RMS, true>(a, l, stream);
+      }
+      return vec ? launch_norm_forward<T, U, Y, W, kVec, RMS, false>(a, l, stream)
+                 : launch_norm_forward<T, U, Y, W, 1, RMS, false>(a, l, stream);
     };
     if constexpr (std::is_same_v<T, float>) {
       if (a.bf16_x) return a.bf16_y ? launch(TypeTag<bf16>{}, TypeTag<bf16>{}) : launch(TypeTag<bf16>{}, TypeTag<T>{});

@@ -39,6 +39,15 @@
 // fp32. y in bf16 is the fp32 result rounded once, as a cast after the norm
 // would give.
 //
+// y's absolute maximum (for an FP8 cast of y, models/fp8_linear.h's
+// noteAbsoluteMaximum): with y_amax_bits, a device uint32 that the caller
+// zeroes before the call, forward leaves there the bit pattern of max |v|
+// over y's values v as stored (in y's dtype: bf16 under bf16_y): non-
+// negative floats order as their bits, a NaN above infinity, so each
+// warp's unsigned maximum goes in with one atomicMax (order-free, so
+// deterministic). Without it (null, the default) the kernel is today's:
+// the maximum is a separate instantiation, compiled out.
+//
 // Aliasing: every output may alias an input of the same shape (y == x,
 // residual_out == residual, dx == dresidual or dy): each element is read and
 // written by the same thread. dweight/dbias must not alias anything.
@@ -67,6 +76,7 @@ struct NormForwardArgs {
   DType param_dtype = DType::kBFloat16;
   bool bf16_x = false;  // x is bf16 while act_dtype is fp32
   bool bf16_y = false;  // y is bf16 while act_dtype is fp32
+  uint32_t* y_amax_bits = nullptr;  // one zeroed device uint32: max |y| as stored (above), or null
 };
 
 struct NormBackwardArgs {

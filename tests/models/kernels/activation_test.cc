@@ -141,6 +141,31 @@ TEST_P(SwigluTest, ForwardAndBackwardMatchReference) {
   EXPECT_TRUE(all_close(da, da_ref, rtol_for(c.dtype))) << "da";
   EXPECT_TRUE(all_close(db, db_ref, rtol_for(c.dtype))) << "db";
 
+  // With amax slots: the same bits, and max |y|, |da|, |db| as stored.
+  {
+    DeviceTensor y2(n, c.dtype), grad2(2 * n, c.dtype);
+    y2.fill_nan();
+    grad2.fill_nan();
+    DeviceAmax y_amax, da_amax, db_amax;
+    char* gbase2 = static_cast<char*>(grad2.data());
+    DTRAIN_CUDA_OK(swiglu_forward(y2.data(), a_p, b_p, c.rows, c.ffn, stride, c.dtype, nullptr, y_amax.data()));
+    DTRAIN_CUDA_OK(swiglu_backward(gbase2, gbase2 + (c.packed ? c.ffn : n) * es, dy_d.data(), a_p, b_p, c.rows, c.ffn,
+                                   stride, stride, c.dtype, nullptr, da_amax.data(), db_amax.data()));
+    DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> y_stored = y.download();
+    EXPECT_EQ(y2.download(), y_stored) << "y with amax_bits";
+    EXPECT_EQ(grad2.download(), g) << "da, db with amax_bits";
+    EXPECT_TRUE(same_amax(y_amax.bits(), amax_bits_of(y_stored))) << "y";
+    EXPECT_TRUE(same_amax(da_amax.bits(), amax_bits_of(da))) << "da";
+    EXPECT_TRUE(same_amax(db_amax.bits(), amax_bits_of(db))) << "db";
+    // One slot alone: the other gradient's is not written.
+    DeviceAmax db_only;
+    DTRAIN_CUDA_OK(swiglu_backward(gbase2, gbase2 + (c.packed ? c.ffn : n) * es, dy_d.data(), a_p, b_p, c.rows, c.ffn,
+                                   stride, stride, c.dtype, nullptr, nullptr, db_only.data()));
+    DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(same_amax(db_only.bits(), amax_bits_of(db))) << "db alone";
+  }
+
   // In place: da over a, db over b.
   DTRAIN_CUDA_OK(swiglu_backward(base, base + (c.packed ? c.ffn : n) * es, dy_d.data(), a_p, b_p, c.rows, c.ffn, stride,
                                  stride, c.dtype, nullptr));

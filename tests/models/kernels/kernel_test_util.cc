@@ -127,6 +127,41 @@ void DeviceTensor::fill_nan() {
   check(cudaMemset(ptr_, 0xff, std::max<size_t>(alloc_bytes_, 16)), "cudaMemset");
 }
 
+DeviceAmax::DeviceAmax() {
+  check(cudaMalloc(reinterpret_cast<void**>(&ptr_), sizeof(uint32_t)), "cudaMalloc");
+  check(cudaMemset(ptr_, 0, sizeof(uint32_t)), "cudaMemset");
+}
+
+DeviceAmax::~DeviceAmax() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+uint32_t DeviceAmax::bits() const {
+  uint32_t b = 0;
+  check(cudaMemcpy(&b, ptr_, sizeof(b), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  return b;
+}
+
+uint32_t amax_bits_of(const std::vector<float>& values) {
+  uint32_t m = 0;
+  for (float v : values) {
+    uint32_t b = 0;
+    std::memcpy(&b, &v, sizeof(b));
+    m = std::max(m, b & 0x7fffffffu);
+  }
+  return m;
+}
+
+::testing::AssertionResult same_amax(uint32_t got, uint32_t want) {
+  constexpr uint32_t kInf = 0x7f800000u;
+  if (got == want || (got > kInf && want > kInf)) return ::testing::AssertionSuccess();
+  float g = 0, w = 0;
+  std::memcpy(&g, &got, sizeof(g));
+  std::memcpy(&w, &want, sizeof(w));
+  return ::testing::AssertionFailure() << "amax bits 0x" << std::hex << got << " (" << g << "), want 0x" << want
+                                       << " (" << w << ")";
+}
+
 DeviceBytes::DeviceBytes(size_t bytes) { check(cudaMalloc(&ptr_, std::max<size_t>(bytes, 16)), "cudaMalloc"); }
 
 DeviceBytes::~DeviceBytes() {

@@ -73,6 +73,29 @@ class DeviceBytes {
   void* ptr_ = nullptr;
 };
 
+// A kernel's amax_bits slot: one device uint32, zeroed on construction
+// (the caller's part of the contract), read back with bits().
+class DeviceAmax {
+ public:
+  DeviceAmax();
+  ~DeviceAmax();
+  DeviceAmax(const DeviceAmax&) = delete;
+  DeviceAmax& operator=(const DeviceAmax&) = delete;
+  uint32_t* data() const { return ptr_; }
+  uint32_t bits() const;
+
+ private:
+  uint32_t* ptr_ = nullptr;
+};
+
+// What an amax slot should hold for these stored values: the largest bit
+// pattern of |v| (non-negative floats order as their bits, a NaN above
+// infinity).
+uint32_t amax_bits_of(const std::vector<float>& values);
+
+// gtest assertion: a slot's bits are amax_bits_of's (any NaN for a NaN).
+::testing::AssertionResult same_amax(uint32_t got, uint32_t want);
+
 // Tolerances (relative): fp32 outputs 1e-5, bf16 outputs 1e-2 (bf16 keeps 8
 // bits of mantissa: rounding alone is 2^-9). An element passes when
 //   |got - ref| <= rtol * (|ref| + scale)

@@ -103,6 +103,23 @@ TEST_P(NormTest, ForwardAndBackwardMatchReferenceAndAreDeterministic) {
   }
   EXPECT_TRUE(all_close(rstd.download(), ref.rstd, 1e-5)) << "rstd";
 
+  // With y_amax_bits: the same y bits, and max |y| as stored beside it.
+  {
+    NormView y2(n, io, c.misalign);
+    DeviceTensor res_out2(n, c.act);
+    y2.t.fill_nan();
+    DeviceAmax amax;
+    NormForwardArgs f2 = f;
+    f2.y = y2.ptr();
+    f2.residual_out = res_out2.data();
+    f2.y_amax_bits = amax.data();
+    DTRAIN_CUDA_OK(run_forward(c, f2));
+    DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> y_stored = y.download(n);
+    EXPECT_EQ(y2.download(n), y_stored) << "y with y_amax_bits";
+    EXPECT_TRUE(same_amax(amax.bits(), amax_bits_of(y_stored))) << "y_amax_bits";
+  }
+
   // Backward, from what forward stored.
   const size_t ws_bytes = norm_backward_workspace_size(c.rows, c.cols);
   DeviceBytes ws(ws_bytes);
