@@ -271,7 +271,8 @@ TEST(Fp8NotesTest, TheProductReadsANotedMaximumOfItsWeight) {
   noteAbsoluteMaximum(w, amaxBitsOf(w));
   EXPECT_TRUE(torch::equal(fp8Linear(x, w, {}), measured)) << "the noted maximum is the measured one";
   EXPECT_EQ(absoluteMaximumCounts().noted, before.noted + 1);
-  noteAbsoluteMaximum(w, amaxBitsOf(w * 4));
+  // Not a power of two apart (which would scale every element exactly).
+  noteAbsoluteMaximum(w, amaxBitsOf(w * 3));
   EXPECT_FALSE(torch::equal(fp8Linear(x, w, {}), measured)) << "a wrong note is read, so the right one was";
   w.mul_(1);  // the same values, a new version
   EXPECT_TRUE(torch::equal(fp8Linear(x, w, {}), measured)) << "after a write in place the weight is measured";
@@ -374,9 +375,10 @@ TEST(Fp8RowwiseTest, TheProductAndItsGradientsFollowFloat32AndAnOutlierStaysInIt
   EXPECT_EQ(x.grad().scalar_type(), torch::kBFloat16) << "x's gradient in x's dtype";
   EXPECT_LT(relativeError(b.grad(), br.grad()), 0.01);
 
-  // Row 0 of x holds 1e4: the other rows' products, each recipe.
+  // Row 0 of x holds 1e6: one tensorwise scale puts the other rows'
+  // values (about 1) below e4m3's smallest subnormal; each recipe.
   torch::Tensor outlier = x0.reshape({-1, 128}).clone();
-  outlier[0][0] = 1e4;
+  outlier[0][0] = 1e6;
   const torch::Tensor reference = torch::linear(outlier.to(torch::kFloat), w0, {}).narrow(0, 1, 127);
   double error[2];
   for (const Fp8Recipe r : {Fp8Recipe::kTensorwise, Fp8Recipe::kRowwise}) {
@@ -385,7 +387,7 @@ TEST(Fp8RowwiseTest, TheProductAndItsGradientsFollowFloat32AndAnOutlierStaysInIt
     error[r == Fp8Recipe::kRowwise] = relativeError(fp8Linear(outlier, w0, {}).narrow(0, 1, 127), reference);
   }
   EXPECT_LT(error[1], 0.05) << "rowwise: the other rows keep their precision";
-  EXPECT_GT(error[0], 2 * error[1]) << "tensorwise: one scale for all rows (errors " << error[0] << ", " << error[1]
+  EXPECT_GT(error[0], 0.5) << "tensorwise: one scale for all rows (errors " << error[0] << ", " << error[1]
                                     << ")";
 }
 

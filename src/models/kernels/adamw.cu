@@ -95,7 +95,6 @@ __global__ void __launch_bounds__(kAdamThreads) adamw_kernel(const AdamWKernelAr
 // keeping the maximum of |param| of each tile that lies in a range: a
 // block reduction, then one atomic max per tile. The same arithmetic per
 // element as adamw_kernel.
-__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(fabsf(v)); }
 
 template <bool VEC>
 __global__ void __launch_bounds__(kAdamThreads)

@@ -168,7 +168,6 @@ __global__ void __launch_bounds__(kThreads)
 // down to a power of two. Pass one: the maxima of a kTile x kTile tile per
 // block, as bit patterns, into the rows' and columns' slots (atomic max);
 // pass two: both casts from one read of x.
-__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(fabsf(v)); }
 
 // fmax / max(amax, 1e-12) rounded down to a power of two (the exponent
 // kept, the mantissa cleared); a NaN or infinite scale stays as it is.
