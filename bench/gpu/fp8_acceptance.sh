@@ -7,7 +7,9 @@
 #                                         gpt2 on 2 GPUs, fp8 beside bf16, losses side by side
 #   bench/gpu/fp8_acceptance.sh converge  gpt2-124m on the embedded text, the same data order, fp8 and bf16:
 #                                         STEPS_CONVERGE (1000) steps each, validation losses side by side
-#                                         (goal: fp8 within 1% of bf16, no non-finite loss)
+#                                         (goal: fp8 within 1% of bf16, no non-finite loss); CONVERGE_PRECISIONS
+#                                         adds fp8:rowwise; the documented runs train on linux-doc
+#                                         (bench/fp8_converge_prepare.sh, DTRAIN_ARGS="--data-dir .deps/text-gpt2")
 #   bench/gpu/fp8_acceptance.sh throughput  dtrain bench train on 1 GPU, THROUGHPUT_PRECISIONS (bf16 fp8;
 #                                         fp8:measured turns noted maxima off, fp8:rowwise is
 #                                         --fp8-recipe rowwise) for THROUGHPUT_CONFIGS
