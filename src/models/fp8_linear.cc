@@ -10,6 +10,7 @@
 #include "models/fused_kernels_setting.h"
 #include "models/fused_ops_cuda.h"
 #include "models/gradient_slot.h"
+#include "models/transformer_ops.h"
 
 #if DTRAIN_TORCH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -188,8 +189,12 @@ torch::Tensor product(const torch::Tensor& a_data, const torch::Tensor& a_invers
 torch::Tensor fp8Forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                          const torch::Tensor& bias) {
   const torch::Tensor flat = x.reshape({-1, x.size(-1)});
+  // --breakdown's split: the casts, then the product (transformer_ops.h).
+  std::optional<ops::ObservedOp> casts(std::in_place, ops::OpKind::kFp8Cast, x);
   const CastPair& x8 = inputCast(flat);
   const CastPair w8 = castFp8Pair(weight, compat::float8E4m3(), kFp8E4m3Max);
+  casts.reset();
+  const ops::ObservedOp products(ops::OpKind::kFp8Product, x);
   // bf16 out, as a product under autocast; the bias added after (cuBLASLt
   // takes a bias only of a 16-bit dtype).
   const at::ScalarType out = torch::kBFloat16;

@@ -32,30 +32,23 @@ torch::Tensor forMatmul(const torch::Tensor& normed) {
 std::atomic<OpObserver*> g_observer{nullptr};
 thread_local int t_depth = 0;  // operations of this thread inside one another
 
-// Reports the outermost operation of a thread to the observer, if any.
-class Observed {
- public:
-  Observed(OpKind kind, const torch::Tensor& on) : kind_(kind), on_(on), observer_(g_observer.load()) {
-    if (t_depth++ == 0 && observer_ != nullptr) {
-      observer_->opStarted(kind_, on_);
-    } else {
-      observer_ = nullptr;
-    }
-  }
-  ~Observed() {
-    --t_depth;
-    if (observer_ != nullptr) observer_->opEnded(kind_, on_);
-  }
-  Observed(const Observed&) = delete;
-  Observed& operator=(const Observed&) = delete;
-
- private:
-  OpKind kind_;
-  const torch::Tensor& on_;
-  OpObserver* observer_;
-};
+using Observed = ObservedOp;
 
 }  // namespace
+
+// Reports the outermost operation of a thread to the observer, if any.
+ObservedOp::ObservedOp(OpKind kind, const torch::Tensor& on) : kind_(kind), on_(on), observer_(g_observer.load()) {
+  if (t_depth++ == 0 && observer_ != nullptr) {
+    observer_->opStarted(kind_, on_);
+  } else {
+    observer_ = nullptr;
+  }
+}
+
+ObservedOp::~ObservedOp() {
+  --t_depth;
+  if (observer_ != nullptr) observer_->opEnded(kind_, on_);
+}
 
 const char* opKindName(OpKind kind) {
   switch (kind) {
@@ -64,6 +57,9 @@ const char* opKindName(OpKind kind) {
     case OpKind::kRotary: return "rotary";
     case OpKind::kAttention: return "attention";
     case OpKind::kHeadAndLoss: return "head_and_loss";
+    case OpKind::kProduct: return "products";
+    case OpKind::kFp8Product: return "fp8_products";
+    case OpKind::kFp8Cast: return "fp8_casts";
   }
   return "unknown";
 }
@@ -105,7 +101,8 @@ ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor&
 }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  if (fp8Takes(x, weight)) return fp8Linear(x, weight, bias);
+  if (fp8Takes(x, weight)) return fp8Linear(x, weight, bias);  // reports its casts and products itself
+  Observed observed(OpKind::kProduct, x);
   if (!bias.defined() || x.dim() == 2) return torch::linear(x, weight, bias);
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
@@ -122,18 +119,23 @@ torch::ScalarType matmulType(const torch::Tensor& x) {
 }
 
 torch::Tensor linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (fp8Takes(x, weight)) {  // the product in FP8, reported as such; the GELU apart
+    const torch::Tensor h = linear(x, weight, bias);
+    Observed observed(OpKind::kMlpActivation, h);
+    return torch::gelu(h, "tanh");
+  }
   Observed observed(OpKind::kMlpActivation, x);
-  if (fp8Takes(x, weight)) return torch::gelu(linear(x, weight, bias), "tanh");  // the product in FP8
   if (auto result = fused::linearGelu(x, weight, bias)) return *result;
   return torch::gelu(linear(x, weight, bias), "tanh");
 }
 
 torch::Tensor geluMlp(const torch::Tensor& x, const torch::Tensor& fc_weight, const torch::Tensor& fc_bias,
                       const torch::Tensor& proj_weight, const torch::Tensor& proj_bias) {
-  // One report for the whole MLP, fused or not (linearGelu inside is not
-  // reported again).
-  Observed observed(OpKind::kMlpActivation, x);
+  // Under FP8 the products and casts report themselves, the GELU as the
+  // activation; else one report for the whole MLP, fused or not
+  // (linearGelu inside is not reported again).
   if (fp8Takes(x, fc_weight)) return linear(linearGelu(x, fc_weight, fc_bias), proj_weight, proj_bias);
+  Observed observed(OpKind::kMlpActivation, x);
   if (auto result = fused::geluMlp(x, fc_weight, fc_bias, proj_weight, proj_bias)) return *result;
   return linear(linearGelu(x, fc_weight, fc_bias), proj_weight, proj_bias);
 }

@@ -133,10 +133,15 @@ torch::Tensor classifierCrossEntropy(const torch::Tensor& hidden, const torch::T
 // kinds: the four norms; linearGelu (with gpt2's fc matmul; geluMlp with
 // both of its matmuls) and swiglu;
 // applyRotary; causalAttention; classifier and classifierCrossEntropy (the
-// head's matmuls, and with the fused kernel the head's gradients too).
-enum class OpKind { kNorm, kMlpActivation, kRotary, kAttention, kHeadAndLoss };
-inline constexpr int kOpKinds = 5;
-// "norm", "mlp_activation", "rotary", "attention", "head_and_loss".
+// head's matmuls, and with the fused kernel the head's gradients too);
+// linear's products in bf16 or fp32; and under FP8 (fp8_linear.h) the
+// scaled products and the casts to float8 apart (the forward's casts,
+// with the transposes the backward takes). Under FP8, gpt2's MLP reports
+// its products and casts as such and only the GELU as mlp_activation.
+enum class OpKind { kNorm, kMlpActivation, kRotary, kAttention, kHeadAndLoss, kProduct, kFp8Product, kFp8Cast };
+inline constexpr int kOpKinds = 8;
+// "norm", "mlp_activation", "rotary", "attention", "head_and_loss",
+// "products", "fp8_products", "fp8_casts".
 const char* opKindName(OpKind kind);
 
 class OpObserver {
@@ -151,5 +156,20 @@ class OpObserver {
 // The observer of every later operation, on every thread (nullptr: none).
 // Not owned; set it only while no model runs.
 void setOpObserver(OpObserver* observer);
+
+// Reports an operation of `kind` from construction to destruction, unless
+// it runs inside another reported one (of this thread). `on` must outlive it.
+class ObservedOp {
+ public:
+  ObservedOp(OpKind kind, const torch::Tensor& on);
+  ~ObservedOp();
+  ObservedOp(const ObservedOp&) = delete;
+  ObservedOp& operator=(const ObservedOp&) = delete;
+
+ private:
+  OpKind kind_;
+  const torch::Tensor& on_;
+  OpObserver* observer_;
+};
 
 }  // namespace dtrain::models::ops

@@ -405,7 +405,9 @@ void declareBenchTrainOptions(OptionSet& set, BenchTrainOptions& o) {
   set.integer("--warmup", o.warmup, "Untimed steps first (the CUDA graph is captured among them)")
       .range(0, 10'000'000);
   set.toggle("--breakdown", o.breakdown,
-             "With --no-cuda-graphs: also time forward, backward, all-reduce and optimizer with CUDA events");
+             "With --no-cuda-graphs: also time forward (language models: split into norms, activations, rotary, "
+             "attention, head and loss, products, and under FP8 its products and casts apart), backward, all-reduce "
+             "and optimizer with CUDA events");
   set.toggle("--profile-range", o.profile_range,
              "On CUDA: cudaProfilerStart before the timed steps and cudaProfilerStop after them, so that "
              "`nsys profile --capture-range=cudaProfilerApi` or `ncu --profile-from-start off` records only them");
