@@ -220,36 +220,53 @@ void writeSafetensors(const std::string& path, const NamedTensors& tensors,
   }
 }
 
-SafetensorsContents readSafetensors(const std::string& path) {
+namespace {
+
+// A safetensors file opened and its header parsed: what reading it and
+// mapping it share.
+struct OpenedSafetensors {
+  FileDescriptor file;
+  uint64_t file_size = 0;
+  uint64_t data_start = 0;  // the data bytes' offset in the file
+  std::vector<Entry> entries;
+};
+
+OpenedSafetensors openSafetensors(const std::string& path, std::map<std::string, std::string>& metadata) {
   struct stat info {};
-  const File file(openRegularFile(path, "safetensors file", &info).release());
-  const uint64_t file_size = static_cast<uint64_t>(info.st_size);
+  OpenedSafetensors opened{openRegularFile(path, "safetensors file", &info)};
+  opened.file_size = static_cast<uint64_t>(info.st_size);
   uint64_t header_size = 0;
-  const json header = readHeader(file.fd(), file_size, path, header_size);
+  const json header = readHeader(opened.file.get(), opened.file_size, path, header_size);
+  opened.data_start = 8 + header_size;
+  opened.entries = parseHeader(header, opened.file_size - opened.data_start, path, metadata);
+  return opened;
+}
+
+}  // namespace
+
+SafetensorsContents readSafetensors(const std::string& path) {
   SafetensorsContents contents;
-  const uint64_t data_start = 8 + header_size;
-  for (const Entry& e : parseHeader(header, file_size - data_start, path, contents.metadata)) {
+  const OpenedSafetensors opened = openSafetensors(path, contents.metadata);
+  for (const Entry& e : opened.entries) {
     torch::Tensor tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
-    readAll(file.fd(), tensor.data_ptr(), e.end - e.begin, data_start + e.begin, path);
+    readAll(opened.file.get(), tensor.data_ptr(), e.end - e.begin, opened.data_start + e.begin, path);
     contents.tensors.emplace_back(e.name, std::move(tensor));
   }
   return contents;
 }
 
 SafetensorsContents mapSafetensors(const std::string& path) {
-  struct stat info {};
-  const File file(openRegularFile(path, "safetensors file", &info).release());
-  const uint64_t file_size = static_cast<uint64_t>(info.st_size);
-  uint64_t header_size = 0;
-  const json header = readHeader(file.fd(), file_size, path, header_size);
   SafetensorsContents contents;
-  const uint64_t data_start = 8 + header_size;
-  const std::vector<Entry> entries = parseHeader(header, file_size - data_start, path, contents.metadata);
+  const OpenedSafetensors opened = openSafetensors(path, contents.metadata);
+  const uint64_t file_size = opened.file_size, data_start = opened.data_start;
+  const std::vector<Entry>& entries = opened.entries;
   if (file_size == data_start) {  // no data bytes: nothing to map
-    for (const Entry& e : entries) contents.tensors.emplace_back(e.name, torch::empty(e.shape, torch::TensorOptions().dtype(e.type)));
+    for (const Entry& e : entries) {
+      contents.tensors.emplace_back(e.name, torch::empty(e.shape, torch::TensorOptions().dtype(e.type)));
+    }
     return contents;
   }
-  void* base = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+  void* base = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, opened.file.get(), 0);
   if (base == MAP_FAILED) throw errnoError("mmap", errno, "cannot map " + path);
   const std::shared_ptr<void> mapping(base, [file_size](void* p) { ::munmap(p, file_size); });
   char* data = static_cast<char*>(base) + data_start;
