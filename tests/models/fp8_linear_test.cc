@@ -279,6 +279,24 @@ TEST(Fp8NotesTest, TheProductReadsANotedMaximumOfItsWeight) {
   forgetAbsoluteMaxima();
 }
 
+// The tiny llama of the whole-model tests (GQA: 2 key/value heads), and a
+// batch of 4 rows of its tokens on the GPU.
+LanguageModelOverrides tinyLlama() {
+  LanguageModelOverrides o;
+  o.layers = 2;
+  o.dim = 128;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.ffn_dim = 256;
+  o.seq_len = 64;
+  o.vocab_size = 512;
+  return o;
+}
+
+torch::Tensor tinyTokens() {
+  return torch::randint(512, {4, 64}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
+}
+
 // The recipe of the scope for a test, tensorwise again after it.
 class RecipeFor {
  public:
@@ -443,18 +461,11 @@ TEST(Fp8RowwiseTest, ALanguageModelsLossFollowsBf16) {
   DTRAIN_SKIP_WITHOUT_FP8();
   const std::string why = fp8RecipeUnsupported(Fp8Recipe::kRowwise, torch::Device(torch::kCUDA, 0));
   if (!why.empty()) GTEST_SKIP() << why;
-  LanguageModelOverrides o;
-  o.layers = 2;
-  o.dim = 128;
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.ffn_dim = 256;
-  o.seq_len = 64;
-  o.vocab_size = 512;
+  const LanguageModelOverrides o = tinyLlama();
   torch::manual_seed(3);
   const auto model = createLanguageModel(namedLanguageModel("llama", o));
   model->to(torch::kCUDA);
-  const torch::Tensor tokens = torch::randint(512, {4, 64}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
+  const torch::Tensor tokens = tinyTokens();
   torch::Tensor bf16, fp8;
   {
     testing::Bf16Autocast autocast;
@@ -660,19 +671,11 @@ TEST(Fp8NotedMaximumTest, SwigluNotesItsOutputAndGradientsAbsoluteMaxima) {
 TEST(Fp8Test, NotedMaximaLeaveALanguageModelsLossAndGradientsAsTheyWere) {
   DTRAIN_SKIP_WITHOUT_FP8();
   if (!fused::compiledIn()) GTEST_SKIP() << "this build has no fused kernels";
-  LanguageModelOverrides o;
-  o.layers = 2;
-  o.dim = 128;
-  o.heads = 4;
-  o.kv_heads = 2;
-  o.ffn_dim = 256;
-  o.seq_len = 64;
-  o.vocab_size = 512;
+  const LanguageModelOverrides o = tinyLlama();
   torch::manual_seed(3);
   const auto model = createLanguageModel(namedLanguageModel("llama", o));
   model->to(torch::kCUDA);
-  const torch::Tensor tokens =
-      torch::randint(512, {4, 64}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
+  const torch::Tensor tokens = tinyTokens();
   // The loss and the gradients of one step (notes on or off), gradients reset after.
   auto step = [&](bool noted) {
     struct Restore {

@@ -59,6 +59,32 @@ __device__ __forceinline__ void adamw_element(float& p, float g, float& m, float
   p = p - __fmul_rn(c.step_size, m / denom);
 }
 
+// Vector k (elements 4k .. 4k + 3) updated in place; its new parameters.
+__device__ __forceinline__ float4 adamw_vector(int64_t k, const AdamWKernelArgs& a, const AdamWCoefficients& c) {
+  float4 p = reinterpret_cast<const float4*>(a.param)[k];
+  const float4 g = reinterpret_cast<const float4*>(a.grad)[k];
+  float4 m = reinterpret_cast<const float4*>(a.exp_avg)[k];
+  float4 v = reinterpret_cast<const float4*>(a.exp_avg_sq)[k];
+  adamw_element(p.x, g.x, m.x, v.x, a, c);
+  adamw_element(p.y, g.y, m.y, v.y, a, c);
+  adamw_element(p.z, g.z, m.z, v.z, a, c);
+  adamw_element(p.w, g.w, m.w, v.w, a, c);
+  reinterpret_cast<float4*>(a.param)[k] = p;
+  reinterpret_cast<float4*>(a.exp_avg)[k] = m;
+  reinterpret_cast<float4*>(a.exp_avg_sq)[k] = v;
+  return p;
+}
+
+// Element i updated in place; its new parameter.
+__device__ __forceinline__ float adamw_scalar(int64_t i, const AdamWKernelArgs& a, const AdamWCoefficients& c) {
+  float p = a.param[i], m = a.exp_avg[i], v = a.exp_avg_sq[i];
+  adamw_element(p, a.grad[i], m, v, a, c);
+  a.param[i] = p;
+  a.exp_avg[i] = m;
+  a.exp_avg_sq[i] = v;
+  return p;
+}
+
 template <bool VEC>
 __global__ void __launch_bounds__(kAdamThreads) adamw_kernel(const AdamWKernelArgs a) {
   const AdamWCoefficients c = coefficients(a);
@@ -67,28 +93,10 @@ __global__ void __launch_bounds__(kAdamThreads) adamw_kernel(const AdamWKernelAr
   int64_t scalar_from = 0;
   if constexpr (VEC) {
     const int64_t vectors = a.n / 4;
-    for (int64_t k = first; k < vectors; k += stride) {
-      float4 p = reinterpret_cast<const float4*>(a.param)[k];
-      const float4 g = reinterpret_cast<const float4*>(a.grad)[k];
-      float4 m = reinterpret_cast<const float4*>(a.exp_avg)[k];
-      float4 v = reinterpret_cast<const float4*>(a.exp_avg_sq)[k];
-      adamw_element(p.x, g.x, m.x, v.x, a, c);
-      adamw_element(p.y, g.y, m.y, v.y, a, c);
-      adamw_element(p.z, g.z, m.z, v.z, a, c);
-      adamw_element(p.w, g.w, m.w, v.w, a, c);
-      reinterpret_cast<float4*>(a.param)[k] = p;
-      reinterpret_cast<float4*>(a.exp_avg)[k] = m;
-      reinterpret_cast<float4*>(a.exp_avg_sq)[k] = v;
-    }
+    for (int64_t k = first; k < vectors; k += stride) adamw_vector(k, a, c);
     scalar_from = vectors * 4;
   }
-  for (int64_t i = scalar_from + first; i < a.n; i += stride) {
-    float p = a.param[i], m = a.exp_avg[i], v = a.exp_avg_sq[i];
-    adamw_element(p, a.grad[i], m, v, a, c);
-    a.param[i] = p;
-    a.exp_avg[i] = m;
-    a.exp_avg_sq[i] = v;
-  }
+  for (int64_t i = scalar_from + first; i < a.n; i += stride) adamw_scalar(i, a, c);
 }
 
 // The update by tiles (AdamWArgs::tiles), each block a tile at a time,
@@ -109,29 +117,14 @@ __global__ void __launch_bounds__(kAdamThreads)
       if (tile.begin % 4 == 0) {
         const int64_t last = tile.end / 4;
         for (int64_t k = tile.begin / 4 + threadIdx.x; k < last; k += blockDim.x) {
-          float4 p = reinterpret_cast<const float4*>(a.param)[k];
-          const float4 g = reinterpret_cast<const float4*>(a.grad)[k];
-          float4 m = reinterpret_cast<const float4*>(a.exp_avg)[k];
-          float4 v = reinterpret_cast<const float4*>(a.exp_avg_sq)[k];
-          adamw_element(p.x, g.x, m.x, v.x, a, c);
-          adamw_element(p.y, g.y, m.y, v.y, a, c);
-          adamw_element(p.z, g.z, m.z, v.z, a, c);
-          adamw_element(p.w, g.w, m.w, v.w, a, c);
-          reinterpret_cast<float4*>(a.param)[k] = p;
-          reinterpret_cast<float4*>(a.exp_avg)[k] = m;
-          reinterpret_cast<float4*>(a.exp_avg_sq)[k] = v;
+          const float4 p = adamw_vector(k, a, c);
           acc = max(max(acc, max(abs_bits(p.x), abs_bits(p.y))), max(abs_bits(p.z), abs_bits(p.w)));
         }
         scalar_from = max(tile.begin, last * 4);
       }
     }
     for (int64_t i = scalar_from + threadIdx.x; i < tile.end; i += blockDim.x) {
-      float p = a.param[i], m = a.exp_avg[i], v = a.exp_avg_sq[i];
-      adamw_element(p, a.grad[i], m, v, a, c);
-      a.param[i] = p;
-      a.exp_avg[i] = m;
-      a.exp_avg_sq[i] = v;
-      acc = max(acc, abs_bits(p));
+      acc = max(acc, abs_bits(adamw_scalar(i, a, c)));
     }
     if (tile.range < 0) continue;  // the same tile, so the same branch, for the whole block
 #pragma unroll

@@ -121,6 +121,20 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kTile = 64;
 constexpr int kTilePitch = kTile + 2;  // 16 rows apart land 8 banks apart: conflict-free column reads
 
+// The tile's fp8 bytes (after the __syncthreads that follows their
+// writes) into yt: thread t writes 16 bytes of yt's row col0 + t / 4, x's
+// rows row0 + (t % 4) * 16 .. + 15 of that column.
+__device__ __forceinline__ void store_tile_transposed(const __nv_fp8_storage_t (&tile)[kTile][kTilePitch],
+                                                      __nv_fp8_storage_t* yt, int64_t rows, int64_t cols, int64_t row0,
+                                                      int64_t col0) {
+  const int c = threadIdx.x / 4, r = (threadIdx.x % 4) * 16;
+  if (col0 + c >= cols || row0 + r >= rows) return;
+  Pack<__nv_fp8_storage_t, 16> out;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) out.v[j] = tile[r + j][c];
+  store_pack<__nv_fp8_storage_t, 16>(yt + (col0 + c) * rows + row0 + r, out);
+}
+
 template <typename T, __nv_fp8_interpretation_t F>
 __global__ void __launch_bounds__(kThreads)
     scaled_cast_transposed(__nv_fp8_storage_t* y, __nv_fp8_storage_t* yt, const T* x, int64_t rows, int64_t cols,
@@ -153,14 +167,7 @@ __global__ void __launch_bounds__(kThreads)
     store_pack<__nv_fp8_storage_t, V>(y + at, out);
   }
   __syncthreads();
-  // Thread t writes 16 bytes of yt's row col0 + t / 4: x's rows
-  // row0 + (t % 4) * 16 .. + 15 of that column.
-  const int c = threadIdx.x / 4, r = (threadIdx.x % 4) * 16;
-  if (col0 + c >= cols || row0 + r >= rows) return;
-  Pack<__nv_fp8_storage_t, 16> out;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) out.v[j] = tile[r + j][c];
-  store_pack<__nv_fp8_storage_t, 16>(yt + (col0 + c) * rows + row0 + r, out);
+  store_tile_transposed(tile, yt, rows, cols, row0, col0);
 }
 
 // Axiswise casts (fp8_cast_axiswise): each row of y scaled by its row's
@@ -254,12 +261,7 @@ __global__ void __launch_bounds__(kThreads)
     store_pack<__nv_fp8_storage_t, V>(y + at, out);
   }
   __syncthreads();
-  const int c = threadIdx.x / 4, r = (threadIdx.x % 4) * 16;
-  if (col0 + c >= cols || row0 + r >= rows) return;
-  Pack<__nv_fp8_storage_t, 16> out;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) out.v[j] = tile[r + j][c];
-  store_pack<__nv_fp8_storage_t, 16>(yt + (col0 + c) * rows + row0 + r, out);
+  store_tile_transposed(tile, yt, rows, cols, row0, col0);
 }
 
 template <typename T>
