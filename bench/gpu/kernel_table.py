@@ -9,6 +9,12 @@ output (ncu's own lines, the program's): rows are read from the header line
 that starts with "ID" on.
 
   bench/gpu/kernel_table.py kernels.csv [ncu.log ...] [--steps 2] [--top 40]
+  bench/gpu/kernel_table.py dtrain.ncu.log --second-half gather_kernel --steps 1
+
+--second-half REGEX counts only the kernels from the first of the second
+half of those whose names match REGEX (a kernel each step starts with, such
+as the token embedding's gather): of a profile of a warm-up step and a timed
+step, the timed one alone.
 """
 import argparse
 import csv
@@ -60,10 +66,20 @@ def main():
     ap.add_argument("files", nargs="+")
     ap.add_argument("--steps", type=float, default=2.0, help="steps the profile holds (per-step ms = total / steps)")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--second-half", metavar="REGEX", default="",
+                    help="count from the first of the second half of the kernels matching REGEX")
     a = ap.parse_args()
     per_name = defaultdict(lambda: [0, 0.0])
     unit_scale = None
-    for row in rows(a.files):
+    table = list(rows(a.files))
+    if a.second_half:
+        marks = [i for i, row in enumerate(table) if re.search(a.second_half, row.get("Kernel Name", ""))]
+        if len(marks) < 2:
+            print(f"--second-half {a.second_half}: {len(marks)} matching kernels, need 2 or more")
+            return 1
+        # the units row (first) stays: it names the duration's unit
+        table = table[:1] + table[marks[len(marks) // 2]:]
+    for row in table:
         value = row.get("gpu__time_duration.sum", "")
         if unit_scale is None and not re.match(r"^[0-9.,]+$", value or ""):
             unit_scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}.get(value.strip(), 1e-6)

@@ -131,6 +131,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="peak dense bf16 TFLOP/s per device for MFU (default: from the device name)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cuda-profiler-window", action="store_true",
+                   help="cudaProfilerStart/Stop around the timed steps only (for ncu --profile-from-start off)")
     p.add_argument("--json", default="", metavar="FILE",
                    help="rank 0 writes the result here as one JSON line ('-': stdout)")
     a = p.parse_args(argv)
@@ -517,7 +519,11 @@ def measure(a: argparse.Namespace, group: Group, notes: List[str]) -> Measuremen
 
     warmup_s = warm_up(step, a.warmup_steps, group)
     loss_sum.zero_()
+    if getattr(a, "cuda_profiler_window", False) and group.device.type == "cuda":
+        torch.cuda.cudart().cudaProfilerStart()
     timing = timed_steps(step, a.steps, group)
+    if getattr(a, "cuda_profiler_window", False) and group.device.type == "cuda":
+        torch.cuda.cudart().cudaProfilerStop()
     memory = [-1.0, -1.0]  # none on a CPU
     if group.device.type == "cuda":
         memory = [float(torch.cuda.max_memory_allocated(group.device)),
