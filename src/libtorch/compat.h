@@ -220,3 +220,63 @@ inline void scaledMmOut(at::Tensor& out, const at::Tensor& a, const at::Tensor& 
 }
 
 }  // namespace dtrain::compat
+
+// Matrix products of 16-bit operands written into a float32 tensor (a
+// weight gradient into its fp32 buffer). libtorch 2.9 and newer: cuBLAS
+// writes the fp32 result itself (mm/baddbmm with out_dtype, CUDA only; they
+// came in 2.8), and `accumulate` adds it to what `out` holds in the same
+// product (beta 1);
+// older libtorch, or a CPU tensor: the product in the operands' dtype, then
+// cast into or added to `out`. Operands of out's dtype: mm_out / addmm_.
+namespace dtrain::compat {
+
+inline constexpr bool kHasMmOutDtype = DTRAIN_TORCH_AT_LEAST(2, 9);
+
+inline void productInto(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, bool accumulate) {
+  if (a.scalar_type() == out.scalar_type()) {
+    if (accumulate) {
+      out.addmm_(a, b);
+    } else {
+      at::mm_out(out, a, b);
+    }
+    return;
+  }
+#if DTRAIN_TORCH_AT_LEAST(2, 9)
+  if (out.is_cuda() && out.scalar_type() == at::kFloat &&
+      (a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf)) {
+    if (accumulate) {
+      // baddbmm's dtype variant adds to `out` itself (addmm's wants a
+      // 16-bit input to add): one batch of one product.
+      at::Tensor out3 = out.unsqueeze(0);
+      at::baddbmm_out(out3, out3, a.unsqueeze(0), b.unsqueeze(0), at::kFloat, /*beta=*/1, /*alpha=*/1);
+    } else {
+      at::mm_out(out, a, b, at::kFloat);
+    }
+    return;
+  }
+#endif
+  if (accumulate) {
+    out.add_(at::mm(a, b));
+  } else {
+    out.copy_(at::mm(a, b));
+  }
+}
+
+// Causal attention with fewer key/value heads than query heads (grouped
+// queries: each key/value head serves heads(q) / heads(k) consecutive query
+// heads), without widening k and v first: SDPA's enable_gqa (libtorch 2.5
+// and newer). Older libtorch: kHasNativeGqa is false, and this must not be
+// called.
+inline constexpr bool kHasNativeGqa = DTRAIN_TORCH_AT_LEAST(2, 5);
+
+inline at::Tensor causalGroupedQueryAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if DTRAIN_TORCH_AT_LEAST(2, 5)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                          /*scale=*/std::nullopt, /*enable_gqa=*/true);
+#else
+  (void)q, (void)k, (void)v;
+  TORCH_CHECK(false, "grouped-query attention without widening needs libtorch 2.5 or newer");
+#endif
+}
+
+}  // namespace dtrain::compat

@@ -2,8 +2,10 @@
 // embeddings as autograd functions over the fused kernels (activation.h,
 // rope.h).
 #include "models/fp8_linear.h"
+#include "models/fused_kernels_setting.h"
 #include "models/fused_ops_cuda.h"
 #include "models/fused_ops_support.h"
+#include "models/gradient_slot.h"
 
 namespace dtrain::models::fused {
 namespace {
@@ -60,8 +62,10 @@ class FusedGeluFunction : public torch::autograd::Function<FusedGeluFunction> {
 };
 
 // out = gelu(h + fc_bias) Wᵀ + bias over h [rows, ffn] (the fc product
-// without its bias), W [dim, ffn] and bias [dim] (empty: none), all of the
-// activations' dtype except fc_bias: GPT-2's MLP after its first matmul. The
+// without its bias), W [dim, ffn] (the parameter, of any float dtype: cast
+// inside; its gradient through models::weightGradient) and bias [dim]
+// (empty: none), of the activations' dtype as h: GPT-2's MLP after its
+// first matmul. The
 // GELU's output, the largest activation of the block, is not kept: the
 // backward writes it again beside dh, in the same pass over h.
 class FusedGeluLinearFunction : public torch::autograd::Function<FusedGeluLinearFunction> {
@@ -74,8 +78,11 @@ class FusedGeluLinearFunction : public torch::autograd::Function<FusedGeluLinear
     DTRAIN_CUDA_CHECK(kernels::gelu_forward(a.data_ptr(), h.data_ptr(), has_fc_bias ? fc_bias.data_ptr() : nullptr,
                                             h.size(0), static_cast<int>(h.size(1)), kernelType(h),
                                             has_fc_bias ? kernelType(fc_bias) : kernelType(h), streamOf(h)));
-    const torch::Tensor out = bias.numel() > 0 ? torch::addmm(bias, a, weight.t()) : torch::mm(a, weight.t());
-    ctx->save_for_backward({h, fc_bias, weight});
+    const torch::Tensor w = weight.to(h.scalar_type());
+    const torch::Tensor out = bias.numel() > 0 ? torch::addmm(bias, a, w.t()) : torch::mm(a, w.t());
+    ctx->save_for_backward({h, fc_bias, w});
+    // The parameter itself, for its gradient's slot (gradient_slot.h).
+    ctx->saved_data["weight"] = weight;
     ctx->saved_data["has_bias"] = bias.numel() > 0;
     return out;
   }
@@ -88,7 +95,12 @@ class FusedGeluLinearFunction : public torch::autograd::Function<FusedGeluLinear
     const torch::Tensor da = aligned(torch::mm(dout, weight));
     const torch::Tensor a = at::empty(h.sizes(), h.options());
     const GeluGrads g = geluBackward(h, fc_bias, da, a);
-    const torch::Tensor dweight = torch::mm(dout.t(), a);
+    torch::Tensor dweight;
+    if (ctx->needs_input_grad(2)) {
+      const torch::Tensor weight_param = ctx->saved_data["weight"].toTensor();
+      dweight = fusedProductsSetting() ? models::weightGradient(dout, a, weight_param)
+                                       : torch::mm(dout.t(), a).to(weight_param.scalar_type());
+    }
     const torch::Tensor dbias =
         ctx->saved_data["has_bias"].toBool() ? dout.sum(0, /*keepdim=*/false, torch::kFloat).to(h.scalar_type())
                                              : torch::Tensor();
@@ -188,7 +200,7 @@ std::optional<torch::Tensor> linearGelu(const torch::Tensor& x, const torch::Ten
   if (act != torch::kBFloat16 && (autocast || act != torch::kFloat)) return std::nullopt;
   if (!autocast && weight.scalar_type() != act) return std::nullopt;
   if (bias.defined() && (!isKernelType(bias.scalar_type()) || bias.numel() != weight.size(0))) return std::nullopt;
-  const torch::Tensor h = torch::mm(x.reshape({-1, x.size(-1)}).to(act), weight.to(act).t());
+  const torch::Tensor h = product(aligned(x.reshape({-1, x.size(-1)}).to(act)), weight);
   // fp32 activations take an fp32 bias; bf16 ones keep the bias's own dtype
   // (an fp32 master bias is added in fp32 inside the kernel).
   const torch::Tensor b = bias.defined() ? aligned(act == torch::kFloat ? bias.to(torch::kFloat) : bias)
@@ -213,7 +225,7 @@ std::optional<torch::Tensor> geluMlp(const torch::Tensor& x, const torch::Tensor
     return std::nullopt;
   }
   if (proj_bias.defined() && proj_bias.numel() != proj_weight.size(0)) return std::nullopt;
-  const torch::Tensor h = torch::mm(x.reshape({-1, x.size(-1)}).to(act), fc_weight.to(act).t());
+  const torch::Tensor h = product(aligned(x.reshape({-1, x.size(-1)}).to(act)), fc_weight);
   const torch::Tensor b = fc_bias.defined() ? aligned(act == torch::kFloat ? fc_bias.to(torch::kFloat) : fc_bias)
                                             : at::empty({0}, h.options());
   // The projection and its bias in the activations' dtype, as autocast's
@@ -221,7 +233,7 @@ std::optional<torch::Tensor> geluMlp(const torch::Tensor& x, const torch::Tensor
   const torch::Tensor pb = proj_bias.defined() ? proj_bias.to(act) : at::empty({0}, h.options());
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = proj_weight.size(0);
-  return FusedGeluLinearFunction::apply(aligned(h), b, proj_weight.to(act), pb).view(shape);
+  return FusedGeluLinearFunction::apply(aligned(h), b, proj_weight, pb).view(shape);
 }
 
 std::optional<torch::Tensor> swiglu(const torch::Tensor& gate, const torch::Tensor& up) {

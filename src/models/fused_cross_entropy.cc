@@ -4,6 +4,7 @@
 #include "models/fused_ops_cuda.h"
 #include "models/fused_ops_support.h"
 #include "models/lm_counts.h"
+#include "libtorch/compat.h"
 
 #include <algorithm>
 
@@ -22,7 +23,7 @@ constexpr int64_t kIgnoreIndex = -100;  // torch's default: rows with this targe
 // The rows' gradients and the weight's, filled chunk by chunk.
 struct HeadGradients {
   torch::Tensor hidden;  // [rows, dim] in hidden's dtype, or undefined
-  torch::Tensor weight;  // [vocab, dim] in weight's dtype, or undefined
+  torch::Tensor weight;  // [padded vocab, dim] in weight's dtype, or undefined
 };
 
 // One chunk of rows [r0, r0 + n): logits, loss and dlogits, gradient products.
@@ -36,7 +37,6 @@ void runChunk(const torch::Tensor& h, const torch::Tensor& w, int64_t vocab, con
               const torch::Tensor& losses, const torch::Tensor& inverse_count, const torch::Tensor& buffer,
               int64_t r0, int64_t n, HeadGradients& grads) {
   const int64_t width = w.size(0);  // vocab, or the padded vocabulary
-  const bool padded = width != vocab;
   const torch::Tensor hc = h.narrow(0, r0, n);
   torch::Tensor logits = buffer.narrow(0, 0, n).narrow(1, 0, width);
   torch::mm_out(logits, hc, w.t());
@@ -62,26 +62,11 @@ void runChunk(const torch::Tensor& h, const torch::Tensor& w, int64_t vocab, con
     }
   }
   if (!grads.weight.defined()) return;
-  if (padded) {
-    // The padded product, then its first `vocab` rows.
-    const torch::Tensor product = torch::mm(logits.t(), hc).narrow(0, 0, vocab);
-    if (r0 == 0) {
-      grads.weight.copy_(product);
-    } else {
-      grads.weight.add_(product);
-    }
-  } else if (grads.weight.scalar_type() == logits.scalar_type()) {
-    if (r0 == 0) {
-      torch::mm_out(grads.weight, logits.t(), hc);
-    } else {
-      grads.weight.addmm_(logits.t(), hc);
-    }
-  } else if (r0 == 0) {
-    grads.weight.copy_(torch::mm(logits.t(), hc));
-  } else {
-    // An fp32 master weight: the chunks' products add up in fp32.
-    grads.weight.add_(torch::mm(logits.t(), hc));
-  }
+  // dW += dlogitsᵀ h: the products add up the chunks themselves (beta 1),
+  // in fp32 for an fp32 master weight where libtorch can
+  // (compat::productInto), into all `width` rows; the padding rows are
+  // dropped at the end.
+  compat::productInto(grads.weight, logits.t(), hc, /*accumulate=*/r0 > 0);
 }
 
 // Inputs hidden [rows, dim], weight [vocab, dim] (their own dtypes, cast to
@@ -110,12 +95,13 @@ class FusedClassifierCrossEntropyFunction
     const torch::Tensor buffer = at::empty({chunk, padded}, h.options());
     HeadGradients grads;
     if (hidden_grad) grads.hidden = at::empty(hidden.sizes(), hidden.options());
-    if (weight_grad) grads.weight = at::empty(weight.sizes(), weight.options());
+    if (weight_grad) grads.weight = at::empty({padded, weight.size(1)}, weight.options());
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       runChunk(h, w, vocab, targets, losses, inverse_count, buffer, r0, std::min(chunk, rows - r0), grads);
     }
     if (grads.hidden.defined()) ctx->saved_data["dhidden"] = grads.hidden;
-    if (grads.weight.defined()) ctx->saved_data["dweight"] = grads.weight;
+    // The vocabulary's rows of the padded gradient: a contiguous view.
+    if (grads.weight.defined()) ctx->saved_data["dweight"] = grads.weight.narrow(0, 0, vocab);
     return (losses.sum() * inverse_count).reshape({});
   }
 

@@ -23,4 +23,17 @@ bool fusedBatchNormSetting();
 // tensor's in a pass of its own, with the same bits (A/B comparisons).
 bool fp8NotedMaximaSetting();
 
+// DTRAIN_FUSED_PRODUCTS (default on): whether the linear layers' bf16
+// products on CUDA (under autocast) run as dtrain's own autograd function
+// over cuBLAS, whose backward writes each weight gradient in fp32 straight
+// into the gradient buffer (fused_ops_cuda.h's linear); 0 runs libtorch's
+// linear (a bf16 gradient, then a cast and a copy).
+bool fusedProductsSetting();
+
+// DTRAIN_NATIVE_GQA (default on): whether attention with fewer key/value
+// heads than query heads gives SDPA the key/value heads as they are
+// (enable_gqa, libtorch 2.5 and newer); 0 widens them to the query heads
+// first (a copy of k and v in forward, a sum in backward).
+bool nativeGqaSetting();
+
 }  // namespace dtrain::models

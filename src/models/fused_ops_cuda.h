@@ -56,7 +56,14 @@ std::optional<torch::Tensor> rmsNorm(const torch::Tensor& x, const torch::Tensor
 std::optional<ops::ResidualAndNormed> addRmsNorm(const torch::Tensor& residual, const torch::Tensor& update,
                                                  const torch::Tensor& weight, double eps);
 
-// x Wᵀ by torch::mm (cuBLAS), then bias + GELU (tanh) in one kernel.
+// x Wᵀ (+ bias) under bf16 autocast: autocast's dtypes and cuBLAS products
+// (the bias in the product's epilogue), as libtorch's linear, but the
+// backward writes W's gradient through models::weightGradient (in fp32,
+// straight into the parameter's gradient buffer where its owner lets it).
+// Declines without bf16 autocast, with DTRAIN_FUSED_PRODUCTS=0, and for x
+// of fewer than 2 dimensions.
+std::optional<torch::Tensor> linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+// x Wᵀ by cuBLAS (detail::product), then bias + GELU (tanh) in one kernel.
 std::optional<torch::Tensor> linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 // GPT-2's MLP: gelu(x W1ᵀ + b1) W2ᵀ + b2; the GELU's output is written
 // again in the backward (by the GELU gradient's kernel) instead of being

@@ -25,6 +25,10 @@ std::optional<ops::ResidualAndNormed> addRmsNorm(const torch::Tensor&, const tor
   return std::nullopt;
 }
 
+std::optional<torch::Tensor> linear(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  return std::nullopt;
+}
+
 std::optional<torch::Tensor> linearGelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
   return std::nullopt;
 }

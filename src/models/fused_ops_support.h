@@ -55,6 +55,13 @@ inline uint32_t* amaxBits(const torch::Tensor& slot) {
 }
 void noteAmax(const torch::Tensor& out, const torch::Tensor& slot);
 
+// x Wᵀ for x [M, K] contiguous in the product's dtype and W [N, K] of any
+// float dtype (cast inside): with DTRAIN_FUSED_PRODUCTS on, fused_linear.cc's
+// function (W's gradient written in fp32 straight into its buffer), else
+// torch::mm of the cast weight. For the fused functions that take a product
+// without its bias (linearGelu, geluMlp).
+torch::Tensor product(const torch::Tensor& x, const torch::Tensor& weight);
+
 // Inside an autograd function: launches go to t's device, and autocast stays
 // out of the torch operations (their dtypes are chosen before the call).
 class KernelScope {

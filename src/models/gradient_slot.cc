@@ -1,5 +1,7 @@
 #include "models/gradient_slot.h"
 
+#include "libtorch/compat.h"
+
 #include <mutex>
 #include <unordered_map>
 
@@ -41,6 +43,19 @@ torch::Tensor takeStaleGradient(const torch::Tensor& param) {
     slot = it->second;
   }
   return slot->takeStale();
+}
+
+torch::Tensor weightGradient(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& weight) {
+  const torch::Tensor gt = g.t();
+  torch::Tensor into = takeStaleGradient(weight);
+  if (into.defined()) {
+    compat::productInto(into, gt, x, /*accumulate=*/false);
+    return {};
+  }
+  if (weight.scalar_type() == g.scalar_type()) return torch::mm(gt, x);
+  torch::Tensor out = at::empty({g.size(1), x.size(1)}, g.options().dtype(weight.scalar_type()));
+  compat::productInto(out, gt, x, /*accumulate=*/false);
+  return out;
 }
 
 }  // namespace dtrain::models

@@ -42,4 +42,13 @@ void unregisterGradientSlot(const torch::Tensor& param, const GradientSlot* slot
 // backward's bookkeeping here when no gradient came before).
 torch::Tensor takeStaleGradient(const torch::Tensor& param);
 
+// The gradient gᵀ x of the weight W of a product x Wᵀ (g [M, N], x [M, K],
+// both of the product's dtype), for a backward to return: written straight
+// into W's stale gradient where its owner lets it (then undefined is
+// returned: nothing left for autograd to add), else returned in W's dtype.
+// A 16-bit product for an fp32 W is written in fp32 by the matrix product
+// itself where libtorch can (compat::productInto), so no 16-bit gradient is
+// made and then cast or added.
+torch::Tensor weightGradient(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& weight);
+
 }  // namespace dtrain::models

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "libtorch/compat.h"
 #include "models/fp8_linear.h"
+#include "models/fused_kernels_setting.h"
 #include "models/fused_ops_cuda.h"
 
 namespace dtrain::models::ops {
@@ -103,6 +104,7 @@ ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor&
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   if (fp8Takes(x, weight)) return fp8Linear(x, weight, bias);  // reports its casts and products itself
   Observed observed(OpKind::kProduct, x);
+  if (auto result = fused::linear(x, weight, bias)) return *result;
   if (!bias.defined() || x.dim() == 2) return torch::linear(x, weight, bias);
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
@@ -172,7 +174,12 @@ torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k, co
   Observed observed(OpKind::kAttention, q);
   const int64_t group = q.size(1) / k.size(1);
   if (group == 1) return compat::causalScaledDotProductAttention(q, k, v);
-  // Each key/value head serves `group` consecutive query heads.
+  // Each key/value head serves `group` consecutive query heads: SDPA takes
+  // them as they are where it can (no copy of k and v in forward, no sum in
+  // backward), else they are widened first.
+  if (compat::kHasNativeGqa && nativeGqaSetting() && q.is_cuda()) {
+    return compat::causalGroupedQueryAttention(q, k, v);
+  }
   auto widen = [group](const torch::Tensor& t) {
     return t.unsqueeze(2)
         .expand({t.size(0), t.size(1), group, t.size(2), t.size(3)})
