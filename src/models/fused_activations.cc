@@ -62,10 +62,10 @@ class FusedGeluFunction : public torch::autograd::Function<FusedGeluFunction> {
 };
 
 // out = gelu(h + fc_bias) Wᵀ + bias over h [rows, ffn] (the fc product
-// without its bias), W [dim, ffn] (the parameter, of any float dtype: cast
-// inside; its gradient through models::weightGradient) and bias [dim]
-// (empty: none), of the activations' dtype as h: GPT-2's MLP after its
-// first matmul. The
+// without its bias), W [dim, ffn] and bias [dim] (empty: none), the
+// parameters as they are (any float dtype, cast to h's inside; W's gradient
+// through models::weightGradient, the bias's by the bias_grad kernel):
+// GPT-2's MLP after its first matmul. The
 // GELU's output, the largest activation of the block, is not kept: the
 // backward writes it again beside dh, in the same pass over h.
 class FusedGeluLinearFunction : public torch::autograd::Function<FusedGeluLinearFunction> {
@@ -79,11 +79,13 @@ class FusedGeluLinearFunction : public torch::autograd::Function<FusedGeluLinear
                                             h.size(0), static_cast<int>(h.size(1)), kernelType(h),
                                             has_fc_bias ? kernelType(fc_bias) : kernelType(h), streamOf(h)));
     const torch::Tensor w = weight.to(h.scalar_type());
-    const torch::Tensor out = bias.numel() > 0 ? torch::addmm(bias, a, w.t()) : torch::mm(a, w.t());
+    const torch::Tensor out =
+        bias.numel() > 0 ? torch::addmm(bias.to(h.scalar_type()), a, w.t()) : torch::mm(a, w.t());
     ctx->save_for_backward({h, fc_bias, w});
     // The parameter itself, for its gradient's slot (gradient_slot.h).
     ctx->saved_data["weight"] = weight;
     ctx->saved_data["has_bias"] = bias.numel() > 0;
+    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.scalar_type());
     return out;
   }
 
@@ -102,8 +104,9 @@ class FusedGeluLinearFunction : public torch::autograd::Function<FusedGeluLinear
                                        : torch::mm(dout.t(), a).to(weight_param.scalar_type());
     }
     const torch::Tensor dbias =
-        ctx->saved_data["has_bias"].toBool() ? dout.sum(0, /*keepdim=*/false, torch::kFloat).to(h.scalar_type())
-                                             : torch::Tensor();
+        ctx->saved_data["has_bias"].toBool()
+            ? biasGradient(dout, static_cast<torch::ScalarType>(ctx->saved_data["bias_dtype"].toInt()))
+            : torch::Tensor();
     return {g.dh, g.dbias, dweight, dbias};
   }
 };
@@ -228,9 +231,10 @@ std::optional<torch::Tensor> geluMlp(const torch::Tensor& x, const torch::Tensor
   const torch::Tensor h = product(aligned(x.reshape({-1, x.size(-1)}).to(act)), fc_weight);
   const torch::Tensor b = fc_bias.defined() ? aligned(act == torch::kFloat ? fc_bias.to(torch::kFloat) : fc_bias)
                                             : at::empty({0}, h.options());
-  // The projection and its bias in the activations' dtype, as autocast's
-  // addmm would take them.
-  const torch::Tensor pb = proj_bias.defined() ? proj_bias.to(act) : at::empty({0}, h.options());
+  // The projection's weight and bias as they are (cast to the activations'
+  // dtype inside, as autocast's addmm would take them; their gradients come
+  // back in their own dtypes).
+  const torch::Tensor pb = proj_bias.defined() ? proj_bias : at::empty({0}, h.options());
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = proj_weight.size(0);
   return FusedGeluLinearFunction::apply(aligned(h), b, proj_weight, pb).view(shape);

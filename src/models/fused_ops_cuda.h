@@ -63,6 +63,11 @@ std::optional<ops::ResidualAndNormed> addRmsNorm(const torch::Tensor& residual, 
 // Declines without bf16 autocast, with DTRAIN_FUSED_PRODUCTS=0, and for x
 // of fewer than 2 dimensions.
 std::optional<torch::Tensor> linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+// x Wᵢᵀ for two or three weights (no biases) over one input, as linear
+// does each, but backward makes one d(x) inside the products (beta 1)
+// instead of one per weight that autograd adds up. Declines as linear does.
+std::optional<std::vector<torch::Tensor>> sharedInputLinears(const torch::Tensor& x,
+                                                             const std::vector<torch::Tensor>& weights);
 // x Wᵀ by cuBLAS (detail::product), then bias + GELU (tanh) in one kernel.
 std::optional<torch::Tensor> linearGelu(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 // GPT-2's MLP: gelu(x W1ᵀ + b1) W2ᵀ + b2; the GELU's output is written

@@ -29,6 +29,11 @@ std::optional<torch::Tensor> linear(const torch::Tensor&, const torch::Tensor&, 
   return std::nullopt;
 }
 
+std::optional<std::vector<torch::Tensor>> sharedInputLinears(const torch::Tensor&,
+                                                             const std::vector<torch::Tensor>&) {
+  return std::nullopt;
+}
+
 std::optional<torch::Tensor> linearGelu(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
   return std::nullopt;
 }

@@ -62,6 +62,11 @@ void noteAmax(const torch::Tensor& out, const torch::Tensor& slot);
 // without its bias (linearGelu, geluMlp).
 torch::Tensor product(const torch::Tensor& x, const torch::Tensor& weight);
 
+// The bias gradient of a product whose output gradient is g [M, N]
+// (contiguous): the column sums, in fp32, returned in `bias_dtype`; by the
+// bias_grad kernel where it takes the dtypes, else by torch's sum.
+torch::Tensor biasGradient(const torch::Tensor& g, torch::ScalarType bias_dtype);
+
 // Inside an autograd function: launches go to t's device, and autocast stays
 // out of the torch operations (their dtypes are chosen before the call).
 class KernelScope {

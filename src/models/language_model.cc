@@ -24,6 +24,16 @@ torch::Tensor blockLinear(const BlockSeams& seams, const torch::Tensor& x, const
   return out + seams.lora.delta(x, weight);
 }
 
+std::vector<torch::Tensor> blockLinears(const BlockSeams& seams, const torch::Tensor& x,
+                                        const std::vector<torch::Tensor>& weights) {
+  bool adapted = false;
+  for (const torch::Tensor& w : weights) adapted = adapted || seams.lora.adapts(w);
+  if (!adapted) return ops::sharedInputLinears(x, weights);
+  std::vector<torch::Tensor> outs;
+  for (const torch::Tensor& w : weights) outs.push_back(blockLinear(seams, x, w, {}));
+  return outs;
+}
+
 torch::Tensor rowSplitLinear(const BlockSeams& seams, const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias) {
   if (seams.split == nullptr) return blockLinear(seams, x, weight, bias);

@@ -81,6 +81,11 @@ struct BlockSeams {
 torch::Tensor blockLinear(const BlockSeams& seams, const torch::Tensor& x, const torch::Tensor& weight,
                           const torch::Tensor& bias);
 
+// x Wᵢᵀ of several of the blocks' linear layers over one input (no biases):
+// ops::sharedInputLinears, or blockLinear of each when any has adapters.
+std::vector<torch::Tensor> blockLinears(const BlockSeams& seams, const torch::Tensor& x,
+                                        const std::vector<torch::Tensor>& weights);
+
 // A row-split product x Wᵀ (+ b): with a split, the partial product
 // completed by it and the bias added after; without, blockLinear.
 torch::Tensor rowSplitLinear(const BlockSeams& seams, const torch::Tensor& x, const torch::Tensor& weight,

@@ -42,9 +42,7 @@ class LlamaAttention : public nn::Module {
     TensorSplit* split = seams_->split;
     const std::vector<torch::Tensor> products =
         split != nullptr ? split->columnLinears(x, {wq->weight, wk->weight, wv->weight}, {})
-                         : std::vector<torch::Tensor>{blockLinear(*seams_, x, wq->weight, {}),
-                                                      blockLinear(*seams_, x, wk->weight, {}),
-                                                      blockLinear(*seams_, x, wv->weight, {})};
+                         : blockLinears(*seams_, x, {wq->weight, wk->weight, wv->weight});
     const ops::PackedDocuments& documents = seams_->documents;
     if (documents.defined()) {  // packed samples: positions and attention within each
       const std::vector<torch::Tensor> qkv = byHead(products, rotary_->tableFor(x), documents.positions);
@@ -110,8 +108,7 @@ class LlamaFeedForward : public nn::Module {
     TensorSplit* split = seams_->split;
     const std::vector<torch::Tensor> products =
         split != nullptr ? split->columnLinears(x, {w1->weight, w3->weight}, {})
-                         : std::vector<torch::Tensor>{blockLinear(*seams_, x, w1->weight, {}),
-                                                      blockLinear(*seams_, x, w3->weight, {})};
+                         : blockLinears(*seams_, x, {w1->weight, w3->weight});
     return rowSplitLinear(*seams_, ops::swiglu(products[0], products[1]), w2->weight, torch::Tensor());
   }
 

@@ -101,14 +101,36 @@ ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor&
   return {sum, rmsNorm(sum, weight, eps)};
 }
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  if (fp8Takes(x, weight)) return fp8Linear(x, weight, bias);  // reports its casts and products itself
-  Observed observed(OpKind::kProduct, x);
+namespace {
+
+// linear's product, unreported (its callers report it).
+torch::Tensor bf16OrPlainLinear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   if (auto result = fused::linear(x, weight, bias)) return *result;
   if (!bias.defined() || x.dim() == 2) return torch::linear(x, weight, bias);
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
   return torch::addmm(bias, x.reshape({-1, x.size(-1)}), weight.t()).view(sizes);
+}
+
+}  // namespace
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (fp8Takes(x, weight)) return fp8Linear(x, weight, bias);  // reports its casts and products itself
+  Observed observed(OpKind::kProduct, x);
+  return bf16OrPlainLinear(x, weight, bias);
+}
+
+std::vector<torch::Tensor> sharedInputLinears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights) {
+  std::vector<torch::Tensor> outs;
+  if (weights.empty() || fp8Takes(x, weights[0])) {  // FP8 products report their casts and products
+    for (const torch::Tensor& w : weights) outs.push_back(linear(x, w, torch::Tensor()));
+    return outs;
+  }
+  // One report for the group.
+  Observed observed(OpKind::kProduct, x);
+  if (auto result = fused::sharedInputLinears(x, weights)) return *result;
+  for (const torch::Tensor& w : weights) outs.push_back(bf16OrPlainLinear(x, w, torch::Tensor()));
+  return outs;
 }
 
 torch::ScalarType matmulType(const torch::Tensor& x) {

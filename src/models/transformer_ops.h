@@ -47,6 +47,11 @@ ResidualAndNormed addRmsNorm(const torch::Tensor& residual, const torch::Tensor&
 // over the output whenever x has more than two dimensions.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
+// x Wᵢᵀ for weights that share the input x (no biases; Llama's q, k, v and
+// its gate and up): linear of each, with one d(x) made inside the products
+// in backward where the fused products take them (fused_ops_cuda.h).
+std::vector<torch::Tensor> sharedInputLinears(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
+
 // The dtype a matrix product of x runs in: autocast's while autocast is on
 // for x's device, else x's own.
 torch::ScalarType matmulType(const torch::Tensor& x);

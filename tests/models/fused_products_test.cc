@@ -152,6 +152,37 @@ TEST_F(FusedProductsTest, AFrozenWeightGetsNoGradient) {
   EXPECT_TRUE(allClose(x.grad().to(torch::kFloat), expected, kBf16));
 }
 
+// Llama's q, k, v (and gate, up) over one input: outputs and every gradient
+// as separate linears give, d(x) made inside the products.
+TEST_F(FusedProductsTest, SharedInputLinearsMatchSeparateLinears) {
+  const auto x = cuda({3, 37, 96}, torch::kFloat), wq = cuda({160, 96}, torch::kFloat, 0.1);
+  const auto wk = cuda({32, 96}, torch::kFloat, 0.1), wv = cuda({32, 96}, torch::kFloat, 0.1);
+  expectSameAsLibtorch([](const auto& in) { return ops::sharedInputLinears(in[0], {in[1], in[2], in[3]}); },
+                       {x, wq, wk, wv}, kBf16, kBf16, /*autocast=*/true);
+  expectSameAsLibtorch([](const auto& in) { return ops::sharedInputLinears(in[0], {in[1], in[2]}); },
+                       {x, wq, wk}, kBf16, kBf16, /*autocast=*/true);
+}
+
+// An output that reaches no loss leaves its weight without a gradient, and
+// d(x) comes from the others alone.
+TEST_F(FusedProductsTest, SharedInputLinearsWithAnUnusedOutput) {
+  FusedKernelsSwitch on(true);
+  const auto x = cuda({64, 96}, torch::kBFloat16).requires_grad_(true);
+  const auto w0 = cuda({48, 96}, torch::kFloat, 0.1).requires_grad_(true);
+  const auto w1 = cuda({16, 96}, torch::kFloat, 0.1).requires_grad_(true);
+  {
+    Bf16Autocast autocast;
+    const std::vector<torch::Tensor> outs = ops::sharedInputLinears(x, {w0, w1});
+    ASSERT_EQ(outs.size(), 2u);
+    EXPECT_TRUE(reachesFused(outs[0]));
+    outs[0].to(torch::kFloat).sum().backward();
+  }
+  EXPECT_TRUE(w0.grad().defined());
+  EXPECT_FALSE(w1.grad().defined());
+  const torch::Tensor expected = torch::ones({64, 48}, torch::kCUDA).mm(w0.detach().to(torch::kBFloat16).to(torch::kFloat));
+  EXPECT_TRUE(allClose(x.grad().to(torch::kFloat), expected, kBf16));
+}
+
 // With DTRAIN_FUSED_PRODUCTS=0 the product is libtorch's linear again.
 TEST_F(FusedProductsTest, SettingOffRunsLibtorchsLinear) {
   FusedKernelsSwitch on(true);

@@ -58,6 +58,16 @@ cudaError_t gelu_backward(void* dx, void* dbias, bool accumulate, void* workspac
 
 size_t gelu_backward_workspace_size(int64_t rows, int cols);
 
+// The bias gradient of a product y = x Wᵀ + bias: dbias (param dtype,
+// [cols]) = the column sums of dy (act dtype, [rows, cols]), in fp32 and a
+// fixed order (per-block partials in the workspace, then their sums), or
+// added to dbias with accumulate. Needs bias_grad_workspace_size(rows,
+// cols) bytes of 16-byte aligned workspace.
+cudaError_t bias_grad(void* dbias, bool accumulate, void* workspace, size_t workspace_bytes, const void* dy,
+                      int64_t rows, int cols, DType act_dtype, DType param_dtype, cudaStream_t stream);
+
+size_t bias_grad_workspace_size(int64_t rows, int cols);
+
 // amax_bits (device, one uint32, zeroed by the caller) or null: max |y| (above).
 cudaError_t swiglu_forward(void* y, const void* a, const void* b, int64_t rows, int ffn, int64_t in_row_stride,
                            DType dtype, cudaStream_t stream, uint32_t* amax_bits = nullptr);

@@ -293,8 +293,6 @@ void launch_amax(float* scale, float* inverse, const T* x, int64_t n, bool vecto
 
 float format_max(Fp8Format format) { return format == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename T>
 cudaError_t launch_transposed(void* y, void* yt, float* scale, float* inverse, const void* x_raw, int64_t rows,
                               int64_t cols, Fp8Format format, void* workspace, cudaStream_t stream,

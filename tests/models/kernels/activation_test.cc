@@ -1,9 +1,11 @@
-// Bias + GELU and SwiGLU against the CPU reference.
+// Bias + GELU, SwiGLU and a product's bias gradient against the CPU
+// reference.
 #include "models/kernels/activation.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "kernel_reference.h"
@@ -187,6 +189,72 @@ std::vector<SwigluCase> swiglu_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SwigluTest, ::testing::ValuesIn(swiglu_cases()), swiglu_name);
 
+// A product's bias gradient: the column sums of dy, in fp32 from the values
+// as stored, written or added, the same bits every time.
+struct BiasGradCase {
+  DType act;
+  DType param;
+  int64_t rows;
+  int cols;
+};
+
+std::string bias_grad_name(const ::testing::TestParamInfo<BiasGradCase>& info) {
+  const BiasGradCase& c = info.param;
+  return std::string(dtype_name(c.act)) + "_" + dtype_name(c.param) + "_r" + std::to_string(c.rows) + "_c" +
+         std::to_string(c.cols);
+}
+
+class BiasGradTest : public ::testing::TestWithParam<BiasGradCase> {};
+
+TEST_P(BiasGradTest, ColumnSumsMatchReference) {
+  DTRAIN_SKIP_WITHOUT_GPU();
+  const BiasGradCase c = GetParam();
+  const auto dy = random_values(static_cast<size_t>(c.rows) * c.cols, 31, c.act, 1.f, 0.25f);
+  std::vector<double> ref(c.cols, 0.0), scale(c.cols, 0.0);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    for (int j = 0; j < c.cols; ++j) {
+      ref[j] += dy[r * c.cols + j];
+      scale[j] += std::abs(dy[r * c.cols + j]);
+    }
+  }
+  DeviceTensor dy_d(dy, c.act), dbias(c.cols, c.param);
+  const size_t ws_bytes = bias_grad_workspace_size(c.rows, c.cols);
+  DeviceBytes ws(std::max<size_t>(ws_bytes, 16));
+  dbias.fill_nan();
+  DTRAIN_CUDA_OK(bias_grad(dbias.data(), false, ws.data(), ws_bytes, dy_d.data(), c.rows, c.cols, c.act, c.param,
+                           nullptr));
+  DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+  // fp32 sums of exact inputs: fp32 accuracy, then rounded to the parameter's dtype.
+  EXPECT_TRUE(all_close(dbias.download(), ref, rtol_for(c.param), &scale)) << "dbias";
+  const auto first = dbias.bytes();
+  dbias.fill_nan();
+  DTRAIN_CUDA_OK(bias_grad(dbias.data(), false, ws.data(), ws_bytes, dy_d.data(), c.rows, c.cols, c.act, c.param,
+                           nullptr));
+  DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(dbias.bytes(), first) << "deterministic";
+  DTRAIN_CUDA_OK(bias_grad(dbias.data(), true, ws.data(), ws_bytes, dy_d.data(), c.rows, c.cols, c.act, c.param,
+                           nullptr));
+  DTRAIN_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<double> twice(ref), twice_scale(scale);
+  for (int j = 0; j < c.cols; ++j) twice[j] *= 2, twice_scale[j] *= 2;
+  EXPECT_TRUE(all_close(dbias.download(), twice, 2 * rtol_for(c.param), &twice_scale)) << "accumulated";
+}
+
+std::vector<BiasGradCase> bias_grad_cases() {
+  std::vector<BiasGradCase> out;
+  const std::pair<DType, DType> types[] = {
+      {DType::kFloat32, DType::kFloat32}, {DType::kBFloat16, DType::kBFloat16}, {DType::kBFloat16, DType::kFloat32}};
+  for (auto [act, param] : types) {
+    for (int cols : {64, 768, 2304}) out.push_back({act, param, 333, cols});
+    out.push_back({act, param, 1, 768});
+    out.push_back({act, param, 129, 1001});  // scalar path
+  }
+  out.push_back({DType::kBFloat16, DType::kFloat32, 16384, 768});  // more rows than row groups
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BiasGradTest, ::testing::ValuesIn(bias_grad_cases()), bias_grad_name);
+
 TEST(ActivationKernels, RejectBadArgumentsWithoutTouchingTheDevice) {
   void* p = reinterpret_cast<void*>(0x10000);
   EXPECT_EQ(gelu_backward(p, p, false, p, gelu_backward_workspace_size(10, 64) - 4, p, p, p, 10, 64, DType::kBFloat16,
@@ -198,6 +266,11 @@ TEST(ActivationKernels, RejectBadArgumentsWithoutTouchingTheDevice) {
   EXPECT_EQ(swiglu_forward(p, p, p, 10, 64, 32, DType::kBFloat16, nullptr), cudaErrorInvalidValue);  // stride < ffn
   EXPECT_EQ(swiglu_backward(p, p, p, p, p, 0, 64, 64, 64, DType::kBFloat16, nullptr), cudaSuccess);
   EXPECT_EQ(gelu_backward_workspace_size(16384, 3072), gelu_backward_workspace_size(1 << 20, 3072));
+  EXPECT_EQ(bias_grad(p, false, p, bias_grad_workspace_size(10, 64) - 4, p, 10, 64, DType::kBFloat16,
+                      DType::kFloat32, nullptr),
+            cudaErrorInvalidValue);  // workspace too small
+  EXPECT_EQ(bias_grad(p, false, p, 1 << 20, p, 10, 64, DType::kFloat32, DType::kBFloat16, nullptr),
+            cudaErrorInvalidValue);  // an fp32 gradient into a bf16 bias
 }
 
 }  // namespace
