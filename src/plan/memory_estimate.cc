@@ -47,10 +47,11 @@ BlockActivations blockActivations(const MemoryInputs& in) {
   // Each of the block's two norms adds the pending update to the stream and
   // keeps the sum (not the update) for its backward: two streams' worth.
   const double sums = 2 * normSumBytes(in) * d;
-  // llama widens keys and values to the query heads before attention, which
-  // keeps the widened copies (as wide as the queries) when there are fewer
-  // key/value heads than heads.
-  const double kv = static_cast<double>(c.kv_heads < c.heads ? c.heads * c.headDim() : c.kvDim());
+  // Without native grouped-query attention llama widens keys and values to
+  // the query heads before attention, which keeps the widened copies (as
+  // wide as the queries) when there are fewer key/value heads than heads.
+  const double kv =
+      static_cast<double>(c.kv_heads < c.heads && !in.native_gqa ? c.heads * c.headDim() : c.kvDim());
   const double narrow = compute / 2;  // fp32 runs keep fp32 copies
   // gpt2's fused MLP keeps the fc product but not the GELU's output.
   const double gpt2_mlp = in.fused_head ? 2 * f : 4 * f;

@@ -109,6 +109,9 @@ struct MemoryInputs {
   int64_t tokens = 0;           // per micro-batch per rank
   bool activation_checkpointing = false;
   bool fused_head = true;       // the fused kernels (CUDA): classifier + cross-entropy, gpt2's MLP
+  // Keys and values reach attention as they are (SDPA's enable_gqa: CUDA,
+  // libtorch 2.5+, DTRAIN_NATIVE_GQA on): no copies widened to the query heads.
+  bool native_gqa = false;
   bool gpu = true;              // a GPU: checkFits leaves room for its context and workspaces
   // Pipelines: the stages (pp x V of them) and the schedule; empty stages
   // mean none.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "models/fused_kernels_setting.h"
 #include "models/lm_counts.h"
 #include "parallel/parallel_plan.h"
 
@@ -25,6 +26,8 @@ MemoryInputs lmMemoryInputs(const ModelSpec& model, const ParallelOptions& paral
   in.tokens = batch_size * config.seq_len;
   in.activation_checkpointing = model.lm.activation_checkpointing;
   in.fused_head = cuda;
+  // CUDA builds are of libtorch 2.x, whose SDPA takes grouped queries (2.5+).
+  in.native_gqa = cuda && models::nativeGqaSetting();
   in.gpu = cuda;
   if (parallel.pp > 1) setPipeline(in, planParallelism(parallel, ranks, plannedModel(model)), batch_size);
   return in;

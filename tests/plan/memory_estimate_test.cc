@@ -159,6 +159,21 @@ TEST(MemoryEstimateTest, MeasuredRunsPeakWithinTenPercentOfTheEstimate) {
   EXPECT_NEAR(static_cast<double>(e.activations), blocks + casts + head, 1e3);
 }
 
+// With SDPA taking grouped queries as they are, llama keeps its keys and
+// values at their own width: 2 x (heads - kv_heads) x head_dim fewer bf16
+// values per token and block than with the widened copies.
+TEST(MemoryEstimateTest, NativeGroupedQueryAttentionKeepsNoWidenedKeysAndValues) {
+  const auto config = models::namedLanguageModel("llama-1b");
+  ASSERT_LT(config.kv_heads, config.heads);
+  MemoryInputs widened = inputs(config, ShardStage::kNone, 1, 4);
+  MemoryInputs native = widened;
+  native.native_gqa = true;
+  const double saved = 2.0 * 2 * static_cast<double>(config.heads * config.headDim() - config.kvDim()) *
+                       static_cast<double>(widened.tokens) * static_cast<double>(config.layers);
+  const double difference = static_cast<double>(estimateMemory(widened).activations - estimateMemory(native).activations);
+  EXPECT_NEAR(difference, saved, 0.01 * saved);
+}
+
 TEST(MemoryEstimateTest, TensorParallelismSplitsTheStateAndTheActivations) {
   const models::LanguageModelConfig config = models::namedLanguageModel("llama-8b");
   const MemoryInputs one = inputs(config, ShardStage::kNone, 1, 1);
