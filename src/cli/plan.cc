@@ -21,6 +21,7 @@
 #include "cli/plan_search.h"
 #include "common/error.h"
 #include "common/text.h"
+#include "models/fp8_recipe.h"
 #include "plan/calibration.h"
 #include "plan/gpu_catalog.h"
 #include "plan/memory_estimate.h"
@@ -40,6 +41,7 @@ struct PlanFlags {
   int gpus_per_node = 8;
   std::string gpu = "h100";
   PlanPrecision precision = PlanPrecision::kBf16;
+  models::Fp8Recipe fp8_recipe = models::Fp8Recipe::kTensorwise;
   double efficiency = 0;  // 0: the calibration's, else plan::kDefaultEfficiency
   double intra_node_gbs = 0;
   bool calibrate = false;
@@ -75,6 +77,10 @@ void declarePlanOptions(OptionSet& set, PlanFlags& f) {
   set.text("--gpu", f.gpu, "The GPU, from dtrain's table: h100, h200, b200, a100-80g, a100-40g, l40s");
   set.choice("--precision", f.precision, {{"bf16", PlanPrecision::kBf16}, {"fp8", PlanPrecision::kFp8}},
              "The products' precision (fp8: GPUs with FP8 tensor cores)");
+  set.choice("--fp8-recipe", f.fp8_recipe,
+             {{"tensorwise", models::Fp8Recipe::kTensorwise}, {"rowwise", models::Fp8Recipe::kRowwise}},
+             "How --precision fp8 scales: one scale per tensor, or per row (priced at its measured speed; "
+             "compute capability 9.0 or newer)");
   set.number("--efficiency", f.efficiency, "Share of the GPU's bf16 peak the matrix products reach")
       .range(0.01, 1).defaultMeans("the calibration's for --gpu, else 0.6 (llama-1b on an H200)");
   set.number("--intra-node-gbs", f.intra_node_gbs, "All-reduce bus bandwidth inside a node, GB/s")
@@ -148,6 +154,17 @@ plan::Cluster clusterOf(const PlanFlags& f) {
   }
   if (f.precision == PlanPrecision::kFp8 && c.gpu.fp8_tflops <= 0) {
     throw ConfigError("--precision fp8: the " + c.gpu.name + " has no FP8 tensor cores; expected --precision bf16");
+  }
+  if (f.fp8_recipe == models::Fp8Recipe::kRowwise) {
+    if (f.precision != PlanPrecision::kFp8) {
+      throw ConfigError("--fp8-recipe rowwise prices --precision fp8's products; this plan's precision is bf16 "
+                        "(add --precision fp8 or drop --fp8-recipe)");
+    }
+    if (c.gpu.compute_capability < 90) {
+      throw ConfigError("--fp8-recipe rowwise needs compute capability 9.0 or newer; the " + c.gpu.name + " has " +
+                        std::to_string(c.gpu.compute_capability / 10) + "." +
+                        std::to_string(c.gpu.compute_capability % 10) + " (expected --fp8-recipe tensorwise)");
+    }
   }
   c.intra_node_gbs = f.intra_node_gbs;
   c.inter_node_gbs = f.inter_node_gbs;
@@ -240,7 +257,8 @@ std::string durationText(double seconds) {
     }
     const int nodes = bigger.nodes;
     if (f.tokens_per_step % (static_cast<int64_t>(bigger.gpus()) * f.model.seq_len) != 0) break;
-    if (!searchLayouts(f.model, bigger, f.tokens_per_step, fp8).fitting.empty()) {
+    if (!searchLayouts(f.model, bigger, f.tokens_per_step, fp8, f.fp8_recipe == models::Fp8Recipe::kRowwise)
+             .fitting.empty()) {
       needs = "; it needs about " + std::to_string(bigger.gpus()) + " GPUs (" + std::to_string(nodes) + " x " +
               std::to_string(bigger.gpus_per_node) + ")";
     }
@@ -369,7 +387,8 @@ int runPlan(const PlanFlags& f) {
   }
   planModelConfig(f.model);  // a bad model flag is named before the search
   const bool fp8 = f.precision == PlanPrecision::kFp8;
-  PlanSearch search = searchLayouts(f.model, cluster, f.tokens_per_step, fp8);
+  PlanSearch search =
+      searchLayouts(f.model, cluster, f.tokens_per_step, fp8, f.fp8_recipe == models::Fp8Recipe::kRowwise);
   if (search.fitting.empty()) nothingFits(f, cluster, search, fp8);
   auto& list = search.fitting;
   // Every layout uses the whole cluster, so its GPU-hours, and its cost at

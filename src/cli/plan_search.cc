@@ -50,6 +50,7 @@ std::vector<std::string> trainFlags(const PlanModel& m, const plan::Layout& l, i
   if (l.shard != ShardStage::kNone) f.insert(f.end(), {"--shard", shardWord(l.shard)});
   if (l.activation_checkpointing) f.emplace_back("--activation-checkpointing");
   f.insert(f.end(), {"--precision", l.fp8 ? "fp8" : "bf16"});
+  if (l.fp8 && l.fp8_rowwise) f.insert(f.end(), {"--fp8-recipe", "rowwise"});
   return f;
 }
 
@@ -82,7 +83,8 @@ models::LanguageModelConfig planModelConfig(const PlanModel& model) {
   }
 }
 
-PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, int64_t tokens_per_step, bool fp8) {
+PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, int64_t tokens_per_step, bool fp8,
+                         bool fp8_rowwise) {
   PlanSearch s;
   s.smallest_need = std::numeric_limits<int64_t>::max();
   const int world = cluster.gpus();
@@ -100,7 +102,7 @@ PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, i
             if (tokens_per_step % per_micro != 0) continue;
             const int64_t microbatches = tokens_per_step / per_micro;
             if (pp > 1 && microbatches < pp) continue;
-            plan::Layout l{tp, pp, dp, shard, micro, microbatches, checkpointing, fp8};
+            plan::Layout l{tp, pp, dp, shard, micro, microbatches, checkpointing, fp8, fp8 && fp8_rowwise};
             ++s.tried;
             PlannedLayout p{l, trainFlags(model, l, tokens_per_step), 0, 0, {}};
             TrainOptions o;
@@ -134,7 +136,7 @@ PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, i
 
 double calibrationEfficiency(const PlanModel& model, const plan::GpuSpec& gpu, int64_t batch, double tokens_per_s) {
   const int64_t tokens = batch * model.seq_len;
-  const plan::Layout l{1, 1, 1, ShardStage::kNone, batch, 1, false, false};
+  const plan::Layout l{1, 1, 1, ShardStage::kNone, batch, 1, false, false, false};
   const TrainOptions o = parsedTrainOptions(trainFlags(model, l, tokens), 1);
   const models::LanguageModelConfig config = languageModelConfig(o.model);
   const MemoryInputs memory = lmMemoryInputs(o, config, 1, /*cuda=*/true);

@@ -43,7 +43,8 @@ struct PlanSearch {
 // bad flag).
 models::LanguageModelConfig planModelConfig(const PlanModel& model);
 
-PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, int64_t tokens_per_step, bool fp8);
+PlanSearch searchLayouts(const PlanModel& model, const plan::Cluster& cluster, int64_t tokens_per_step, bool fp8,
+                         bool fp8_rowwise = false);
 
 // The products' efficiency that a measured `tokens_per_s` of `model` at
 // `batch` sequences on one GPU (no sharding) gives this build's step model

@@ -24,6 +24,7 @@ struct GpuSpec {
   double hbm_tbs = 0;        // memory bandwidth, TB/s
   double intra_node_busbw = 0;  // GB/s, all-reduce inside a node
   int max_gpus_per_node = 8;
+  int compute_capability = 0;  // major x 10 + minor
 };
 
 const std::vector<GpuSpec>& gpuCatalog();

@@ -47,7 +47,7 @@ StepTime predictStep(const models::LanguageModelConfig& model, const Cluster& cl
   double time_factor = l.activation_checkpointing ? 4.0 / 3.0 : 1.0;
   if (l.fp8) {
     const double share = models::fp8FlopShare(model, model.seq_len);
-    time_factor *= (1 - share) + share / kFp8Speedup;
+    time_factor *= (1 - share) + share / (l.fp8_rowwise ? kFp8RowwiseSpeedup : kFp8Speedup);
   }
   t.compute_s = model_flops * time_factor / (gpus * peak * cluster.efficiency);
   if (cluster.gpu.hbm_tbs > 0) t.memory_s = traffic_bytes / (cluster.gpu.hbm_tbs * 1e12 * kHbmEfficiency);

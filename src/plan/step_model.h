@@ -7,7 +7,7 @@
 //   compute   = FLOPs per token x tokens per step (x 4/3 with activation
 //               checkpointing: one forward more) / (GPUs x peak x efficiency);
 //               under --precision fp8 the share fp8FlopShare runs
-//               kFp8Speedup times faster
+//               kFp8Speedup (rowwise: kFp8RowwiseSpeedup) times faster
 //   memory    = stepTrafficBytes / (the GPU's bandwidth x kHbmEfficiency):
 //               activations, logits and the optimizer's pass (below)
 //   bubble    = (pp - 1) / (M + pp - 1) of the pipeline's time (1F1B)
@@ -44,6 +44,10 @@ inline constexpr double kDefaultEfficiency = 0.6;
 // (2026-12-02, gradients written in place: 1.28x the whole bf16 step of
 // llama-8b's blocks at a 72.6% share, so 1 / (0.274 + 0.726 / s) = 1.28).
 inline constexpr double kFp8Speedup = 1.43;
+// --fp8-recipe rowwise's, the same way: 1.156x the bf16 step of llama-8b's
+// blocks in the same call (2026-12-02, noted maxima: 35,880 against 31,049
+// tokens/s), so 1 / (0.274 + 0.726 / s) = 1.156.
+inline constexpr double kFp8RowwiseSpeedup = 1.23;
 // The memory term: what a step moves through the GPU's memory outside its
 // matrix products, at this share of the GPU's bandwidth (the fused
 // elementwise kernels and AdamW's reach 80-90% of it on an H200):
@@ -80,6 +84,7 @@ struct Layout {
   int64_t microbatches = 1;     // per optimizer step (accumulation, or the pipeline's M)
   bool activation_checkpointing = false;
   bool fp8 = false;
+  bool fp8_rowwise = false;     // with fp8: --fp8-recipe rowwise (else tensorwise)
 };
 
 struct StepTime {

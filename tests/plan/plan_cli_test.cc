@@ -53,6 +53,24 @@ TEST(PlanCliTest, TheLayoutsFitAndTheBestRunsAsPrinted) {
   EXPECT_NE(table.output.find("owning is cheaper above"), std::string::npos) << table.output;
 }
 
+// --fp8-recipe rowwise is priced at its own measured speed (below
+// tensorwise's, above bf16's) and carried into the command line.
+TEST(PlanCliTest, RowwiseFp8IsPricedAtItsOwnSpeed) {
+  auto fastest = [](const std::string& flags) {
+    const CommandResult r = runCommand(dtrainBin() + kTiny + flags + " --json", 60);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    return j["layouts"][0];
+  };
+  const nlohmann::json bf16 = fastest(""), tensorwise = fastest(" --precision fp8"),
+                       rowwise = fastest(" --precision fp8 --fp8-recipe rowwise");
+  EXPECT_LT(bf16["tokens_per_s"].get<double>(), rowwise["tokens_per_s"].get<double>());
+  EXPECT_LT(rowwise["tokens_per_s"].get<double>(), tensorwise["tokens_per_s"].get<double>());
+  const std::string command = rowwise["command"].get<std::string>();
+  EXPECT_NE(command.find("--precision fp8 --fp8-recipe rowwise"), std::string::npos) << command;
+  EXPECT_EQ(tensorwise["command"].get<std::string>().find("--fp8-recipe"), std::string::npos);
+}
+
 // GiB/GPU is the estimate of the allocator's peak, the figure `dtrain bench
 // train` measures: gpt2-124m at seq 1024, micro-batch 16 on one H200 within
 // 10% of the 6.94 GiB measured (docs/sizing.md); the margin a layout must
@@ -154,6 +172,8 @@ TEST(PlanCliTest, BadInputIsAnExitTwoNamingIt) {
       {kTiny + " --price on-demand=-2", "--price 'on-demand=-2': expected NAME=PRICE with a price >= 0"},
       {kTiny + " --price spot", "--price 'spot'"},
       {kTiny + " --gpu a100-40g --precision fp8", "the a100-40g has no FP8 tensor cores"},
+      {kTiny + " --fp8-recipe rowwise", "this plan's precision is bf16 (add --precision fp8 or drop --fp8-recipe)"},
+      {kTiny + " --gpu l40s --precision fp8 --fp8-recipe rowwise", "the l40s has 8.9"},
       {kTiny + " --capex 1000", "--capex needs --power-kw-per-node"},
       {" plan --model llama-8b --gpus 1 --gpu a100-40g --seq-len 2048 --tokens-per-step 1048576",
        "it needs about 4 GPUs (1 x 4)"},
