@@ -19,8 +19,22 @@ __global__ void __launch_bounds__(kTileCols* kTileRows)
 #pragma unroll
   for (int j = 0; j < VEC; ++j) acc[j] = 0.f;
   if (in) {
-    for (int64_t r = static_cast<int64_t>(blockIdx.y) * kTileRows + threadIdx.y; r < rows;
-         r += static_cast<int64_t>(gridDim.y) * kTileRows) {
+    // kRowsInFlight rows' loads issued before any is summed (the sums stay
+    // in row order: the result does not depend on the unrolling).
+    constexpr int kRowsInFlight = 4;
+    const int64_t stride = static_cast<int64_t>(gridDim.y) * kTileRows;
+    int64_t r = static_cast<int64_t>(blockIdx.y) * kTileRows + threadIdx.y;
+    for (; r + (kRowsInFlight - 1) * stride < rows; r += kRowsInFlight * stride) {
+      Pack<T, VEC> g[kRowsInFlight];
+#pragma unroll
+      for (int i = 0; i < kRowsInFlight; ++i) g[i] = load_pack<T, VEC>(dy + (r + i * stride) * cols + c);
+#pragma unroll
+      for (int i = 0; i < kRowsInFlight; ++i) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) acc[j] += to_float(g[i].v[j]);
+      }
+    }
+    for (; r < rows; r += stride) {
       const Pack<T, VEC> g = load_pack<T, VEC>(dy + r * cols + c);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) acc[j] += to_float(g.v[j]);
